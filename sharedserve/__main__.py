@@ -1,0 +1,3 @@
+from sharedserve.cli import main
+
+main()

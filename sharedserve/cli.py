@@ -1,0 +1,172 @@
+"""The ``sharedserve`` command line. Thin: parse flags, read the environment, build settings, run.
+
+This is the only module that reads environment variables (the env contract in DESIGN.md), so
+every lower layer can be driven and tested from settings objects alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sharedserve.config import DEFAULT_MAX_BODY_BYTES, GpuSettings, RestSettings, ServerSettings
+from sharedserve.errors import ConfigError, SharedServeError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    help="Pack many inference models onto one GPU, and measure how many is too many.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(
+    help="Example models with RANDOM weights (real compute and memory; meaningless predictions).",
+    no_args_is_help=True,
+)
+app.add_typer(models_app, name="models")
+
+MODEL_NAMES = "tiny, mobilenet_v2, resnet50, inception_v3"
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # TensorFlow's C++ logging is noisy on CPU-only hosts; the user can still raise it.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@app.callback()
+def _root(
+    log_level: Annotated[
+        str, typer.Option(help="debug, info, warning or error.", envvar="SHAREDSERVE_LOG_LEVEL")
+    ] = "info",
+) -> None:
+    if log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise typer.BadParameter("choose debug, info, warning or error", param_hint="--log-level")
+    _setup_logging(log_level)
+
+
+@models_app.command("build")
+def models_build(
+    names: Annotated[list[str], typer.Argument(help=f"Models to build: {MODEL_NAMES}.")],
+    out: Annotated[Path, typer.Option(help="Output directory; each model goes to OUT/NAME/1.")],
+    framework: Annotated[str, typer.Option(help="Model format to write: tf (SavedModel).")] = "tf",
+    overwrite: Annotated[bool, typer.Option(help="Replace models that already exist.")] = False,
+    seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+) -> None:
+    """Build example models with RANDOM weights in TF Serving's layout (OUT/NAME/1/saved_model.pb).
+
+    Nothing is downloaded: Keras applications are built with weights=None. Predictions are
+    meaningless, but compute and memory are those of the real architectures, which is what
+    packing decisions need. tiny builds in seconds and is what the tests use.
+    """
+    if framework != "tf":
+        raise ConfigError(f"--framework {framework!r} is not supported; use tf")
+    from sharedserve.models import build_models
+
+    for path in build_models(names, out, overwrite=overwrite, seed=seed):
+        typer.echo(path)
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """List the example models."""
+    from sharedserve.models import CATALOG
+
+    for model in CATALOG.values():
+        typer.echo(f"{model.name:14} {model.description}")
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        Path, typer.Option(help="Model base path (DIR/NAME with version dirs) or a SavedModel dir.")
+    ],
+    name: Annotated[
+        str | None, typer.Option(help="Model name in URLs [default: dir name].")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    rest_port: Annotated[int, typer.Option(help="REST API port; 0 picks a free one.")] = 8501,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest request body in bytes; larger gets HTTP 413.")
+    ] = DEFAULT_MAX_BODY_BYTES,
+    gpu_memory_fraction: Annotated[
+        float | None,
+        typer.Option(help="Share of the GPU's memory this process may use, in (0, 1]."),
+    ] = None,
+    gpu_memory_mib: Annotated[
+        int | None, typer.Option(help="GPU memory cap in MiB (instead of a fraction).")
+    ] = None,
+    cpu_limit: Annotated[
+        float | None,
+        typer.Option(help="CPU limit in cores; sizes thread pools [default: the cgroup quota]."),
+    ] = None,
+    fake_gpus: Annotated[
+        Path | None, typer.Option(help="Simulated GPU inventory (JSON), for tests.")
+    ] = None,
+) -> None:
+    """Serve a model over the TensorFlow Serving REST API.
+
+    The GPU memory cap comes from the flags or, when neither is given, from the env contract
+    (SHAREDSERVE_GPU_MEMORY_MIB, then SHAREDSERVE_GPU_MEMORY_FRACTION) that the allocator and
+    the packer set. Without a GPU the cap is recorded and reported but not enforced.
+    GET /sharedserve/v1/limits shows the caps in force.
+    """
+    from sharedserve.limits.gpu import parse_cap_request
+    from sharedserve.server.run import run
+
+    if not 0 <= rest_port <= 65535:
+        raise ConfigError(f"--rest-port must be in 0..65535, got {rest_port}")
+    if max_body_bytes <= 0:
+        raise ConfigError(f"--max-body-bytes must be positive, got {max_body_bytes}")
+    cap = parse_cap_request(
+        gpu_memory_fraction,
+        gpu_memory_mib,
+        os.environ.get("SHAREDSERVE_GPU_MEMORY_FRACTION"),
+        os.environ.get("SHAREDSERVE_GPU_MEMORY_MIB"),
+    )
+    settings = ServerSettings(
+        model_dir=model,
+        model_name=name,
+        rest=RestSettings(host=host, port=rest_port, max_body_bytes=max_body_bytes),
+        gpu=GpuSettings(
+            cap=cap, visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), fake_gpus=fake_gpus
+        ),
+        cpu_limit_cores=cpu_limit,
+    )
+    raise typer.Exit(run(settings))
+
+
+@app.command()
+def demo(
+    model: Annotated[str, typer.Option(help=f"Example model: {MODEL_NAMES}.")] = "mobilenet_v2",
+    workdir: Annotated[Path, typer.Option(help="Where models are built (reused).")] = Path(
+        "build/models"
+    ),
+    requests: Annotated[int, typer.Option(help="Predictions to send.", min=1)] = 5,
+    batch: Annotated[int, typer.Option(help="Instances per prediction.", min=1)] = 1,
+) -> None:
+    """Build an example model, serve it, send predictions and print what came back."""
+    from sharedserve.demo import run_demo
+
+    run_demo(model, workdir, requests=requests, batch=batch)
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as e:
+        typer.echo(f"error: {e.message}", err=True)
+        sys.exit(2)
+    except SharedServeError as e:
+        typer.echo(f"error: {e.message}", err=True)
+        sys.exit(1)

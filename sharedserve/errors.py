@@ -1,0 +1,99 @@
+"""sharedserve's own error hierarchy.
+
+Why a hierarchy of our own: TensorFlow, PyTorch, NVML and the OS each raise their own exception
+types, and the transports (REST, gRPC) must answer every failure with a status a client can act
+on. Library errors are wrapped at the boundary where they happen (``raise ResourceExhausted(...)
+from e``), so the transports only ever see these classes, and this module is the one table that
+says which HTTP status and which gRPC code each of them becomes.
+
+The gRPC code is kept as the name of a ``grpc.StatusCode`` member so this module stays free of
+the grpc import (pure modules may import it).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "GpuError",
+    "InvalidInput",
+    "ModelLoadError",
+    "NotFound",
+    "NotReady",
+    "NvmlUnavailable",
+    "PayloadTooLarge",
+    "ResourceExhausted",
+    "SharedServeError",
+    "Unimplemented",
+]
+
+
+class SharedServeError(Exception):
+    """Base of every error sharedserve raises on purpose.
+
+    ``http_status`` and ``grpc_code`` are what a transport answers with; subclasses override them.
+    """
+
+    http_status: int = 500
+    grpc_code: str = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(SharedServeError):
+    """Settings or environment that cannot work (bad flag value, missing model directory)."""
+
+
+class InvalidInput(SharedServeError):
+    """A request that can never succeed as sent: malformed JSON, wrong shape or dtype."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
+class NotFound(SharedServeError):
+    """Unknown model name, version or signature."""
+
+    http_status = 404
+    grpc_code = "NOT_FOUND"
+
+
+class PayloadTooLarge(SharedServeError):
+    """Request body over the configured limit (``--max-body-bytes``)."""
+
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class NotReady(SharedServeError):
+    """The model is loading, warming up, unloading or failed to load."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+
+class ResourceExhausted(SharedServeError):
+    """The framework ran out of memory under the cap, or a queue is full. Retry later."""
+
+    http_status = 503
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class Unimplemented(SharedServeError):
+    """An API the server knows of but does not offer (e.g. ``:classify``)."""
+
+    http_status = 501
+    grpc_code = "UNIMPLEMENTED"
+
+
+class ModelLoadError(SharedServeError):
+    """The model directory exists but the framework could not load or warm it up."""
+
+
+class GpuError(SharedServeError):
+    """A GPU query failed."""
+
+
+class NvmlUnavailable(GpuError):
+    """NVML (the NVIDIA driver's management library) is missing or failed to initialise."""

@@ -1,0 +1,70 @@
+"""The GpuBackend protocol and how a process picks one.
+
+Two implementations: ``NvmlBackend`` (the real driver, through nvidia-ml-py) and
+``FakeGpuBackend`` (a JSON inventory, for tests and development on machines without a GPU).
+Callers never learn which one they hold except through ``simulated``, which every report must
+honour: simulated GPUs are never presented as measured.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sharedserve.errors import NvmlUnavailable
+
+__all__ = ["GpuBackend", "GpuInfo", "open_gpu_backend"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One physical GPU as discovered."""
+
+    uuid: str
+    """Stable identity, e.g. ``GPU-8f1c2d...``; what NVIDIA_VISIBLE_DEVICES names."""
+    index: int
+    """NVML index (the order ``nvidia-smi`` lists)."""
+    name: str
+    """Product name, e.g. ``Tesla K80``."""
+    memory_mib: int
+    """Total framebuffer memory in MiB."""
+    numa_node: int | None = None
+    """NUMA node of the GPU's PCI bus, or None where unknown."""
+    healthy: bool = True
+
+
+class GpuBackend(Protocol):
+    """What sharedserve needs from a GPU driver."""
+
+    @property
+    def simulated(self) -> bool:
+        """True when the GPUs come from a fake inventory, not a driver."""
+        ...
+
+    def list_gpus(self) -> list[GpuInfo]:
+        """Every GPU this process can see. Raises GpuError subclasses on driver failure."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_gpu_backend(fake_gpus: Path | None = None) -> GpuBackend | None:
+    """The fake inventory when one is given, else NVML, else None when no driver is present.
+
+    A machine without an NVIDIA driver is normal (CPU-only nodes, CI): that is None, not an error.
+    """
+    if fake_gpus is not None:
+        from sharedserve.gpu.fake import FakeGpuBackend
+
+        return FakeGpuBackend(fake_gpus)
+    from sharedserve.gpu.nvml import NvmlBackend
+
+    try:
+        return NvmlBackend()
+    except NvmlUnavailable as e:
+        log.info("no NVIDIA GPU driver: %s", e)
+        return None

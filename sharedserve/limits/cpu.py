@@ -1,0 +1,353 @@
+"""CPU limits from cgroups: read the quota that binds this process, and create quota'd cgroups.
+
+Why: ``os.cpu_count()`` reports the host's CPUs, not the pod's share. A server that sizes its
+thread pools to 16 host CPUs inside a 350m pod spends its CFS quota in the first milliseconds of
+every period and then stalls all 16 threads until the next one: tail latency, not throughput.
+So the server reads the CFS quota of its own cgroup and sizes intra/inter-op pools to it.
+
+Where the quota lives: cgroup v2 keeps it in ``cpu.max``; v1 in ``cpu.cfs_quota_us`` and
+``cpu.cfs_period_us`` of the hierarchy that carries the ``cpu`` controller. Hybrid hosts mount
+both, so both are read. A quota on any ancestor binds as well, so every level from our cgroup up
+to the mount point is read and the smallest wins. Paths in ``/proc/self/cgroup`` are relative to
+the cgroup namespace; ``/proc/self/mountinfo`` says which part of the tree each mount shows.
+
+The writers exist for the local packer, which plays the allocator's part without Kubernetes and
+gives each model server its own quota the way a kubelet would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from sharedserve.errors import ConfigError
+
+_log = logging.getLogger(__name__)
+
+_PROC_CGROUP = Path("/proc/self/cgroup")
+_MOUNTINFO = Path("/proc/self/mountinfo")
+# The kernel refuses CFS periods outside 1 ms..1 s and quotas under 1 ms.
+_MIN_US, _MAX_PERIOD_US = 1_000, 1_000_000
+
+
+class CpuLimitSource(str, Enum):
+    """Where the effective CPU limit came from."""
+
+    FLAG = "flag"
+    CGROUP_V2 = "cgroup-v2"
+    CGROUP_V1 = "cgroup-v1"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class CpuLimit:
+    """The CPU budget of this process.
+
+    ``cores`` is in CPU cores (0.5 = half a core), None when no quota exists anywhere;
+    ``cgroup_path`` is the directory whose quota binds (None for a flag or no limit);
+    ``available_cpus`` is how many CPUs the scheduler lets this process run on.
+    """
+
+    cores: float | None
+    source: CpuLimitSource
+    cgroup_path: str | None
+    available_cpus: int
+
+
+@dataclass(frozen=True)
+class ProcCgroup:
+    """Membership from ``/proc/self/cgroup``: the v2 path and v1 paths keyed by controller."""
+
+    v2_path: str | None
+    v1_paths: dict[str, str]
+
+
+@dataclass(frozen=True)
+class CgroupMount:
+    """One cgroup mount from mountinfo.
+
+    ``root`` is the part of the hierarchy the mount shows (``/docker/abc`` in a container without
+    a cgroup namespace); ``super_options`` are the superblock options without rw/ro, which for v1
+    are the controllers bound to the hierarchy (``{"cpu", "cpuacct"}``).
+    """
+
+    root: str
+    mount_point: str
+    fstype: str
+    super_options: frozenset[str]
+
+
+def _cores(quota_us: int, period_us: int) -> float:
+    if quota_us <= 0 or period_us <= 0:
+        raise ValueError(f"quota and period must be positive, got {quota_us} / {period_us}")
+    return quota_us / period_us
+
+
+def parse_cpu_max(text: str) -> float | None:
+    """Parse v2 ``cpu.max`` (``"<quota|max> <period>"``) into cores; None means unlimited."""
+    fields = text.split()
+    if fields[:1] == ["max"] and len(fields) <= 2:
+        return None
+    if len(fields) != 2:
+        raise ValueError(f"expected '<quota|max> <period>', got {text!r}")
+    return _cores(int(fields[0]), int(fields[1]))
+
+
+def parse_cfs_quota(quota_text: str, period_text: str) -> float | None:
+    """Parse v1 ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``; a negative quota is unlimited."""
+    quota = int(quota_text.strip())
+    if quota < 0:
+        return None
+    return _cores(quota, int(period_text.strip()))
+
+
+def parse_proc_cgroup(text: str) -> ProcCgroup:
+    """Parse ``/proc/self/cgroup`` lines ``id:controllers:path`` (v2 is ``0::path``)."""
+    v2_path: str | None = None
+    v1_paths: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            raise ValueError(f"malformed /proc/self/cgroup line {line!r}")
+        hierarchy_id, controllers, path = parts
+        if hierarchy_id == "0" and not controllers:
+            v2_path = path
+        else:
+            v1_paths.update((c, path) for c in controllers.split(",") if c)
+    return ProcCgroup(v2_path=v2_path, v1_paths=v1_paths)
+
+
+def _unescape(field: str) -> str:
+    # mountinfo writes space, tab, newline and backslash as 3-digit octal escapes.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[CgroupMount]:
+    """Return the cgroup and cgroup2 mounts from ``/proc/self/mountinfo``; skip everything else."""
+    mounts: list[CgroupMount] = []
+    for line in text.splitlines():
+        # Optional fields vary in number; " - " separates them from fstype, source, options.
+        left, sep, right = line.partition(" - ")
+        before, after = left.split(), right.split()
+        if not sep or len(before) < 6 or len(after) < 3 or after[0] not in ("cgroup", "cgroup2"):
+            continue
+        options = frozenset(o for o in after[2].split(",") if o not in ("rw", "ro"))
+        mounts.append(CgroupMount(_unescape(before[3]), _unescape(before[4]), after[0], options))
+    return mounts
+
+
+def _locate(mounts: list[CgroupMount], cgroup_path: str) -> tuple[Path, Path] | None:
+    """Map a /proc/self/cgroup path to (its directory, the mount point above it)."""
+    best: tuple[CgroupMount, str] | None = None
+    for mount in mounts:
+        root = mount.root.rstrip("/")
+        under = cgroup_path == mount.root or cgroup_path.startswith(root + "/")
+        if under and (best is None or len(mount.root) > len(best[0].root)):
+            best = (mount, cgroup_path[len(root) :].lstrip("/"))
+    if best is not None:
+        top = Path(best[0].mount_point)
+        return top / best[1], top
+    if not mounts:
+        return None
+    # The mount shows a part of the tree our path is not under (e.g. root "/../.."): guess.
+    top = Path(mounts[0].mount_point)
+    joined = top / cgroup_path.lstrip("/")
+    return (joined if joined.is_dir() else top), top
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:  # missing or unreadable: no quota at this level
+        return None
+
+
+def _quota_at(directory: Path, v2: bool) -> float | None:
+    """The quota set at one level; a missing file counts as none, and so does a garbled one.
+
+    Garbled contents only warn: a server that loses its limit is throttled, one that crashes on
+    start serves nothing.
+    """
+    names = ("cpu.max",) if v2 else ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+    texts = [t for n in names if (t := _read(directory / n)) is not None]
+    if len(texts) < len(names):
+        return None
+    try:
+        return parse_cpu_max(texts[0]) if v2 else parse_cfs_quota(texts[0], texts[1])
+    except ValueError as e:
+        _log.warning("ignoring malformed CPU quota in %s: %s", directory / names[0], e)
+        return None
+
+
+def _smallest_on_way_up(start: Path, top: Path, v2: bool) -> tuple[float, Path] | None:
+    levels = [start, *(p for p in start.parents if p == top or top in p.parents)]
+    found = [(cores, d) for d in levels if (cores := _quota_at(d, v2)) is not None]
+    return min(found, key=lambda f: f[0]) if found else None
+
+
+def read_cgroup_cpu_limit(
+    proc_cgroup: Path = _PROC_CGROUP, mountinfo: Path = _MOUNTINFO
+) -> tuple[float | None, CpuLimitSource, str | None]:
+    """Return (cores, source, cgroup dir) of the most restrictive quota above this process."""
+    try:
+        membership = parse_proc_cgroup(proc_cgroup.read_text())
+        mounts = parse_mountinfo(mountinfo.read_text())
+    except OSError:  # no /proc (not Linux, or a sandbox): nothing to read
+        return None, CpuLimitSource.NONE, None
+    except ValueError as e:
+        _log.warning("ignoring unreadable %s: %s", proc_cgroup, e)
+        return None, CpuLimitSource.NONE, None
+    v1_mounts = [m for m in mounts if m.fstype == "cgroup" and "cpu" in m.super_options]
+    hierarchies = [
+        (membership.v2_path, [m for m in mounts if m.fstype == "cgroup2"], True),
+        (membership.v1_paths.get("cpu"), v1_mounts, False),
+    ]
+    best: tuple[float, CpuLimitSource, str] | None = None
+    for path, candidates, v2 in hierarchies:
+        located = None if path is None else _locate(candidates, path)
+        found = None if located is None else _smallest_on_way_up(*located, v2)
+        if found is not None and (best is None or found[0] < best[0]):
+            source = CpuLimitSource.CGROUP_V2 if v2 else CpuLimitSource.CGROUP_V1
+            best = (found[0], source, str(found[1]))
+    return best if best is not None else (None, CpuLimitSource.NONE, None)
+
+
+def _available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API (macOS)
+        return os.cpu_count() or 1
+
+
+def resolve_cpu_limit(
+    flag_cores: float | None = None,
+    *,
+    proc_cgroup: Path = _PROC_CGROUP,
+    mountinfo: Path = _MOUNTINFO,
+) -> CpuLimit:
+    """Decide the CPU budget: an explicit flag wins, else the cgroup quota, else no limit."""
+    if flag_cores is not None and not (math.isfinite(flag_cores) and flag_cores > 0):
+        raise ConfigError(f"CPU limit must be a positive number of cores, got {flag_cores!r}")
+    cores, source, path = read_cgroup_cpu_limit(proc_cgroup, mountinfo)
+    available = _available_cpus()
+    if flag_cores is None:
+        return CpuLimit(cores, source, path, available)
+    if cores is not None and flag_cores > cores + 1e-6:
+        msg = "CPU limit flag %.3g cores exceeds the %s quota of %.3g in %s: expect throttling"
+        _log.warning(msg, flag_cores, source.value, cores, path)
+    return CpuLimit(flag_cores, CpuLimitSource.FLAG, None, available)
+
+
+def thread_pool_sizes(limit: CpuLimit) -> tuple[int, int]:
+    """Return (intra_op, inter_op) pool sizes: whole cores of quota, capped by usable CPUs."""
+    if limit.cores is None:
+        n = max(1, limit.available_cpus)
+    else:
+        # round first: 0.7 / 0.35 is 2.0000000000000004, which must stay 2 threads.
+        n = max(1, min(math.ceil(round(limit.cores, 6)), limit.available_cpus))
+    return n, n
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", ".."):
+        raise ConfigError(f"cgroup name must be one path component, got {name!r}")
+
+
+def _controllers(directory: str) -> list[str]:
+    return (_read(Path(directory, "cgroup.controllers")) or "").split()
+
+
+def _enable_cpu_controller(directory: Path) -> None:
+    control = directory / "cgroup.subtree_control"
+    if "cpu" not in (_read(control) or "").split():
+        control.write_text("+cpu")
+
+
+def create_cpu_cgroup(
+    parent_name: str,
+    name: str,
+    cores: float,
+    period_us: int = 100_000,
+    *,
+    mountinfo: Path = _MOUNTINFO,
+) -> Path:
+    """Create ``<cpu hierarchy>/<parent_name>/<name>`` limited to ``cores`` and return its dir.
+
+    The v1 hierarchy with the ``cpu`` controller is used when mounted (a controller is bound to
+    one hierarchy at a time); otherwise a v2 hierarchy that offers ``cpu``.
+    """
+    _check_name(parent_name)
+    _check_name(name)
+    if not (math.isfinite(cores) and cores > 0):
+        raise ConfigError(f"CPU quota must be a positive number of cores, got {cores!r}")
+    quota_us = round(cores * period_us)
+    if not _MIN_US <= period_us <= _MAX_PERIOD_US or quota_us < _MIN_US:
+        raise ConfigError(
+            f"CFS period must be 1000..1000000 us and quota at least 1000 us, "
+            f"got {cores} cores over {period_us} us"
+        )
+    mounts = parse_mountinfo(_read(mountinfo) or "")
+    v1 = [m for m in mounts if m.fstype == "cgroup" and "cpu" in m.super_options]
+    v2 = [m for m in mounts if m.fstype == "cgroup2" and "cpu" in _controllers(m.mount_point)]
+    if not v1 and not v2:
+        raise ConfigError(
+            f"no cgroup hierarchy with the cpu controller is mounted (per {mountinfo}); "
+            "cannot give a process a CPU quota"
+        )
+    top = Path((v1 or v2)[0].mount_point)
+    parent, leaf = top / parent_name, top / parent_name / name
+    try:
+        parent.mkdir(exist_ok=True)
+        if v1:
+            leaf.mkdir(exist_ok=True)
+            # Period first: the new cgroup's quota is -1, so no intermediate state is refused.
+            (leaf / "cpu.cfs_period_us").write_text(str(period_us))
+            (leaf / "cpu.cfs_quota_us").write_text(str(quota_us))
+        else:
+            _enable_cpu_controller(top)
+            _enable_cpu_controller(parent)
+            leaf.mkdir(exist_ok=True)
+            (leaf / "cpu.max").write_text(f"{quota_us} {period_us}")
+    except OSError as e:
+        raise ConfigError(f"cannot create CPU cgroup {leaf} with {cores} cores: {e}") from e
+    return leaf
+
+
+def add_pid_to_cgroup(path: Path, pid: int) -> None:
+    """Move process ``pid`` (all its threads) into the cgroup at ``path``."""
+    try:
+        (path / "cgroup.procs").write_text(str(pid))
+    except OSError as e:
+        raise ConfigError(f"cannot move pid {pid} into cgroup {path}: {e}") from e
+
+
+def remove_cgroup(path: Path) -> None:
+    """Remove the cgroup at ``path``, then its parent if no other cgroup is left in it.
+
+    A missing cgroup is not an error, so cleanup can run twice. The removal is retried briefly
+    because the kernel may report a cgroup busy for a moment after its last process was reaped.
+    """
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            path.rmdir()
+            break
+        except FileNotFoundError:
+            break
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise ConfigError(f"cannot remove cgroup {path}: {e}") from e
+            time.sleep(0.02)
+    if not os.path.ismount(path.parent):
+        with contextlib.suppress(OSError):  # siblings still there, or already gone: leave it
+            path.parent.rmdir()

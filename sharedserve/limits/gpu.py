@@ -1,0 +1,187 @@
+"""The per-process GPU memory cap: where it comes from, what it amounts to, how it is applied.
+
+The cap arrives either as flags or through the env contract the allocator and the packer set
+(``SHAREDSERVE_GPU_MEMORY_FRACTION`` / ``SHAREDSERVE_GPU_MEMORY_MIB``, DESIGN.md). Flags win over
+the environment; within one source an absolute MiB figure wins over a fraction, because the
+allocator computed it against the real card. Resolution is pure; only ``apply_tensorflow``
+touches a framework, and it must run before that framework first touches the GPU: TensorFlow
+fixes its device configuration on first use and refuses later changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from sharedserve.errors import ConfigError
+from sharedserve.gpu.backend import GpuInfo
+
+__all__ = [
+    "CapSource",
+    "GpuCap",
+    "GpuCapRequest",
+    "apply_tensorflow",
+    "parse_cap_request",
+    "resolve_cap",
+    "select_visible_gpu",
+]
+
+log = logging.getLogger(__name__)
+
+
+class CapSource(str, Enum):
+    FLAG = "flag"
+    ENV = "env"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class GpuCapRequest:
+    """What was asked for, before the GPU's size is known."""
+
+    fraction: float | None
+    """Share of the GPU's memory, in (0, 1]."""
+    mib: int | None
+    """Absolute cap in MiB; wins over ``fraction`` when both are set."""
+    source: CapSource
+
+
+@dataclass(frozen=True)
+class GpuCap:
+    """The cap in force, as reported on ``/sharedserve/v1/limits``."""
+
+    fraction: float | None
+    mib: int | None
+    source: CapSource
+    total_mib: int | None
+    """The GPU's memory in MiB, from NVML; None without a GPU."""
+    device: str | None
+    """UUID of the GPU the cap applies to; None without a GPU."""
+    enforced: bool = False
+    """True only once a framework has been configured with the cap on a real GPU."""
+
+
+def _parse_fraction(value: object, what: str) -> float:
+    try:
+        fraction = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number in (0, 1], got {value!r}") from None
+    if not 0.0 < fraction <= 1.0 or math.isnan(fraction):
+        raise ConfigError(f"{what} must be in (0, 1], got {value!r}")
+    return fraction
+
+
+def _parse_mib(value: object, what: str) -> int:
+    try:
+        mib = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be a whole number of MiB, got {value!r}") from None
+    if mib <= 0:
+        raise ConfigError(f"{what} must be positive, got {value!r}")
+    return mib
+
+
+def parse_cap_request(
+    flag_fraction: float | None,
+    flag_mib: int | None,
+    env_fraction: str | None,
+    env_mib: str | None,
+) -> GpuCapRequest:
+    """Validate and combine flags and env contract values (empty strings count as unset)."""
+    if flag_fraction is not None and flag_mib is not None:
+        raise ConfigError("give --gpu-memory-fraction or --gpu-memory-mib, not both")
+    if flag_fraction is not None or flag_mib is not None:
+        return GpuCapRequest(
+            fraction=None
+            if flag_fraction is None
+            else _parse_fraction(flag_fraction, "--gpu-memory-fraction"),
+            mib=None if flag_mib is None else _parse_mib(flag_mib, "--gpu-memory-mib"),
+            source=CapSource.FLAG,
+        )
+    env_fraction = env_fraction.strip() if env_fraction else None
+    env_mib = env_mib.strip() if env_mib else None
+    if env_mib:
+        return GpuCapRequest(None, _parse_mib(env_mib, "SHAREDSERVE_GPU_MEMORY_MIB"), CapSource.ENV)
+    if env_fraction:
+        fraction = _parse_fraction(env_fraction, "SHAREDSERVE_GPU_MEMORY_FRACTION")
+        return GpuCapRequest(fraction, None, CapSource.ENV)
+    return GpuCapRequest(None, None, CapSource.NONE)
+
+
+def select_visible_gpu(gpus: list[GpuInfo], visible_devices: str | None) -> GpuInfo | None:
+    """The GPU a framework will call device 0, given ``CUDA_VISIBLE_DEVICES``'s value.
+
+    Entries are indices or UUIDs (a UUID prefix is accepted, as CUDA does). An empty value hides
+    every GPU. Indices are taken in NVML order, which is CUDA's only with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (the packer sets it); UUIDs are unambiguous either way.
+    NVIDIA_VISIBLE_DEVICES needs no handling: the container runtime already hid the
+    other GPUs from NVML.
+    """
+    if not gpus:
+        return None
+    if visible_devices is None:
+        return min(gpus, key=lambda g: g.index)
+    first = visible_devices.split(",")[0].strip()
+    if not first or first in {"none", "void", "-1"}:
+        return None
+    if first.isascii() and first.isdigit():
+        return next((g for g in gpus if g.index == int(first)), None)
+    return next((g for g in gpus if g.uuid.startswith(first)), None)
+
+
+def resolve_cap(request: GpuCapRequest, gpu: GpuInfo | None) -> GpuCap:
+    """Turn the request into both figures against the GPU's real size."""
+    device = gpu.uuid if gpu else None
+    total = gpu.memory_mib if gpu else None
+    if request.mib is not None:
+        if total is not None and request.mib > total:
+            name = gpu.name if gpu else "GPU"
+            raise ConfigError(f"GPU memory cap {request.mib} MiB exceeds the {name}'s {total} MiB")
+        fraction = None if total is None else round(request.mib / total, 6)
+        return GpuCap(fraction, request.mib, request.source, total, device)
+    if request.fraction is not None:
+        # The epsilon keeps 0.29 x 100 (28.999999999999996 in binary) from flooring to 28.
+        mib = None if total is None else int(request.fraction * total + 1e-9)
+        return GpuCap(request.fraction, mib, request.source, total, device)
+    return GpuCap(None, None, CapSource.NONE, total, device)
+
+
+def apply_tensorflow(cap: GpuCap) -> GpuCap:
+    """Configure TensorFlow's visible GPUs with the cap; returns the cap with ``enforced`` set.
+
+    Must run before TensorFlow initialises a GPU (before any op, model load or device query other
+    than ``list_physical_devices``). This is the TF 2 form of TF Serving's
+    ``--per_process_gpu_memory_fraction``: one logical device per GPU with ``memory_limit``.
+    """
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        if cap.source is not CapSource.NONE:
+            log.warning(
+                "no GPU visible to TensorFlow: GPU memory cap (fraction=%s, mib=%s) is recorded "
+                "but NOT enforced",
+                cap.fraction,
+                cap.mib,
+            )
+        return replace(cap, enforced=False)
+    if cap.source is CapSource.NONE:
+        # No cap: still stop TensorFlow from grabbing the whole card up front, or a second
+        # process on the same GPU could not start at all.
+        for device in gpus:
+            tf.config.experimental.set_memory_growth(device, True)
+        log.info("no GPU memory cap; memory growth enabled on %d GPU(s)", len(gpus))
+        return replace(cap, enforced=False)
+    if cap.mib is None:
+        raise ConfigError(
+            "a GPU memory fraction needs the GPU's size, but NVML did not report it; "
+            "pass --gpu-memory-mib instead"
+        )
+    for device in gpus:
+        tf.config.set_logical_device_configuration(
+            device, [tf.config.LogicalDeviceConfiguration(memory_limit=cap.mib)]
+        )
+    log.info("GPU memory cap enforced by TensorFlow: %d MiB on %d GPU(s)", cap.mib, len(gpus))
+    return replace(cap, enforced=True)

@@ -1,0 +1,9 @@
+"""Example models with random weights, built locally (no weights are ever downloaded).
+
+Their accuracy is meaningless; their compute and memory are those of the real architectures,
+which is what packing decisions depend on.
+"""
+
+from sharedserve.models.catalog import CATALOG, ExampleModel, build_models
+
+__all__ = ["CATALOG", "ExampleModel", "build_models"]

@@ -1,0 +1,59 @@
+"""The Backend protocol: what the server needs from a framework.
+
+One module per framework under ``server/backends/``; the server picks one from the model
+directory's contents (``model_source.Framework``) and never imports a framework itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from sharedserve.limits.gpu import GpuCap
+from sharedserve.server.signature import Signature
+
+__all__ = ["AppliedRuntime", "Backend", "RuntimeConfig"]
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Process-wide framework settings; applied once, before the model loads."""
+
+    gpu_cap: GpuCap
+    intra_op_threads: int
+    """Threads one op may use (TensorFlow's intra-op pool, torch.set_num_threads)."""
+    inter_op_threads: int
+    """Ops that may run at once (TensorFlow's inter-op pool)."""
+
+
+@dataclass(frozen=True)
+class AppliedRuntime:
+    """What the framework reports back after configuration: the truth for ``/limits``."""
+
+    gpu_cap: GpuCap
+    intra_op_threads: int
+    inter_op_threads: int
+
+
+class Backend(Protocol):
+    framework: str
+
+    def configure(self, config: RuntimeConfig) -> AppliedRuntime:
+        """Apply threads and the GPU cap; returns them as read back from the framework."""
+        ...
+
+    def load(self) -> None:
+        """Load the model; raises ModelLoadError."""
+        ...
+
+    def signatures(self) -> dict[str, Signature]: ...
+
+    def predict(self, signature_name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch. Raises InvalidInput, ResourceExhausted or SharedServeError."""
+        ...
+
+    def warmup(self) -> None:
+        """Run every signature once on a small batch so the first request is not the slow one."""
+        ...

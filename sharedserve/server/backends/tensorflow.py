@@ -1,0 +1,174 @@
+"""TensorFlow SavedModel backend.
+
+Signatures are read from ``saved_model.pb`` itself (not from the loaded functions) so metadata
+shows exactly what TF Serving would: graph tensor names, ``-1`` dimensions, method names.
+TensorFlow's own errors are wrapped here: an allocation past the GPU cap
+(``ResourceExhaustedError``) becomes ``ResourceExhausted`` (503) and the process serves on.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sharedserve.errors import (
+    InvalidInput,
+    ModelLoadError,
+    NotFound,
+    ResourceExhausted,
+    SharedServeError,
+)
+from sharedserve.limits.gpu import apply_tensorflow
+from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
+from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec
+
+__all__ = ["TensorFlowBackend", "read_signature_defs"]
+
+log = logging.getLogger(__name__)
+
+# Graph-internal entries TF writes into every SavedModel; not callable signatures.
+_INTERNAL_PREFIX = "__"
+_MAX_ERROR_CHARS = 400
+
+
+def _short(error: Exception) -> str:
+    # TF error texts carry multi-KB allocator dumps; a client needs the first line.
+    text = getattr(error, "message", None) or str(error)
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return first[:_MAX_ERROR_CHARS]
+
+
+def read_signature_defs(saved_model_dir: Path) -> dict[str, Signature]:
+    """Parse the ``serve`` MetaGraph's SignatureDefs into our neutral form."""
+    from google.protobuf import text_format
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    pb = saved_model_dir / "saved_model.pb"
+    if pb.is_file():
+        proto.ParseFromString(pb.read_bytes())
+    else:
+        text_format.Parse((saved_model_dir / "saved_model.pbtxt").read_text(), proto)
+    graphs = [g for g in proto.meta_graphs if "serve" in g.meta_info_def.tags]
+    if not graphs:
+        raise ModelLoadError(f"{saved_model_dir} has no MetaGraph tagged 'serve'")
+
+    def spec(key: str, info: Any) -> TensorSpec:
+        dtype = types_pb2.DataType.Name(info.dtype)
+        if dtype not in DTYPE_TO_NUMPY:
+            raise ModelLoadError(
+                f"tensor {key!r} has dtype {dtype}, which sharedserve cannot serve"
+            )
+        shape = None
+        if not info.tensor_shape.unknown_rank:
+            shape = tuple(int(d.size) for d in info.tensor_shape.dim)
+        return TensorSpec(name=key, dtype=dtype, shape=shape, tensor_name=info.name)
+
+    signatures = {}
+    for name, sig in graphs[0].signature_def.items():
+        if name.startswith(_INTERNAL_PREFIX):
+            continue
+        signatures[name] = Signature(
+            name=name,
+            inputs={k: spec(k, v) for k, v in sorted(sig.inputs.items())},
+            outputs={k: spec(k, v) for k, v in sorted(sig.outputs.items())},
+            method_name=sig.method_name,
+        )
+    return signatures
+
+
+class TensorFlowBackend:
+    """Serves one SavedModel version."""
+
+    framework = "tensorflow"
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._signatures: dict[str, Signature] = {}
+        self._functions: dict[str, Any] = {}
+        self._loaded: Any = None
+
+    def configure(self, config: RuntimeConfig) -> AppliedRuntime:
+        import tensorflow as tf
+
+        # Both must be set before TensorFlow's runtime starts, i.e. before the model loads.
+        tf.config.threading.set_intra_op_parallelism_threads(config.intra_op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(config.inter_op_threads)
+        cap = apply_tensorflow(config.gpu_cap)
+        return AppliedRuntime(
+            gpu_cap=cap,
+            intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+            inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
+        )
+
+    def load(self) -> None:
+        import tensorflow as tf
+
+        try:
+            self._signatures = read_signature_defs(self._path)
+            self._loaded = tf.saved_model.load(str(self._path), tags=["serve"])
+        except ModelLoadError:
+            raise
+        except Exception as e:  # TF raises a zoo of types for corrupt or incompatible models
+            raise ModelLoadError(f"TensorFlow could not load {self._path}: {_short(e)}") from e
+        self._functions = {name: self._loaded.signatures[name] for name in self._signatures}
+        if not self._signatures:
+            raise ModelLoadError(f"{self._path} has no serving signatures")
+
+    def signatures(self) -> dict[str, Signature]:
+        return self._signatures
+
+    def predict(self, signature_name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        signature = self._signatures.get(signature_name)
+        if signature is None:
+            raise NotFound(f"signature {signature_name!r} not found")
+        function = self._functions[signature_name]
+        try:
+            tensors = {
+                key: tf.constant(value, dtype=tf.dtypes.as_dtype(signature.inputs[key].numpy_dtype))
+                if signature.inputs[key].dtype != "DT_STRING"
+                else tf.constant(value, dtype=tf.string)
+                for key, value in inputs.items()
+            }
+            result = function(**tensors)
+        except tf.errors.ResourceExhaustedError as e:
+            raise ResourceExhausted(f"out of memory running the model: {_short(e)}") from e
+        except tf.errors.InvalidArgumentError as e:
+            raise InvalidInput(_short(e)) from e
+        except (TypeError, ValueError) as e:
+            # Raised by the concrete function's own argument checks (shape/dtype mismatch).
+            raise InvalidInput(_short(e)) from e
+        except tf.errors.OpError as e:
+            raise SharedServeError(f"model execution failed: {_short(e)}") from e
+        return {key: result[key].numpy() for key in signature.outputs}
+
+    def warmup(self) -> None:
+        for signature in self._signatures.values():
+            inputs = _warmup_inputs(signature)
+            if inputs is None:
+                log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
+                continue
+            try:
+                self.predict(signature.name, inputs)
+            except SharedServeError as e:
+                log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
+
+
+def _warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
+    """A batch of one: zeros (or empty strings) with every unknown dimension set to 1."""
+    inputs = {}
+    for key, spec in signature.inputs.items():
+        if spec.shape is None:
+            return None
+        shape = tuple(1 if d < 0 else d for d in spec.shape)
+        if spec.dtype == "DT_STRING":
+            inputs[key] = np.full(shape, b"", dtype=object)
+        else:
+            inputs[key] = np.zeros(shape, dtype=spec.numpy_dtype)
+    return inputs

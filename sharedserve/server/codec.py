@@ -1,0 +1,350 @@
+"""JSON <-> tensors for TF Serving's REST predict API (pure: no framework, no HTTP).
+
+Why a module of its own: clients written for TensorFlow Serving must work unchanged, so the
+request and response shapes (row ``instances`` / columnar ``inputs``, ``{"b64": ...}`` binary
+values, the ``_bytes`` output-name rule) are reproduced here once, independent of the backend and
+of the transport; and every way a body can be wrong becomes an ``InvalidInput`` (HTTP 400) that
+names the input, what was expected and what came. Numeric tensors are converted by numpy in C
+(``np.asarray`` on the parsed lists, then one checked cast): a 3 MB body of floats must not be
+walked element by element in Python. Only string tensors are walked, to decode ``b64`` values.
+
+Type rules (TF Serving parses with rapidjson and checks each JSON value's type; we check the
+dtype numpy infers for the whole value, which gives the same answers except where noted):
+
+* float targets accept JSON numbers, never strings or an all-boolean value. A value too large
+  for the target (``1e39`` for ``DT_FLOAT``) is rejected rather than turned into ``inf``.
+* integer targets accept JSON integers only: any float, even ``2.0``, is rejected, as rapidjson's
+  ``IsInt()`` does in TF Serving. Values outside the target's range (``300`` for ``DT_UINT8``,
+  ``-1`` for unsigned) are rejected.
+* ``DT_BOOL`` accepts ``true``/``false`` only, not ``0``/``1`` (TF Serving's ``IsBool()``).
+* Booleans mixed among numbers (``[true, 2]``) are coerced by numpy, where TF Serving would
+  reject them: catching that needs the per-element walk this module avoids.
+* Deviations: TF Serving also parses the non-standard ``NaN``/``Infinity`` literals and writes
+  non-finite floats the same way; orjson rejects them in requests and writes them as ``null``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import orjson
+
+from sharedserve.errors import InvalidInput, SharedServeError
+from sharedserve.server.signature import Signature, TensorSpec
+
+__all__ = [
+    "PredictRequest",
+    "RequestFormat",
+    "decode_predict_request",
+    "encode_predict_response",
+    "parse_json_body",
+    "read_signature_name",
+]
+
+
+class RequestFormat(str, Enum):
+    """Which of TF Serving's two request layouts a request used; the response mirrors it."""
+
+    ROW = "row"  # {"instances": [...]} -> {"predictions": [...]}
+    COLUMNAR = "columnar"  # {"inputs": ...} -> {"outputs": ...}
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """A decoded predict body.
+
+    ``inputs`` holds one array per signature input, already of that input's numpy dtype
+    (``DT_STRING`` is an ``object`` array of ``bytes``) and checked against its shape.
+    """
+
+    signature_name: str | None
+    inputs: dict[str, np.ndarray]
+    format: RequestFormat
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """Parse a request body that must be a JSON object."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise InvalidInput(f"request body is not valid JSON: {e}") from e
+    if not isinstance(payload, dict):
+        raise InvalidInput(f"request body must be a JSON object, got {_json_type(payload)}")
+    return payload
+
+
+def read_signature_name(payload: dict[str, Any]) -> str | None:
+    """The body's ``signature_name``, or ``None`` when it names none."""
+    if "signature_name" not in payload:
+        return None
+    name = payload["signature_name"]
+    if not isinstance(name, str):
+        raise InvalidInput(f"'signature_name' must be a string, got {_json_type(name)}")
+    return name
+
+
+def decode_predict_request(payload: dict[str, Any], signature: Signature) -> PredictRequest:
+    """Turn a parsed predict body into arrays for ``signature``'s inputs."""
+    has_rows, has_columns = "instances" in payload, "inputs" in payload
+    if has_rows == has_columns:
+        raise InvalidInput(
+            "request must have exactly one of 'instances' (row format) or 'inputs' (columnar "
+            f"format), got {'both' if has_rows else 'neither'}"
+        )
+    if has_rows:
+        values, fmt = _row_values(payload["instances"], signature), RequestFormat.ROW
+    else:
+        values, fmt = _columnar_values(payload["inputs"], signature), RequestFormat.COLUMNAR
+    inputs = {name: _decode_tensor(spec, values[name]) for name, spec in signature.inputs.items()}
+    return PredictRequest(read_signature_name(payload), inputs, fmt)
+
+
+def encode_predict_response(outputs: dict[str, np.ndarray], fmt: RequestFormat) -> bytes:
+    """Serialise a model's outputs as TF Serving does for the request's format."""
+    if not outputs:
+        raise SharedServeError("the model returned no outputs")
+    names = list(outputs)
+    ready = {name: _jsonable(name, np.asarray(arr)) for name, arr in outputs.items()}
+    if fmt is RequestFormat.COLUMNAR:
+        body: Any = ready[names[0]] if len(names) == 1 else ready
+        return orjson.dumps({"outputs": body}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+    # Row format: dim 0 of every output is the batch, and each row becomes one element.
+    batch_sizes: dict[str, int] = {}
+    for name, arr in outputs.items():
+        shape = np.shape(arr)
+        if not shape:
+            raise InvalidInput(
+                f"output {name!r} is a scalar, but the row format ('instances') needs a batch "
+                "dimension; send the request in the columnar format ('inputs')"
+            )
+        batch_sizes[name] = shape[0]
+    if len(names) == 1:
+        return orjson.dumps({"predictions": ready[names[0]]}, option=orjson.OPT_SERIALIZE_NUMPY)
+    if len(set(batch_sizes.values())) > 1:
+        sizes = ", ".join(f"{name!r}: {size}" for name, size in batch_sizes.items())
+        raise InvalidInput(
+            f"outputs have different batch sizes (dim 0) ({sizes}); the row format needs them "
+            "equal; send the request in the columnar format ('inputs')"
+        )
+    rows = [{name: ready[name][i] for name in names} for i in range(batch_sizes[names[0]])]
+    return orjson.dumps({"predictions": rows}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+# --- request layout ---------------------------------------------------------------------------
+
+
+def _row_values(instances: Any, signature: Signature) -> dict[str, Any]:
+    """Per input, the list over the batch: the instances themselves, or one column of them."""
+    if not isinstance(instances, list):
+        raise InvalidInput(f"'instances' must be a list, got {_json_type(instances)}")
+    if not instances:
+        raise InvalidInput("'instances' must be a non-empty list")
+    specs = signature.inputs
+    if not _is_named(instances[0]):
+        # Like TF Serving, the first element decides: a plain value means "the only input".
+        return {_only_input(signature, "'instances' is a list of values"): instances}
+    for i, instance in enumerate(instances):
+        if not _is_named(instance):
+            raise InvalidInput(
+                f"instances[{i}] is {_json_type(instance)}, but instances[0] is an object of "
+                "named inputs; every instance must be one"
+            )
+        _check_names(instance, specs, f"instances[{i}]")
+    return {name: [instance[name] for instance in instances] for name in specs}
+
+
+def _columnar_values(inputs: Any, signature: Signature) -> dict[str, Any]:
+    if not _is_named(inputs):
+        return {_only_input(signature, "'inputs' is a single value"): inputs}
+    _check_names(inputs, signature.inputs, "'inputs'")
+    return dict(inputs)
+
+
+def _only_input(signature: Signature, what: str) -> str:
+    if len(signature.inputs) != 1:
+        raise InvalidInput(
+            f"{what}, but signature {signature.name!r} has {len(signature.inputs)} inputs "
+            f"({', '.join(sorted(signature.inputs))}); name each input in a JSON object"
+        )
+    return next(iter(signature.inputs))
+
+
+def _check_names(given: dict[str, Any], specs: dict[str, TensorSpec], where: str) -> None:
+    unknown = sorted(set(given) - set(specs))
+    if unknown:
+        raise InvalidInput(
+            f"{where} names unknown input {unknown[0]!r}; "
+            f"the signature's inputs are {', '.join(sorted(specs))}"
+        )
+    missing = [name for name in specs if name not in given]
+    if missing:
+        raise InvalidInput(f"{where} is missing input {missing[0]!r}")
+
+
+def _is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and "b64" in value
+
+
+def _is_named(value: Any) -> bool:
+    """A JSON object of named inputs; ``{"b64": ...}`` is a binary value, not one of these."""
+    return isinstance(value, dict) and not _is_b64(value)
+
+
+# --- tensors ----------------------------------------------------------------------------------
+
+
+def _decode_tensor(spec: TensorSpec, value: Any) -> np.ndarray:
+    if spec.dtype == "DT_STRING":
+        arr = _decode_strings(spec.name, value)
+    else:
+        arr = _decode_numeric(spec, value)
+    if spec.shape is not None and (
+        len(spec.shape) != arr.ndim
+        or any(want not in (-1, got) for want, got in zip(spec.shape, arr.shape, strict=True))
+    ):
+        raise InvalidInput(
+            f"input {spec.name!r}: expected shape {_dims(spec.shape)}, got {_dims(arr.shape)}"
+        )
+    return arr
+
+
+def _decode_numeric(spec: TensorSpec, value: Any) -> np.ndarray:
+    name, target = spec.name, spec.numpy_dtype
+    try:
+        raw = np.asarray(value)  # numpy infers bool / int64 / uint64 / float64 / str / object
+    except ValueError as e:
+        raise InvalidInput(f"input {name!r}: nested lists are ragged (inhomogeneous shape)") from e
+    kind = raw.dtype.kind
+    if raw.size == 0 and kind in "biuf":
+        return raw.astype(target)  # [] is float64 to numpy; an empty tensor of any dtype is fine
+
+    want = {"f": "iuf", "i": "iu", "u": "iu", "b": "b"}[target.kind]
+    if kind not in want:
+        raise InvalidInput(
+            f"input {name!r}: expected {spec.dtype}, got {_describe(raw)}"
+            + (" (integer dtypes take integers only, not floats)" if kind == "f" else "")
+        )
+    if target.kind in "iu" and raw.dtype != target:
+        info = np.iinfo(target)
+        for extreme in (int(raw.min()), int(raw.max())):
+            if not info.min <= extreme <= info.max:
+                raise InvalidInput(
+                    f"input {name!r}: value {extreme} is out of range for {spec.dtype} "
+                    f"[{info.min}, {info.max}]"
+                )
+    try:
+        with np.errstate(over="raise"):
+            return raw.astype(target, copy=False)
+    except FloatingPointError as e:
+        raise InvalidInput(f"input {name!r}: a value is out of range for {spec.dtype}") from e
+
+
+def _describe(raw: np.ndarray) -> str:
+    """What a client sent, for an error message (error path only, so it may walk)."""
+    kind = raw.dtype.kind
+    if kind in "biuf":
+        return {"b": "booleans", "i": "integers", "u": "integers", "f": "floats"}[kind]
+    if kind == "U":
+        return "strings"
+    for item in raw.flat:  # object dtype: something that is not a number came in
+        if _is_b64(item):
+            return "a {'b64': ...} binary value (b64 is only for DT_STRING inputs)"
+        if not isinstance(item, (int, float)):
+            return _json_type(item)
+    return f"values numpy cannot convert ({raw.dtype})"
+
+
+def _decode_strings(name: str, value: Any) -> np.ndarray:
+    flat: list[bytes] = []
+    shape = _walk_strings(name, value, flat)
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(shape)
+
+
+def _walk_strings(name: str, value: Any, flat: list[bytes]) -> tuple[int, ...]:
+    """Append the leaves of ``value`` to ``flat`` as bytes; return the shape."""
+    if isinstance(value, list):
+        shapes = [_walk_strings(name, item, flat) for item in value]
+        if any(shape != shapes[0] for shape in shapes):
+            raise InvalidInput(f"input {name!r}: nested lists are ragged (inhomogeneous shape)")
+        return (len(value), *(shapes[0] if shapes else ()))
+    if isinstance(value, str):
+        flat.append(value.encode("utf-8", "surrogatepass"))
+    elif _is_b64(value) and isinstance(value["b64"], str):
+        try:
+            flat.append(base64.b64decode(value["b64"], validate=True))
+        except binascii.Error as e:
+            raise InvalidInput(f"input {name!r}: invalid base64 in 'b64' value: {e}") from e
+    else:
+        raise InvalidInput(
+            f"input {name!r}: expected DT_STRING (a string or {{'b64': '<base64>'}}), "
+            f"got {_json_type(value)}"
+        )
+    return ()
+
+
+# --- response ---------------------------------------------------------------------------------
+
+
+def _jsonable(name: str, arr: np.ndarray) -> Any:
+    """An output ready for ``orjson.dumps(..., OPT_SERIALIZE_NUMPY)``; indexable on dim 0."""
+    kind = arr.dtype.kind
+    if kind in "OSU":
+        always_b64 = name.endswith("_bytes")
+        return _map_leaves(arr.tolist(), lambda v: _text_or_b64(name, v, always_b64))
+    if kind == "f" and arr.dtype.itemsize != 4:
+        arr = arr.astype(np.float64 if arr.dtype.itemsize > 8 else np.float32)  # orjson: f32/f64
+    elif kind not in "biuf":
+        raise SharedServeError(f"output {name!r} has dtype {arr.dtype}, which JSON cannot carry")
+    if arr.ndim == 0:
+        return arr.item()  # orjson serialises numpy scalars and arrays, but not 0-d arrays
+    return np.ascontiguousarray(arr.astype(arr.dtype.newbyteorder("="), copy=False))
+
+
+def _map_leaves(value: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(value, list):
+        return [_map_leaves(item, fn) for item in value]
+    return fn(value)
+
+
+def _text_or_b64(name: str, value: Any, always_b64: bool) -> Any:
+    if isinstance(value, str):
+        value = value.encode("utf-8", "surrogatepass")
+    if not isinstance(value, bytes):
+        raise SharedServeError(f"output {name!r} holds a {type(value).__name__}, not bytes")
+    if not always_b64:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # not text: fall back to b64 so the body stays valid JSON
+    return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a JSON object"
+    return type(value).__name__

@@ -1,0 +1,150 @@
+"""One served model version and its life cycle, as TF Serving reports it.
+
+States follow TF Serving's ``ModelVersionStatus.State``: START -> LOADING -> AVAILABLE ->
+UNLOADING -> END. The model answers predictions only when AVAILABLE, which it becomes only after
+warm-up, so a readiness probe on ``GET /v1/models/NAME`` never admits traffic to a cold model.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from sharedserve.errors import NotFound, NotReady
+from sharedserve.server.backends.base import Backend
+from sharedserve.server.model_source import ModelSource
+from sharedserve.server.signature import Signature, TensorSpec
+
+__all__ = ["DEFAULT_SIGNATURE", "ModelState", "ServedModel"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class ModelState(str, Enum):
+    START = "START"
+    LOADING = "LOADING"
+    AVAILABLE = "AVAILABLE"
+    UNLOADING = "UNLOADING"
+    END = "END"
+
+
+class ServedModel:
+    """The model behind every endpoint; transports call ``check``, ``signature``, ``predict``."""
+
+    def __init__(self, source: ModelSource, backend: Backend) -> None:
+        self.source = source
+        self.backend = backend
+        self.state = ModelState.START
+        self.error: str | None = None
+        self.load_seconds: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def version(self) -> int:
+        return self.source.version
+
+    def load(self) -> None:
+        """Load and warm up; on failure the state is END with the error kept for status."""
+        self.state = ModelState.LOADING
+        started = time.perf_counter()
+        try:
+            self.backend.load()
+            self.backend.warmup()
+        except Exception as e:
+            self.state = ModelState.END
+            self.error = getattr(e, "message", None) or str(e)
+            raise
+        self.load_seconds = time.perf_counter() - started
+        self.state = ModelState.AVAILABLE
+        log.info(
+            "model %r version %d AVAILABLE (loaded and warmed up in %.1f s)",
+            self.name,
+            self.version,
+            self.load_seconds,
+        )
+
+    def unload(self) -> None:
+        self.state = ModelState.UNLOADING
+        self.state = ModelState.END
+
+    def check(self, name: str, version: int | None) -> None:
+        """NotFound unless ``name``/``version`` is this model; TF Serving's wording."""
+        if name != self.name:
+            wanted = f"Latest({name})" if version is None else f"Specific({name}, {version})"
+            raise NotFound(f"Servable not found for request: {wanted}")
+        if version is not None and version != self.version:
+            raise NotFound(f"Servable not found for request: Specific({name}, {version})")
+
+    def signature(self, signature_name: str | None) -> Signature:
+        name = signature_name or DEFAULT_SIGNATURE
+        if self.state is not ModelState.AVAILABLE:
+            raise NotReady(self._not_ready_message())
+        signature = self.backend.signatures().get(name)
+        if signature is None:
+            known = sorted(self.backend.signatures())
+            raise NotFound(
+                f"Serving signature name: {name!r} not found in signature def; has {known}"
+            )
+        return signature
+
+    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.state is not ModelState.AVAILABLE:
+            raise NotReady(self._not_ready_message())
+        return self.backend.predict(signature.name, inputs)
+
+    def _not_ready_message(self) -> str:
+        if self.state is ModelState.END and self.error:
+            return f"model {self.name!r} failed to load: {self.error}"
+        return f"model {self.name!r} version {self.version} is not ready (state {self.state.value})"
+
+    # -- TF Serving JSON views -------------------------------------------------------------
+
+    def status_json(self) -> dict[str, Any]:
+        error_code, message = ("OK", "")
+        if self.state is ModelState.END and self.error:
+            error_code, message = ("UNKNOWN", self.error)
+        return {
+            "model_version_status": [
+                {
+                    "version": str(self.version),
+                    "state": self.state.value,
+                    "status": {"error_code": error_code, "error_message": message},
+                }
+            ]
+        }
+
+    def metadata_json(self) -> dict[str, Any]:
+        if self.state is not ModelState.AVAILABLE:
+            raise NotReady(self._not_ready_message())
+        signature_defs = {
+            name: {
+                "inputs": {k: _tensor_info(v) for k, v in sig.inputs.items()},
+                "outputs": {k: _tensor_info(v) for k, v in sig.outputs.items()},
+                "method_name": sig.method_name,
+                "defaults": {},
+            }
+            for name, sig in self.backend.signatures().items()
+        }
+        return {
+            "model_spec": {"name": self.name, "signature_name": "", "version": str(self.version)},
+            "metadata": {"signature_def": {"signature_def": signature_defs}},
+        }
+
+
+def _tensor_info(spec: TensorSpec) -> dict[str, Any]:
+    # int64 fields are strings in proto3 JSON, which is what TF Serving's REST API prints.
+    dims = [] if spec.shape is None else [{"size": str(d), "name": ""} for d in spec.shape]
+    return {
+        "dtype": spec.dtype,
+        "tensor_shape": {"dim": dims, "unknown_rank": spec.shape is None},
+        "name": spec.tensor_name,
+    }

@@ -1,0 +1,87 @@
+"""Find the model to serve in a directory, the way TF Serving reads a model base path.
+
+Accepted: a versioned base path (``DIR/NAME`` with numeric version subdirectories, the latest of
+which is served, like TF Serving's default version policy) or a bare SavedModel directory
+(served as version 1, or as its own number when the directory is named like a version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from sharedserve.errors import ConfigError
+
+__all__ = ["Framework", "ModelSource", "find_model"]
+
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+
+
+class Framework(str, Enum):
+    TENSORFLOW = "tensorflow"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    name: str
+    version: int
+    path: Path
+    """The directory holding this version's model files."""
+    framework: Framework
+
+
+def _is_version(name: str) -> bool:
+    # ASCII digits only: str.isdigit() also accepts "²", which int() then rejects.
+    return name.isascii() and name.isdigit()
+
+
+def _framework_of(path: Path) -> Framework | None:
+    if any((path / f).is_file() for f in _SAVED_MODEL_FILES):
+        return Framework.TENSORFLOW
+    return None
+
+
+def find_model(model_dir: Path, name: str | None = None) -> ModelSource:
+    """Resolve ``model_dir`` to one loadable model version; ConfigError says what is wrong."""
+    model_dir = model_dir.expanduser()
+    if not model_dir.is_dir():
+        raise ConfigError(f"model directory {model_dir} does not exist or is not a directory")
+    model_dir = model_dir.resolve()
+    framework = _framework_of(model_dir)
+    if framework is not None:
+        if _is_version(model_dir.name):
+            return ModelSource(
+                name or model_dir.parent.name, int(model_dir.name), model_dir, framework
+            )
+        return ModelSource(name or model_dir.name, 1, model_dir, framework)
+    versions = sorted(
+        (int(p.name), p, fw)
+        for p in model_dir.iterdir()
+        if p.is_dir() and _is_version(p.name) and (fw := _framework_of(p)) is not None
+    )
+    if versions:
+        version, path, framework = versions[-1]
+        return ModelSource(name or model_dir.name, version, path, framework)
+    hint = ""
+    children = sorted(p.name for p in model_dir.iterdir() if p.is_dir())
+    nested = [c for c in children if find_versions(model_dir / c)]
+    if nested:
+        hint = (
+            f"; it holds model base paths {nested}: pass one of them, e.g. {model_dir / nested[0]}"
+        )
+    raise ConfigError(
+        f"{model_dir} is neither a SavedModel directory (saved_model.pb) nor a model base path "
+        f"with numeric version subdirectories{hint}"
+    )
+
+
+def find_versions(base: Path) -> list[int]:
+    """Numeric version subdirectories of ``base`` that hold a model."""
+    if not base.is_dir():
+        return []
+    return sorted(
+        int(p.name)
+        for p in base.iterdir()
+        if p.is_dir() and _is_version(p.name) and _framework_of(p) is not None
+    )

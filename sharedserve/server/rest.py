@@ -1,0 +1,137 @@
+"""TensorFlow Serving's REST API on FastAPI, plus sharedserve's ``/sharedserve/v1/limits``.
+
+TF Serving's paths put a verb after a colon (``/v1/models/NAME/versions/1:predict``), which no
+router parameter expresses, so one catch-all route per method parses the path with a regex.
+Bodies are read as raw bytes (never through pydantic) and decoded by ``codec``; decoding,
+the model call and encoding run in a worker thread so a 3 MB JSON body or a slow model never
+blocks the event loop that answers health probes. Every failure is a ``{"error": ...}`` body
+with the status from ``errors.py``; nothing a client sends can stop the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sharedserve.errors import (
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    SharedServeError,
+    Unimplemented,
+)
+from sharedserve.server import codec
+from sharedserve.server.model import ServedModel
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+_PATH = re.compile(
+    r"^(?P<name>[^/:]+)"
+    r"(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:(?P<metadata>/metadata)|:(?P<verb>[A-Za-z]+))?$"
+)
+_JSON = "application/json"
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type=_JSON)
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message}, status)
+
+
+def _parse(path: str) -> tuple[str, int | None, bool, str | None]:
+    """-> (model name, version or None for latest, is metadata, verb or None)."""
+    match = _PATH.match(path)
+    if match is None:
+        raise NotFound(f"Malformed request: no such path /v1/models/{path}")
+    if match["label"] is not None:
+        # sharedserve serves one version per process; labels would always be unassigned.
+        raise NotFound(f"Unrecognized servable version label: {match['label']}")
+    version = None
+    if match["version"] is not None:
+        if not match["version"].isdigit():
+            raise InvalidInput(f"Malformed request: version {match['version']!r} is not an integer")
+        version = int(match["version"])
+    return match["name"], version, match["metadata"] is not None, match["verb"]
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:  # chunked uploads declare no length: count as they arrive
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _predict(model: ServedModel, body: bytes) -> bytes:
+    payload = codec.parse_json_body(body)
+    signature = model.signature(codec.read_signature_name(payload))
+    request = codec.decode_predict_request(payload, signature)
+    outputs = model.predict(signature, request.inputs)
+    return codec.encode_predict_response(outputs, request.format)
+
+
+def create_app(
+    model: ServedModel,
+    limits: Callable[[], dict[str, Any]],
+    max_body_bytes: int,
+) -> FastAPI:
+    """The REST app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body."""
+    app = FastAPI(title="sharedserve", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(SharedServeError)
+    async def _ours(_: Request, exc: SharedServeError) -> Response:
+        return _error(exc.http_status, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _routing(_: Request, exc: StarletteHTTPException) -> Response:
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error serving %s %s", request.method, request.url.path)
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    @app.get("/v1/models/{path:path}")
+    async def get_model(path: str) -> Response:
+        name, version, metadata, verb = _parse(path)
+        if verb is not None:
+            raise InvalidInput(f"Malformed request: GET with verb :{verb}; use POST")
+        model.check(name, version)
+        return _json(model.metadata_json() if metadata else model.status_json())
+
+    @app.post("/v1/models/{path:path}")
+    async def post_model(path: str, request: Request) -> Response:
+        name, version, metadata, verb = _parse(path)
+        if metadata or verb is None:
+            raise InvalidInput(f"Malformed request: POST /v1/models/{path} names no verb")
+        if verb in ("classify", "regress"):
+            raise Unimplemented(f":{verb} is not supported by sharedserve; use :predict")
+        if verb != "predict":
+            raise InvalidInput(f"Malformed request: unknown verb :{verb}")
+        model.check(name, version)
+        body = await _read_body(request, max_body_bytes)
+        return Response(await run_in_threadpool(_predict, model, body), media_type=_JSON)
+
+    @app.get("/sharedserve/v1/limits")
+    async def get_limits() -> Response:
+        return _json(limits())
+
+    return app

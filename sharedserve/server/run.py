@@ -1,0 +1,163 @@
+"""Start a model server: limits first, then the listener, then the model.
+
+Order matters: the GPU cap and thread pools are applied before the framework first touches the
+device; the REST listener opens before the model loads so status and readiness probes answer
+(LOADING) during a long load; predictions are refused with 503 until warm-up completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from sharedserve.config import ServerSettings
+from sharedserve.errors import SharedServeError
+from sharedserve.gpu.backend import open_gpu_backend
+from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
+from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
+from sharedserve.server.backends.base import Backend, RuntimeConfig
+from sharedserve.server.model import ServedModel
+from sharedserve.server.model_source import Framework, ModelSource, find_model
+from sharedserve.server.rest import create_app
+
+__all__ = ["limits_report", "run"]
+
+log = logging.getLogger(__name__)
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _make_backend(source: ModelSource) -> Backend:
+    if source.framework is Framework.TENSORFLOW:
+        from sharedserve.server.backends.tensorflow import TensorFlowBackend
+
+        return TensorFlowBackend(source.path)
+    raise SharedServeError(f"no backend for {source.framework}")
+
+
+def _gpu_cap(settings: ServerSettings) -> GpuCap:
+    backend = open_gpu_backend(settings.gpu.fake_gpus)
+    gpus = []
+    if backend is not None:
+        try:
+            gpus = backend.list_gpus()
+        finally:
+            backend.close()
+    gpu = select_visible_gpu(gpus, settings.gpu.visible_devices)
+    return resolve_cap(settings.gpu.cap, gpu)
+
+
+def limits_report(
+    cap: GpuCap, cpu: CpuLimit, threads: tuple[int, int], batching: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``/sharedserve/v1/limits`` body (DESIGN.md field names, plus enforcement facts)."""
+    return {
+        "device": cap.device if cap.enforced and cap.device else "cpu",
+        "gpu_memory_fraction": cap.fraction,
+        "gpu_memory_mib": cap.mib,
+        "gpu_memory_total_mib": cap.total_mib,
+        "gpu_memory_source": cap.source.value,
+        "gpu_memory_enforced": cap.enforced,
+        "cpu_limit": cpu.cores,
+        "cpu_limit_source": cpu.source.value,
+        "cpu_limit_cgroup": cpu.cgroup_path,
+        "available_cpus": cpu.available_cpus,
+        "intra_op_threads": threads[0],
+        "inter_op_threads": threads[1],
+        "batching": batching,
+    }
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, minus its re-raising of SIGTERM after a graceful shutdown.
+
+    uvicorn re-raises the signal it caught so the process dies of it; for a model server a
+    SIGTERM stop is the normal end of life (Kubernetes, the packer), so it exits 0 instead.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise SharedServeError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def run(settings: ServerSettings) -> int:
+    """Serve until SIGINT/SIGTERM; returns the process exit code."""
+    source = find_model(settings.model_dir, settings.model_name)
+    cpu = resolve_cpu_limit(settings.cpu_limit_cores)
+    threads = thread_pool_sizes(cpu)
+    backend = _make_backend(source)
+    applied = backend.configure(RuntimeConfig(_gpu_cap(settings), *threads))
+    cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
+    log.info(
+        "limits: cpu=%s (%s) threads intra=%d inter=%d; gpu cap fraction=%s mib=%s (%s, %s)",
+        cpu.cores,
+        cpu.source.value,
+        threads[0],
+        threads[1],
+        cap.fraction,
+        cap.mib,
+        cap.source.value,
+        "enforced" if cap.enforced else "not enforced",
+    )
+    report = limits_report(cap, cpu, threads, {"enabled": False})
+    model = ServedModel(source, backend)
+    app = create_app(model, lambda: report, settings.rest.max_body_bytes)
+
+    sock = _bind(settings.rest.host, settings.rest.port)
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    server = _Server(config)
+    failed = threading.Event()
+
+    def load() -> None:
+        try:
+            model.load()
+        except Exception as e:
+            log.error("failed to load model %r: %s", model.name, getattr(e, "message", e))
+            failed.set()
+            server.should_exit = True
+
+    log.info(
+        "serving model %r version %d (%s) from %s; REST API on http://%s:%d",
+        source.name,
+        source.version,
+        source.framework.value,
+        source.path,
+        host,
+        port,
+    )
+    threading.Thread(target=load, name="model-loader", daemon=True).start()
+    asyncio.run(server.serve(sockets=[sock]))
+    model.unload()
+    log.info("server stopped")
+    return 1 if failed.is_set() else 0

@@ -1,0 +1,91 @@
+"""Model life cycle as clients see it: LOADING answers 503, AVAILABLE after warm-up, clean stop.
+
+The readiness test runs the real TensorFlow backend and a real uvicorn server in this process, with
+the backend's load held on an event so the LOADING window is deterministic instead of a race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from sharedserve.server.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.model import ServedModel
+from sharedserve.server.model_source import find_model
+from sharedserve.server.rest import create_app
+from tests.support.servers import Server, free_port, run_cli
+
+
+class GatedBackend(TensorFlowBackend):
+    """The real TensorFlow backend whose load waits until the test opens the gate."""
+
+    def __init__(self, path: Path, gate: threading.Event) -> None:
+        super().__init__(path)
+        self.gate = gate
+
+    def load(self) -> None:
+        assert self.gate.wait(60)
+        super().load()
+
+
+def test_not_ready_is_503_until_warm(models_dir: Path) -> None:
+    source = find_model(models_dir / "tiny")
+    gate = threading.Event()
+    model = ServedModel(source, GatedBackend(source.path, gate))
+    app = create_app(model, lambda: {}, 1 << 20)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    loader = threading.Thread(target=model.load, daemon=True)
+    loader.start()
+    body = {"instances": [[0.0] * 8]}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            deadline = time.monotonic() + 30
+            while not server.started and time.monotonic() < deadline:
+                time.sleep(0.05)
+            status = client.get("/v1/models/tiny").json()["model_version_status"][0]
+            assert status["state"] == "LOADING"
+            response = client.post("/v1/models/tiny:predict", json=body)
+            assert response.status_code == 503
+            assert "LOADING" in response.json()["error"]
+            assert client.get("/v1/models/tiny/metadata").status_code == 503
+            assert client.get("/v1/models/nope").status_code == 404  # unknown beats not ready
+            gate.set()
+            loader.join(60)
+            status = client.get("/v1/models/tiny").json()["model_version_status"][0]
+            assert status["state"] == "AVAILABLE"
+            assert client.post("/v1/models/tiny:predict", json=body).status_code == 200
+    finally:
+        gate.set()
+        server.should_exit = True
+        thread.join(30)
+
+
+def test_corrupt_model_fails_with_clear_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken" / "1"
+    broken.mkdir(parents=True)
+    (broken / "saved_model.pb").write_bytes(b"this is not a protobuf")
+    server = Server(tmp_path / "broken", tmp_path / "serve.log")
+    assert server.process.wait(90) == 1
+    assert "failed to load model 'broken'" in server.log()
+    server.stop()
+
+
+def test_sigterm_stops_cleanly(models_dir: Path, tmp_path: Path) -> None:
+    server = Server(models_dir / "tiny", tmp_path / "serve.log")
+    server.wait_available("tiny")
+    assert server.stop() == 0
+    assert "server stopped" in server.log()
+
+
+def test_missing_model_dir_is_a_usage_error(tmp_path: Path) -> None:
+    result = run_cli("serve", "--model", str(tmp_path / "nothing-here"), "--rest-port", "0")
+    assert result.returncode == 2
+    assert "does not exist" in result.stderr

@@ -1,0 +1,126 @@
+"""The caps a real server applies and reports on ``/sharedserve/v1/limits``.
+
+GPU: this machine has none, so the cap is sized against a simulated inventory (``--fake-gpus``),
+recorded, reported, and logged as not enforced. CPU: the quota comes from a real cgroup the test
+creates and puts the server into before it starts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
+from tests.support.servers import Server, clean_env
+
+LIMIT_FIELDS = {
+    "device",
+    "gpu_memory_fraction",
+    "gpu_memory_mib",
+    "cpu_limit",
+    "cpu_limit_source",
+    "intra_op_threads",
+    "inter_op_threads",
+    "batching",
+}
+
+
+def serve_and_get_limits(
+    models_dir: Path,
+    tmp_path: Path,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    prefix: list[str] | None = None,
+) -> tuple[dict[str, object], str]:
+    server = Server(models_dir / "tiny", tmp_path / "serve.log", args, env, prefix or [])
+    try:
+        server.wait_available("tiny")
+        limits = server.client.get("/sharedserve/v1/limits").json()
+        predict = server.client.post("/v1/models/tiny:predict", json={"inputs": [[0.0] * 8]})
+        assert predict.status_code == 200
+    finally:
+        assert server.stop() == 0, server.log()
+    return limits, server.log()
+
+
+def test_cap_from_env_contract(models_dir: Path, tmp_path: Path, fake_gpus: Path) -> None:
+    env = clean_env(SHAREDSERVE_GPU_MEMORY_FRACTION="0.25")
+    limits, log = serve_and_get_limits(models_dir, tmp_path, ["--fake-gpus", str(fake_gpus)], env)
+    assert limits.keys() >= LIMIT_FIELDS
+    assert limits["gpu_memory_fraction"] == 0.25
+    assert limits["gpu_memory_mib"] == 4096  # 0.25 of the simulated 16384 MiB
+    assert limits["gpu_memory_source"] == "env"
+    assert limits["gpu_memory_enforced"] is False
+    assert limits["device"] == "cpu"
+    assert "NOT enforced" in log
+    assert "SIMULATED" in log
+
+
+def test_env_mib_wins_over_env_fraction(models_dir: Path, tmp_path: Path, fake_gpus: Path) -> None:
+    env = clean_env(SHAREDSERVE_GPU_MEMORY_FRACTION="0.5", SHAREDSERVE_GPU_MEMORY_MIB="1024")
+    limits, _ = serve_and_get_limits(models_dir, tmp_path, ["--fake-gpus", str(fake_gpus)], env)
+    assert (limits["gpu_memory_mib"], limits["gpu_memory_fraction"]) == (1024, 0.0625)
+
+
+def test_flag_wins_over_env(models_dir: Path, tmp_path: Path, fake_gpus: Path) -> None:
+    env = clean_env(SHAREDSERVE_GPU_MEMORY_FRACTION="0.25")
+    args = ["--fake-gpus", str(fake_gpus), "--gpu-memory-mib", "2048"]
+    limits, _ = serve_and_get_limits(models_dir, tmp_path, args, env)
+    assert limits["gpu_memory_mib"] == 2048
+    assert limits["gpu_memory_fraction"] == 0.125
+    assert limits["gpu_memory_source"] == "flag"
+
+
+def test_cap_without_any_gpu_is_recorded(models_dir: Path, tmp_path: Path) -> None:
+    limits, log = serve_and_get_limits(models_dir, tmp_path, ["--gpu-memory-fraction", "0.3"])
+    assert limits["gpu_memory_fraction"] == 0.3
+    assert limits["gpu_memory_mib"] is None  # no GPU, so no size to take 30% of
+    assert limits["gpu_memory_total_mib"] is None
+    assert "NOT enforced" in log
+
+
+@pytest.fixture
+def cgroup() -> Iterator[Callable[[str, float], Path]]:
+    """Makes real CPU cgroups under a parent unique to this test; removes them afterwards."""
+    parent = f"sharedserve-test-{uuid.uuid4().hex[:8]}"
+    made: list[Path] = []
+
+    def make(name: str, cores: float) -> Path:
+        path = create_cpu_cgroup(parent, name, cores)
+        made.append(path)
+        return path
+
+    yield make
+    for path in reversed(made):
+        remove_cgroup(path)
+
+
+def _in_cgroup(path: Path) -> list[str]:
+    # Join the cgroup first, then exec the server: its threads are sized from the start.
+    return ["sh", "-c", f'echo $$ > "{path}/cgroup.procs" && exec "$@"', "sh"]
+
+
+def test_cpu_quota_read_from_real_cgroup(
+    models_dir: Path, tmp_path: Path, cgroup: Callable[[str, float], Path]
+) -> None:
+    path = cgroup("half", 0.5)
+    limits, _ = serve_and_get_limits(models_dir, tmp_path, [], prefix=_in_cgroup(path))
+    assert limits["cpu_limit"] == 0.5
+    assert limits["cpu_limit_source"] in ("cgroup-v1", "cgroup-v2")
+    assert limits["cpu_limit_cgroup"] == str(path)
+    assert (limits["intra_op_threads"], limits["inter_op_threads"]) == (1, 1)
+
+
+def test_cpu_flag_overrides_cgroup(
+    models_dir: Path, tmp_path: Path, cgroup: Callable[[str, float], Path]
+) -> None:
+    path = cgroup("quarter", 0.25)
+    args = ["--cpu-limit", "1.5"]
+    limits, log = serve_and_get_limits(models_dir, tmp_path, args, prefix=_in_cgroup(path))
+    assert limits["cpu_limit"] == 1.5
+    assert limits["cpu_limit_source"] == "flag"
+    assert (limits["intra_op_threads"], limits["inter_op_threads"]) == (2, 2)
+    assert "throttl" in log.lower()  # the flag exceeds the real quota: the log warns

@@ -1,0 +1,100 @@
+"""Run the real ``sharedserve`` CLI as a child process and talk to it over loopback HTTP."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment minus the env contract, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHAREDSERVE_")}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(extra)
+    return env
+
+
+class Server:
+    """A ``sharedserve serve`` child process; ``base`` is its REST URL."""
+
+    def __init__(
+        self,
+        model: Path,
+        log_path: Path,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        prefix: Sequence[str] = (),
+    ) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        command = [*prefix, *SHAREDSERVE, "serve", "--model", str(model), "--host", "127.0.0.1"]
+        command += ["--rest-port", str(self.port), *args]
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=env or clean_env()
+        )
+        self.client = httpx.Client(base_url=self.base, timeout=60)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_listening(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"server exited early:\n{self.log()}"
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"server did not listen within {timeout} s:\n{self.log()}")
+
+    def wait_available(self, name: str, timeout: float = 90) -> None:
+        self.wait_listening(timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"server exited early:\n{self.log()}"
+            status = self.client.get(f"/v1/models/{name}")
+            if status.json()["model_version_status"][0]["state"] == "AVAILABLE":
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{name} not AVAILABLE within {timeout} s:\n{self.log()}")
+
+    def stop(self) -> int:
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    return subprocess.run(
+        [*SHAREDSERVE, *args],
+        capture_output=True,
+        text=True,
+        env=env or clean_env(),
+        timeout=timeout,
+        check=False,
+    )

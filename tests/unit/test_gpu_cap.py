@@ -1,0 +1,262 @@
+"""Table-driven tests of the GPU memory cap: request parsing, visible-GPU choice, resolution.
+
+Pure logic only: ``apply_tensorflow`` imports TensorFlow and is exercised elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sharedserve.errors import ConfigError
+from sharedserve.gpu.backend import GpuInfo
+from sharedserve.limits.gpu import (
+    CapSource,
+    GpuCap,
+    GpuCapRequest,
+    parse_cap_request,
+    resolve_cap,
+    select_visible_gpu,
+)
+
+FLAG, ENV, NONE = CapSource.FLAG, CapSource.ENV, CapSource.NONE
+FRACTION_FLAG = "--gpu-memory-fraction"
+MIB_FLAG = "--gpu-memory-mib"
+FRACTION_ENV = "SHAREDSERVE_GPU_MEMORY_FRACTION"
+MIB_ENV = "SHAREDSERVE_GPU_MEMORY_MIB"
+
+UUID0 = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
+UUID1 = "GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff"
+GPU0 = GpuInfo(uuid=UUID0, index=0, name="Tesla K80", memory_mib=11441)
+GPU1 = GpuInfo(uuid=UUID1, index=1, name="Tesla T4", memory_mib=15360)
+# Listed out of index order on purpose: the default choice is by index, not by list position.
+GPUS = [GPU1, GPU0]
+
+
+# --- parse_cap_request -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag_fraction", "flag_mib", "env_fraction", "env_mib", "expected"),
+    [
+        pytest.param(None, None, None, None, GpuCapRequest(None, None, NONE), id="nothing"),
+        pytest.param(None, None, "", "", GpuCapRequest(None, None, NONE), id="empty-env"),
+        pytest.param(None, None, "  ", "\t\n", GpuCapRequest(None, None, NONE), id="blank-env"),
+        pytest.param(0.5, None, None, None, GpuCapRequest(0.5, None, FLAG), id="flag-fraction"),
+        pytest.param(1.0, None, None, None, GpuCapRequest(1.0, None, FLAG), id="flag-fraction-1"),
+        pytest.param(None, 2048, None, None, GpuCapRequest(None, 2048, FLAG), id="flag-mib"),
+        pytest.param(
+            0.25, None, "0.75", "4096", GpuCapRequest(0.25, None, FLAG), id="flag-fraction-wins"
+        ),
+        pytest.param(
+            None, 1024, "0.75", "4096", GpuCapRequest(None, 1024, FLAG), id="flag-mib-wins"
+        ),
+        pytest.param(
+            0.25, None, "abc", "x", GpuCapRequest(0.25, None, FLAG), id="flag-ignores-bad-env"
+        ),
+        pytest.param(None, None, "0.5", None, GpuCapRequest(0.5, None, ENV), id="env-fraction"),
+        pytest.param(None, None, " 0.5 ", None, GpuCapRequest(0.5, None, ENV), id="env-frac-ws"),
+        pytest.param(None, None, None, "3000", GpuCapRequest(None, 3000, ENV), id="env-mib"),
+        pytest.param(None, None, None, " 3000\n", GpuCapRequest(None, 3000, ENV), id="env-mib-ws"),
+        pytest.param(None, None, "0.5", "3000", GpuCapRequest(None, 3000, ENV), id="env-mib-wins"),
+        pytest.param(
+            None, None, "0.5", "", GpuCapRequest(0.5, None, ENV), id="empty-env-mib-unset"
+        ),
+        pytest.param(
+            None, None, "  ", "3000", GpuCapRequest(None, 3000, ENV), id="blank-env-frac-unset"
+        ),
+    ],
+)
+def test_parse_cap_request(
+    flag_fraction: float | None,
+    flag_mib: int | None,
+    env_fraction: str | None,
+    env_mib: str | None,
+    expected: GpuCapRequest,
+) -> None:
+    assert parse_cap_request(flag_fraction, flag_mib, env_fraction, env_mib) == expected
+
+
+@pytest.mark.parametrize(
+    ("flag_fraction", "flag_mib", "env_fraction", "env_mib", "named"),
+    [
+        pytest.param(0.5, 1024, None, None, FRACTION_FLAG, id="both-flags"),
+        pytest.param(0.0, None, None, None, FRACTION_FLAG, id="flag-fraction-0"),
+        pytest.param(1.5, None, None, None, FRACTION_FLAG, id="flag-fraction-1.5"),
+        pytest.param(-0.1, None, None, None, FRACTION_FLAG, id="flag-fraction-neg"),
+        pytest.param(float("nan"), None, None, None, FRACTION_FLAG, id="flag-fraction-nan"),
+        pytest.param(float("inf"), None, None, None, FRACTION_FLAG, id="flag-fraction-inf"),
+        pytest.param(None, 0, None, None, MIB_FLAG, id="flag-mib-0"),
+        pytest.param(None, -5, None, None, MIB_FLAG, id="flag-mib-neg"),
+        pytest.param(None, None, "0", None, FRACTION_ENV, id="env-fraction-0"),
+        pytest.param(None, None, "1.5", None, FRACTION_ENV, id="env-fraction-1.5"),
+        pytest.param(None, None, "-0.1", None, FRACTION_ENV, id="env-fraction-neg"),
+        pytest.param(None, None, "abc", None, FRACTION_ENV, id="env-fraction-abc"),
+        pytest.param(None, None, "nan", None, FRACTION_ENV, id="env-fraction-nan"),
+        pytest.param(None, None, "inf", None, FRACTION_ENV, id="env-fraction-inf"),
+        pytest.param(None, None, None, "0", MIB_ENV, id="env-mib-0"),
+        pytest.param(None, None, None, "-5", MIB_ENV, id="env-mib-neg"),
+        pytest.param(None, None, None, "1.5", MIB_ENV, id="env-mib-1.5"),
+        pytest.param(None, None, None, "x", MIB_ENV, id="env-mib-x"),
+        pytest.param(None, None, "0.5", "x", MIB_ENV, id="env-mib-bad-despite-good-fraction"),
+    ],
+)
+def test_parse_cap_request_rejects(
+    flag_fraction: float | None,
+    flag_mib: int | None,
+    env_fraction: str | None,
+    env_mib: str | None,
+    named: str,
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_cap_request(flag_fraction, flag_mib, env_fraction, env_mib)
+    assert named in info.value.message
+
+
+def test_both_flags_error_names_both() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_cap_request(0.5, 1024, None, None)
+    assert FRACTION_FLAG in info.value.message
+    assert MIB_FLAG in info.value.message
+
+
+# --- select_visible_gpu ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gpus", "visible", "expected"),
+    [
+        pytest.param(GPUS, None, GPU0, id="unset-lowest-index"),
+        pytest.param([GPU1], None, GPU1, id="unset-single"),
+        pytest.param(GPUS, "0", GPU0, id="index-0"),
+        pytest.param(GPUS, "1", GPU1, id="index-1"),
+        pytest.param(GPUS, " 1 ", GPU1, id="index-padded"),
+        pytest.param(GPUS, "1,0", GPU1, id="list-takes-first"),
+        pytest.param(GPUS, "0,1", GPU0, id="list-takes-first-0"),
+        pytest.param(GPUS, UUID1, GPU1, id="uuid"),
+        pytest.param(GPUS, UUID0, GPU0, id="uuid-0"),
+        pytest.param(GPUS, "GPU-9f8e", GPU1, id="uuid-prefix"),
+        pytest.param(GPUS, f"{UUID0},{UUID1}", GPU0, id="uuid-list-first"),
+        pytest.param(GPUS, "", None, id="empty-hides-all"),
+        pytest.param(GPUS, "-1", None, id="minus-one"),
+        pytest.param(GPUS, "none", None, id="none"),
+        pytest.param(GPUS, "void", None, id="void"),
+        pytest.param(GPUS, ",0", None, id="empty-first-entry"),
+        pytest.param(GPUS, "7", None, id="unknown-index"),
+        pytest.param(GPUS, "7,0", None, id="unknown-index-first"),
+        pytest.param(GPUS, "GPU-ffff", None, id="unknown-uuid"),
+        pytest.param([], None, None, id="no-gpus-unset"),
+        pytest.param([], "0", None, id="no-gpus-index"),
+        pytest.param([], UUID0, None, id="no-gpus-uuid"),
+    ],
+)
+def test_select_visible_gpu(gpus: list[GpuInfo], visible: str | None, expected: GpuInfo) -> None:
+    assert select_visible_gpu(gpus, visible) == expected
+
+
+# --- resolve_cap -------------------------------------------------------------------------------
+
+SMALL = GpuInfo(uuid="GPU-small", index=0, name="Small GPU", memory_mib=1000)
+
+
+@pytest.mark.parametrize(
+    ("request_", "gpu", "expected"),
+    [
+        pytest.param(
+            GpuCapRequest(0.5, None, FLAG),
+            GPU0,
+            GpuCap(0.5, 5720, FLAG, 11441, UUID0),
+            id="fraction-floors",  # 0.5 * 11441 = 5720.5
+        ),
+        pytest.param(
+            GpuCapRequest(0.25, None, ENV),
+            SMALL,
+            GpuCap(0.25, 250, ENV, 1000, "GPU-small"),
+            id="fraction-exact",
+        ),
+        pytest.param(
+            GpuCapRequest(1.0, None, FLAG),
+            GPU1,
+            GpuCap(1.0, 15360, FLAG, 15360, UUID1),
+            id="fraction-whole",
+        ),
+        pytest.param(
+            GpuCapRequest(0.75, None, ENV),
+            GpuInfo("GPU-odd", 0, "Odd", 1023),
+            GpuCap(0.75, 767, ENV, 1023, "GPU-odd"),
+            id="fraction-floors-odd",  # 0.75 * 1023 = 767.25
+        ),
+        pytest.param(
+            GpuCapRequest(None, 250, FLAG),
+            SMALL,
+            GpuCap(0.25, 250, FLAG, 1000, "GPU-small"),
+            id="mib-to-fraction",
+        ),
+        pytest.param(
+            GpuCapRequest(None, 1000, ENV),
+            SMALL,
+            GpuCap(1.0, 1000, ENV, 1000, "GPU-small"),
+            id="mib-equals-total",
+        ),
+        pytest.param(
+            GpuCapRequest(None, 1, FLAG),
+            GpuInfo("GPU-3", 0, "Three", 3),
+            GpuCap(0.333333, 1, FLAG, 3, "GPU-3"),
+            id="mib-fraction-rounded",
+        ),
+        pytest.param(
+            GpuCapRequest(0.5, None, FLAG),
+            None,
+            GpuCap(0.5, None, FLAG, None, None),
+            id="fraction-no-gpu",
+        ),
+        pytest.param(
+            GpuCapRequest(None, 4096, ENV),
+            None,
+            GpuCap(None, 4096, ENV, None, None),
+            id="mib-no-gpu",
+        ),
+        pytest.param(
+            GpuCapRequest(None, 10**9, FLAG),
+            None,
+            GpuCap(None, 10**9, FLAG, None, None),
+            id="huge-mib-no-gpu-not-checked",
+        ),
+        pytest.param(
+            GpuCapRequest(None, None, NONE),
+            GPU0,
+            GpuCap(None, None, NONE, 11441, UUID0),
+            id="no-request-with-gpu",
+        ),
+        pytest.param(
+            GpuCapRequest(None, None, NONE),
+            None,
+            GpuCap(None, None, NONE, None, None),
+            id="no-request-no-gpu",
+        ),
+    ],
+)
+def test_resolve_cap(request_: GpuCapRequest, gpu: GpuInfo | None, expected: GpuCap) -> None:
+    cap = resolve_cap(request_, gpu)
+    assert cap == expected
+    assert cap.enforced is False
+
+
+@pytest.mark.parametrize(
+    ("mib", "gpu"),
+    [
+        pytest.param(1001, SMALL, id="one-over"),
+        pytest.param(16000, GPU0, id="k80"),
+    ],
+)
+def test_resolve_cap_mib_over_gpu_memory(mib: int, gpu: GpuInfo) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_cap(GpuCapRequest(None, mib, FLAG), gpu)
+    message = info.value.message
+    assert str(mib) in message
+    assert str(gpu.memory_mib) in message
+    assert gpu.name in message
+
+
+def test_parse_then_resolve_env_mib_wins_end_to_end() -> None:
+    request = parse_cap_request(None, None, "0.9", "500")
+    assert resolve_cap(request, SMALL) == GpuCap(0.5, 500, ENV, 1000, "GPU-small")
