@@ -74,7 +74,8 @@ def run_demo(model: str, workdir: Path, *, requests: int, batch: int) -> None:
         build_models([model], workdir)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "sharedserve", "serve", "--model", str(base_path)]
+    command = [sys.executable, "-m", "sharedserve", "--log-level", "warning", "serve"]
+    command += ["--model", str(base_path)]
     command += ["--host", "127.0.0.1", "--rest-port", str(port)]
     console.print(f"starting: sharedserve serve --model {base_path} --rest-port {port}")
     process = subprocess.Popen(command)
@@ -120,3 +121,7 @@ def _predictions(console: Console, base: str, model: str, requests: int, batch: 
             f"{predictions[0][top]:.4f}",
         )
     console.print(table)
+    console.print(
+        "[dim]Weights are random, so class scores are meaningless (often near-uniform); "
+        "the latency and memory are those of the real architecture.[/]"
+    )
