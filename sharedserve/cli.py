@@ -14,7 +14,14 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.config import DEFAULT_MAX_BODY_BYTES, GpuSettings, RestSettings, ServerSettings
+from sharedserve.config import (
+    DEFAULT_MAX_BODY_BYTES,
+    BatchingSettings,
+    GpuSettings,
+    GrpcSettings,
+    RestSettings,
+    ServerSettings,
+)
 from sharedserve.errors import ConfigError, SharedServeError
 
 __all__ = ["app", "main"]
@@ -59,21 +66,21 @@ def _root(
 def models_build(
     names: Annotated[list[str], typer.Argument(help=f"Models to build: {MODEL_NAMES}.")],
     out: Annotated[Path, typer.Option(help="Output directory; each model goes to OUT/NAME/1.")],
-    framework: Annotated[str, typer.Option(help="Model format to write: tf (SavedModel).")] = "tf",
+    framework: Annotated[
+        str, typer.Option(help="tf (SavedModel) or torch (TorchScript + signature.json).")
+    ] = "tf",
     overwrite: Annotated[bool, typer.Option(help="Replace models that already exist.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
 ) -> None:
-    """Build example models with RANDOM weights in TF Serving's layout (OUT/NAME/1/saved_model.pb).
+    """Build example models with RANDOM weights in TF Serving's layout (OUT/NAME/1/...).
 
     Nothing is downloaded: Keras applications are built with weights=None. Predictions are
     meaningless, but compute and memory are those of the real architectures, which is what
     packing decisions need. tiny builds in seconds and is what the tests use.
     """
-    if framework != "tf":
-        raise ConfigError(f"--framework {framework!r} is not supported; use tf")
     from sharedserve.models import build_models
 
-    for path in build_models(names, out, overwrite=overwrite, seed=seed):
+    for path in build_models(names, out, overwrite=overwrite, seed=seed, framework=framework):
         typer.echo(path)
 
 
@@ -83,7 +90,8 @@ def models_list() -> None:
     from sharedserve.models import CATALOG
 
     for model in CATALOG.values():
-        typer.echo(f"{model.name:14} {model.description}")
+        frameworks = ",".join(f.value for f in model.frameworks)
+        typer.echo(f"{model.name:14} {frameworks:9} {model.description}")
 
 
 @app.command()
@@ -96,6 +104,7 @@ def serve(
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     rest_port: Annotated[int, typer.Option(help="REST API port; 0 picks a free one.")] = 8501,
+    grpc_port: Annotated[int, typer.Option(help="gRPC API port; 0 picks a free one.")] = 8500,
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest request body in bytes; larger gets HTTP 413.")
     ] = DEFAULT_MAX_BODY_BYTES,
@@ -113,8 +122,26 @@ def serve(
     fake_gpus: Annotated[
         Path | None, typer.Option(help="Simulated GPU inventory (JSON), for tests.")
     ] = None,
+    enable_batching: Annotated[
+        bool, typer.Option(help="Merge concurrent requests into batches (off, as in TF Serving).")
+    ] = False,
+    max_batch_size: Annotated[int, typer.Option(help="Rows per merged batch.")] = 1000,
+    batch_timeout_micros: Annotated[
+        int, typer.Option(help="How long a batch waits for more requests, in microseconds.")
+    ] = 0,
+    max_enqueued_batches: Annotated[
+        int, typer.Option(help="Queue bound in batches; past it requests get 503 at once.")
+    ] = 10,
+    num_batch_threads: Annotated[int, typer.Option(help="Batches run concurrently.")] = 1,
+    batching_parameters_file: Annotated[
+        Path | None,
+        typer.Option(help="TF Serving batching_parameters.txt; implies --enable-batching."),
+    ] = None,
 ) -> None:
-    """Serve a model over the TensorFlow Serving REST API.
+    """Serve a model over the TensorFlow Serving REST and gRPC APIs.
+
+    The model directory decides the backend: saved_model.pb is TensorFlow, model.pt (with the
+    signature.json that `models build --framework torch` writes) is TorchScript.
 
     The GPU memory cap comes from the flags or, when neither is given, from the env contract
     (SHAREDSERVE_GPU_MEMORY_MIB, then SHAREDSERVE_GPU_MEMORY_FRACTION) that the allocator and
@@ -124,8 +151,24 @@ def serve(
     from sharedserve.limits.gpu import parse_cap_request
     from sharedserve.server.run import run
 
-    if not 0 <= rest_port <= 65535:
-        raise ConfigError(f"--rest-port must be in 0..65535, got {rest_port}")
+    for flag, port in (("--rest-port", rest_port), ("--grpc-port", grpc_port)):
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{flag} must be in 0..65535, got {port}")
+    batching = None
+    if batching_parameters_file is not None:
+        from sharedserve.server.batching_policy import parse_batching_parameters
+
+        try:
+            text = batching_parameters_file.read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read {batching_parameters_file}: {e.strerror}") from e
+        batching = parse_batching_parameters(text)
+    elif enable_batching:
+        batching = BatchingSettings(
+            max_batch_size, batch_timeout_micros, max_enqueued_batches, num_batch_threads
+        )
+    if batching is not None:
+        batching.validate()
     if cpu_limit is not None and not 0 < cpu_limit < float("inf"):
         raise ConfigError(f"--cpu-limit must be a positive CPU limit in cores, got {cpu_limit}")
     if max_body_bytes <= 0:
@@ -140,6 +183,8 @@ def serve(
         model_dir=model,
         model_name=name,
         rest=RestSettings(host=host, port=rest_port, max_body_bytes=max_body_bytes),
+        grpc=GrpcSettings(port=grpc_port, max_message_bytes=max_body_bytes),
+        batching=batching,
         gpu=GpuSettings(
             cap=cap, visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), fake_gpus=fake_gpus
         ),

@@ -49,6 +49,10 @@ class GpuBackend(Protocol):
         """Every GPU this process can see. Raises GpuError subclasses on driver failure."""
         ...
 
+    def process_memory_mib(self, gpu_uuid: str, pid: int) -> int | None:
+        """GPU memory ``pid`` holds on that GPU in MiB; None where not known or simulated."""
+        ...
+
     def close(self) -> None: ...
 
 

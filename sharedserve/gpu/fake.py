@@ -83,5 +83,8 @@ class FakeGpuBackend:
             raise ConfigError(f"fake GPU inventory {self._path} is not valid JSON: {e}") from e
         return parse_inventory(data, str(self._path))
 
+    def process_memory_mib(self, gpu_uuid: str, pid: int) -> int | None:
+        return None  # simulated GPUs hold no memory: never report a made-up figure
+
     def close(self) -> None:
         pass

@@ -70,6 +70,18 @@ class NvmlBackend:
             numa_node=numa,
         )
 
+    def process_memory_mib(self, gpu_uuid: str, pid: int) -> int | None:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML process query on {gpu_uuid} failed: {e}") from e
+        for process in processes:
+            # usedGpuMemory is None where the driver does not account per process (some vGPU/MIG).
+            if process.pid == pid and process.usedGpuMemory is not None:
+                return int(process.usedGpuMemory) // _MIB
+        return None
+
     def close(self) -> None:
         if self._open:
             self._open = False

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from enum import Enum
 
+from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import GpuInfo
 
@@ -29,23 +29,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class CapSource(str, Enum):
-    FLAG = "flag"
-    ENV = "env"
-    NONE = "none"
-
-
-@dataclass(frozen=True)
-class GpuCapRequest:
-    """What was asked for, before the GPU's size is known."""
-
-    fraction: float | None
-    """Share of the GPU's memory, in (0, 1]."""
-    mib: int | None
-    """Absolute cap in MiB; wins over ``fraction`` when both are set."""
-    source: CapSource
 
 
 @dataclass(frozen=True)
@@ -185,3 +168,64 @@ def apply_tensorflow(cap: GpuCap) -> GpuCap:
         )
     log.info("GPU memory cap enforced by TensorFlow: %d MiB on %d GPU(s)", cap.mib, len(gpus))
     return replace(cap, enforced=True)
+
+
+__all__ += ["apply_torch"]
+
+_MIB = 1 << 20
+
+
+def apply_torch(cap: GpuCap) -> GpuCap:
+    """Cap PyTorch's CUDA caching allocator on device 0; returns the cap with ``enforced`` set.
+
+    torch takes the cap as a fraction of the card as *it* measures it, so an absolute MiB cap is
+    converted against ``total_memory`` from torch itself rather than NVML's figure; a bare
+    fraction needs no NVML at all. The cap covers tensors (the caching allocator), not the CUDA
+    context (a few hundred MiB per process) that every process on the GPU also pays. Past the
+    cap torch raises ``torch.cuda.OutOfMemoryError`` in this process only.
+
+    Like ``apply_tensorflow`` it must run before the model loads; ``torch.cuda.is_available()``
+    is called here, never at import time, so importing sharedserve creates no CUDA state.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        if cap.source is not CapSource.NONE:
+            log.warning(
+                "no GPU visible to PyTorch: GPU memory cap (fraction=%s, mib=%s) is recorded "
+                "but NOT enforced",
+                cap.fraction,
+                cap.mib,
+            )
+        return replace(cap, enforced=False)
+    if cap.source is CapSource.NONE:
+        # torch's caching allocator grows on demand, so without a cap nothing is reserved up
+        # front and other processes can still start on the same GPU.
+        log.info("no GPU memory cap; PyTorch allocates on demand")
+        return replace(cap, enforced=False)
+    properties = torch.cuda.get_device_properties(0)
+    total_mib = properties.total_memory // _MIB
+    if cap.mib is not None:
+        fraction = min(1.0, cap.mib * _MIB / properties.total_memory)
+        mib = cap.mib
+    elif cap.fraction is not None:
+        fraction = cap.fraction
+        mib = int(cap.fraction * total_mib + 1e-9)
+    else:  # a source other than NONE always carries a figure; resolve_cap guarantees it
+        raise ConfigError(f"GPU memory cap from {cap.source.value} has neither MiB nor fraction")
+    torch.cuda.set_per_process_memory_fraction(fraction, device=0)
+    log.info(
+        "GPU memory cap enforced by PyTorch: %d MiB (%.4f of %d MiB) on %s",
+        mib,
+        fraction,
+        total_mib,
+        properties.name,
+    )
+    return replace(
+        cap,
+        fraction=cap.fraction if cap.fraction is not None else round(fraction, 6),
+        mib=mib,
+        total_mib=cap.total_mib if cap.total_mib is not None else total_mib,
+        device=cap.device if cap.device is not None else f"GPU-{properties.uuid}",
+        enforced=True,
+    )

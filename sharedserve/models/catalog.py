@@ -1,4 +1,9 @@
-"""The example models and how to build them into TF Serving's directory layout."""
+"""The example models and how to build them into TF Serving's directory layout.
+
+One catalog for every framework: a model's name means the same architecture whichever framework
+builds it, so densities measured on a TensorFlow build and a torch build can be compared. Not
+every architecture exists for every framework; each entry says which it has.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,24 @@ import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
 from sharedserve.errors import ConfigError
 
-__all__ = ["CATALOG", "ExampleModel", "build_models"]
+__all__ = ["CATALOG", "ExampleModel", "ModelFramework", "build_models"]
 
 log = logging.getLogger(__name__)
+
+
+class ModelFramework(str, Enum):
+    """The format a model is built in; values are the CLI's ``--framework`` spellings."""
+
+    TF = "tf"
+    """A TF Serving SavedModel (``saved_model.pb``), built from Keras."""
+    TORCH = "torch"
+    """TorchScript (``model.pt``) plus a ``signature.json`` sidecar, built from ``torch.nn``."""
 
 
 @dataclass(frozen=True)
@@ -23,6 +39,8 @@ class ExampleModel:
     """Shape of one instance (no batch dimension)."""
     input_name: str
     output_name: str
+    frameworks: tuple[ModelFramework, ...] = (ModelFramework.TF, ModelFramework.TORCH)
+    """The frameworks this architecture can be built for."""
 
 
 CATALOG: dict[str, ExampleModel] = {
@@ -37,43 +55,65 @@ CATALOG: dict[str, ExampleModel] = {
         ),
         ExampleModel(
             "mobilenet_v2",
-            "Keras MobileNetV2, 224x224x3 -> 1000 classes",
+            "MobileNetV2 (width 1.0), 224x224x3 -> 1000 classes",
             (224, 224, 3),
             "images",
             "probabilities",
         ),
         ExampleModel(
             "resnet50",
-            "Keras ResNet50, 224x224x3 -> 1000 classes",
+            "ResNet-50, 224x224x3 -> 1000 classes",
             (224, 224, 3),
             "images",
             "probabilities",
         ),
         ExampleModel(
             "inception_v3",
-            "Keras InceptionV3, 299x299x3 -> 1000 classes",
+            "InceptionV3, 299x299x3 -> 1000 classes",
             (299, 299, 3),
             "images",
             "probabilities",
+            (ModelFramework.TF,),
         ),
     )
 }
 
 
+def _parse_framework(framework: str) -> ModelFramework:
+    try:
+        return ModelFramework(framework)
+    except ValueError:
+        choices = ", ".join(f.value for f in ModelFramework)
+        raise ConfigError(f"unknown framework {framework!r}; choose from {choices}") from None
+
+
 def build_models(
-    names: list[str], out: Path, *, overwrite: bool = False, seed: int = 0
+    names: list[str],
+    out: Path,
+    *,
+    overwrite: bool = False,
+    seed: int = 0,
+    framework: ModelFramework | str = ModelFramework.TF,
 ) -> list[Path]:
-    """Build each model into ``out/NAME/1``; returns the version directories written.
+    """Build each model for ``framework`` into ``out/NAME/1``; returns the directories written.
 
     Each model is written to a temporary directory next to its destination and renamed into
-    place, so an interrupted build never leaves a half-written SavedModel that ``serve`` would
-    try to load.
+    place, so an interrupted build never leaves a half-written model that ``serve`` would
+    try to load. Everything is checked before anything is built.
     """
+    chosen = _parse_framework(framework)
     unknown = [n for n in names if n not in CATALOG]
     if unknown:
         raise ConfigError(f"unknown model(s) {unknown}; choose from {sorted(CATALOG)}")
     if not names:
         raise ConfigError(f"name at least one model to build: {sorted(CATALOG)}")
+    unsupported = [n for n in names if chosen not in CATALOG[n].frameworks]
+    if unsupported:
+        available = sorted(n for n, m in CATALOG.items() if chosen in m.frameworks)
+        raise ConfigError(
+            f"model(s) {unsupported} cannot be built for {chosen.value}; "
+            f"{chosen.value} has {available}"
+        )
     targets = [out / name / "1" for name in names]
     existing = [t for t in targets if t.exists()]
     if existing and not overwrite:
@@ -81,19 +121,33 @@ def build_models(
             f"{', '.join(map(str, existing))} already exist; pass --overwrite to replace"
         )
 
-    from sharedserve.models.tensorflow_models import save_saved_model
-
+    save = _saver(chosen)
     written = []
     for name, target in zip(names, targets, strict=True):
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
         try:
-            save_saved_model(CATALOG[name], tmp / "model", seed=seed)
+            save(CATALOG[name], tmp / "model", seed=seed)
             if target.exists():
                 shutil.rmtree(target)
             (tmp / "model").rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        log.info("built %s -> %s", name, target)
+        log.info("built %s (%s) -> %s", name, chosen.value, target)
         written.append(target)
     return written
+
+
+class _Saver(Protocol):
+    def __call__(self, spec: ExampleModel, path: Path, *, seed: int = 0) -> None: ...
+
+
+def _saver(framework: ModelFramework) -> _Saver:
+    # Imported only now: each builder imports its framework, which takes seconds.
+    if framework is ModelFramework.TORCH:
+        from sharedserve.models.torch_models import save_torchscript
+
+        return save_torchscript
+    from sharedserve.models.tensorflow_models import save_saved_model
+
+    return save_saved_model

@@ -1,8 +1,14 @@
 """Find the model to serve in a directory, the way TF Serving reads a model base path.
 
 Accepted: a versioned base path (``DIR/NAME`` with numeric version subdirectories, the latest of
-which is served, like TF Serving's default version policy) or a bare SavedModel directory
+which is served, like TF Serving's default version policy) or a bare model directory
 (served as version 1, or as its own number when the directory is named like a version).
+
+A model directory is a SavedModel (``saved_model.pb`` or ``.pbtxt``) or TorchScript
+(``model.pt``, with the ``signature.json`` sidecar the torch backend checks on load); the file
+names decide the framework, so one layout serves both. Only ``model.pt`` is looked for here: a
+TorchScript model whose sidecar is missing should fail to load with an error naming the sidecar,
+not be passed over as "no model".
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ from sharedserve.errors import ConfigError
 __all__ = ["Framework", "ModelSource", "find_model"]
 
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
+_TORCHSCRIPT_FILE = "model.pt"
 
 
 class Framework(str, Enum):
     TENSORFLOW = "tensorflow"
+    TORCH = "torch"
 
 
 @dataclass(frozen=True)
@@ -37,8 +45,17 @@ def _is_version(name: str) -> bool:
 
 
 def _framework_of(path: Path) -> Framework | None:
-    if any((path / f).is_file() for f in _SAVED_MODEL_FILES):
+    saved_model = any((path / f).is_file() for f in _SAVED_MODEL_FILES)
+    torchscript = (path / _TORCHSCRIPT_FILE).is_file()
+    if saved_model and torchscript:
+        raise ConfigError(
+            f"{path} holds both a SavedModel and a TorchScript model ({_TORCHSCRIPT_FILE}); "
+            "keep one framework's files per version directory"
+        )
+    if saved_model:
         return Framework.TENSORFLOW
+    if torchscript:
+        return Framework.TORCH
     return None
 
 
@@ -71,8 +88,8 @@ def find_model(model_dir: Path, name: str | None = None) -> ModelSource:
             f"; it holds model base paths {nested}: pass one of them, e.g. {model_dir / nested[0]}"
         )
     raise ConfigError(
-        f"{model_dir} is neither a SavedModel directory (saved_model.pb) nor a model base path "
-        f"with numeric version subdirectories{hint}"
+        f"{model_dir} is neither a SavedModel or TorchScript directory (saved_model.pb, "
+        f"{_TORCHSCRIPT_FILE}) nor a model base path with numeric version subdirectories{hint}"
     )
 
 

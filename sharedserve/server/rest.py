@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -30,6 +33,8 @@ from sharedserve.errors import (
 )
 from sharedserve.server import codec
 from sharedserve.server.model import ServedModel
+from sharedserve.server.predictor import Predictor
+from sharedserve.server.signature import Signature
 
 __all__ = ["create_app"]
 
@@ -80,20 +85,41 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _predict(model: ServedModel, body: bytes) -> bytes:
+def _decode(model: ServedModel, body: bytes) -> tuple[Signature, codec.PredictRequest]:
     payload = codec.parse_json_body(body)
     signature = model.signature(codec.read_signature_name(payload))
-    request = codec.decode_predict_request(payload, signature)
-    outputs = model.predict(signature, request.inputs)
+    return signature, codec.decode_predict_request(payload, signature)
+
+
+def _predict_in_thread(predictor: Predictor, body: bytes) -> bytes:
+    # Without batching, decode, model call and encode share one worker-thread hop: each hop
+    # costs tens of microseconds, which is most of the overhead on a small model.
+    signature, request = _decode(predictor.model, body)
+    outputs = predictor.model.predict(signature, request.inputs)
+    predictor.metrics.observe_batch(_rows(request.inputs))
     return codec.encode_predict_response(outputs, request.format)
 
 
+def _rows(inputs: dict[str, np.ndarray]) -> int:
+    first = next(iter(inputs.values()), None)
+    return int(first.shape[0]) if first is not None and first.ndim else 1
+
+
+async def _predict(predictor: Predictor, body: bytes) -> bytes:
+    if predictor.batcher is None:
+        return await run_in_threadpool(_predict_in_thread, predictor, body)
+    signature, request = await run_in_threadpool(_decode, predictor.model, body)
+    outputs = await predictor.predict(signature, request.inputs)
+    return await run_in_threadpool(codec.encode_predict_response, outputs, request.format)
+
+
 def create_app(
-    model: ServedModel,
+    predictor: Predictor,
     limits: Callable[[], dict[str, Any]],
     max_body_bytes: int,
 ) -> FastAPI:
     """The REST app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body."""
+    model, metrics = predictor.model, predictor.metrics
     app = FastAPI(title="sharedserve", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(SharedServeError)
@@ -126,9 +152,23 @@ def create_app(
             raise Unimplemented(f":{verb} is not supported by sharedserve; use :predict")
         if verb != "predict":
             raise InvalidInput(f"Malformed request: unknown verb :{verb}")
-        model.check(name, version)
-        body = await _read_body(request, max_body_bytes)
-        return Response(await run_in_threadpool(_predict, model, body), media_type=_JSON)
+        started, code = time.perf_counter(), 200
+        try:
+            model.check(name, version)
+            body = await _read_body(request, max_body_bytes)
+            return Response(await _predict(predictor, body), media_type=_JSON)
+        except SharedServeError as e:
+            code = e.http_status
+            raise
+        except Exception:
+            code = 500
+            raise
+        finally:
+            metrics.observe_request("rest", code, time.perf_counter() - started)
+
+    @app.get("/metrics")
+    async def get_metrics() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/sharedserve/v1/limits")
     async def get_limits() -> Response:

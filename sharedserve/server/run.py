@@ -10,22 +10,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from typing import Any
 
+import grpc
 import uvicorn
 
-from sharedserve.config import ServerSettings
+from sharedserve.config import BatchingSettings, ServerSettings
 from sharedserve.errors import SharedServeError
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends.base import Backend, RuntimeConfig
+from sharedserve.server.grpc_api import create_grpc_server
+from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import Framework, ModelSource, find_model
+from sharedserve.server.predictor import Predictor
 from sharedserve.server.rest import create_app
 
 __all__ = ["limits_report", "run"]
@@ -40,7 +46,17 @@ def _make_backend(source: ModelSource) -> Backend:
         from sharedserve.server.backends.tensorflow import TensorFlowBackend
 
         return TensorFlowBackend(source.path)
+    if source.framework is Framework.TORCH:
+        from sharedserve.server.backends.torch import TorchBackend
+
+        return TorchBackend(source.path)
     raise SharedServeError(f"no backend for {source.framework}")
+
+
+def _batching_report(batching: BatchingSettings | None) -> dict[str, Any]:
+    if batching is None:
+        return {"enabled": False}
+    return {"enabled": True, **asdict(batching)}
 
 
 def _gpu_cap(settings: ServerSettings) -> GpuCap:
@@ -110,6 +126,40 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as e:  # grpc raises RuntimeError("Failed to bind ...")
+        raise SharedServeError(f"cannot listen for gRPC on {address}: {e}") from e
+    if bound == 0:  # older grpc versions signal failure with port 0
+        raise SharedServeError(f"cannot listen for gRPC on {address}")
+    return int(bound)
+
+
+def _gpu_memory_reader(
+    settings: ServerSettings, cap: GpuCap
+) -> Callable[[], tuple[float | None, float | None]]:
+    """Reads this process's GPU memory from NVML at scrape time (real GPUs only)."""
+    mib = 1024 * 1024
+    cap_bytes = None if cap.mib is None else float(cap.mib * mib)
+    pid = os.getpid()
+
+    def read() -> tuple[float | None, float | None]:
+        backend = open_gpu_backend(settings.gpu.fake_gpus)
+        if backend is None or backend.simulated or cap.device is None:
+            return None, cap_bytes
+        try:
+            used = backend.process_memory_mib(cap.device, pid)
+        except SharedServeError:
+            used = None
+        finally:
+            backend.close()
+        return (None if used is None else float(used * mib)), cap_bytes
+
+    return read
+
+
 def run(settings: ServerSettings) -> int:
     """Serve until SIGINT/SIGTERM; returns the process exit code."""
     source = find_model(settings.model_dir, settings.model_name)
@@ -129,9 +179,13 @@ def run(settings: ServerSettings) -> int:
         cap.source.value,
         "enforced" if cap.enforced else "not enforced",
     )
-    report = limits_report(cap, cpu, threads, {"enabled": False})
+    report = limits_report(cap, cpu, threads, _batching_report(settings.batching))
     model = ServedModel(source, backend)
-    app = create_app(model, lambda: report, settings.rest.max_body_bytes)
+    metrics = Metrics(source.name)
+    if cap.enforced:
+        metrics.track_gpu_memory(_gpu_memory_reader(settings, cap))
+    predictor = Predictor(model, metrics, settings.batching)
+    app = create_app(predictor, lambda: report, settings.rest.max_body_bytes)
 
     sock = _bind(settings.rest.host, settings.rest.port)
     host, port = sock.getsockname()[:2]
@@ -147,17 +201,30 @@ def run(settings: ServerSettings) -> int:
             failed.set()
             server.should_exit = True
 
-    log.info(
-        "serving model %r version %d (%s) from %s; REST API on http://%s:%d",
-        source.name,
-        source.version,
-        source.framework.value,
-        source.path,
-        host,
-        port,
-    )
-    threading.Thread(target=load, name="model-loader", daemon=True).start()
-    asyncio.run(server.serve(sockets=[sock]))
+    async def serve() -> None:
+        grpc_server = create_grpc_server(model, predictor, settings.grpc.max_message_bytes)
+        grpc_port = _bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
+        await grpc_server.start()
+        await predictor.start()
+        log.info(
+            "serving model %r version %d (%s) from %s; REST API on http://%s:%d, gRPC on %s:%d",
+            source.name,
+            source.version,
+            source.framework.value,
+            source.path,
+            host,
+            port,
+            settings.rest.host,
+            grpc_port,
+        )
+        threading.Thread(target=load, name="model-loader", daemon=True).start()
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            await grpc_server.stop(grace=5)
+            await predictor.stop()
+
+    asyncio.run(serve())
     model.unload()
     log.info("server stopped")
     return 1 if failed.is_set() else 0

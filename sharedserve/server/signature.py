@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DTYPE_TO_NUMPY", "PREDICT_METHOD", "Signature", "TensorSpec"]
+__all__ = ["DTYPE_TO_NUMPY", "PREDICT_METHOD", "Signature", "TensorSpec", "shape_matches"]
 
 #: TF Serving's ``method_name`` for predict signatures.
 PREDICT_METHOD = "tensorflow/serving/predict"
@@ -62,3 +62,12 @@ class Signature:
     outputs: dict[str, TensorSpec]
     method_name: str = PREDICT_METHOD
     defaults: dict[str, object] = field(default_factory=dict)
+
+
+def shape_matches(expected: tuple[int, ...] | None, actual: tuple[int, ...]) -> bool:
+    """Whether ``actual`` fits a declared shape (None: any rank; -1: any size)."""
+    if expected is None:
+        return True
+    return len(expected) == len(actual) and all(
+        want in (-1, got) for want, got in zip(expected, actual, strict=True)
+    )

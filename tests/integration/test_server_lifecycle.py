@@ -15,8 +15,10 @@ import httpx
 import uvicorn
 
 from sharedserve.server.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
+from sharedserve.server.predictor import Predictor
 from sharedserve.server.rest import create_app
 from tests.support.servers import Server, free_port, run_cli
 
@@ -37,7 +39,7 @@ def test_not_ready_is_503_until_warm(models_dir: Path) -> None:
     source = find_model(models_dir / "tiny")
     gate = threading.Event()
     model = ServedModel(source, GatedBackend(source.path, gate))
-    app = create_app(model, lambda: {}, 1 << 20)
+    app = create_app(Predictor(model, Metrics("tiny")), lambda: {}, 1 << 20)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)

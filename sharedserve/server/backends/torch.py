@@ -1,0 +1,318 @@
+"""PyTorch backend: TorchScript ``model.pt`` with a ``signature.json`` sidecar.
+
+Why TorchScript plus a sidecar: a TorchScript file carries the model's code with its weights, so
+serving needs neither the model's Python source nor torchvision; but it has no named signatures,
+so ``signature.json`` declares what TF Serving would show (input and output names, dtypes, ``-1``
+dimensions) and clients see one API whichever framework serves. ``forward`` takes the inputs
+positionally in the sidecar's order.
+
+torch's errors are wrapped here: CUDA out of memory under the cap becomes ``ResourceExhausted``
+(503) and the process serves on; shape and dtype errors raised inside the model become
+``InvalidInput`` (400). TorchScript wraps a model's error in a serialized traceback; clients get
+its last line, the actual message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sharedserve.errors import (
+    InvalidInput,
+    ModelLoadError,
+    NotFound,
+    ResourceExhausted,
+    SharedServeError,
+)
+from sharedserve.limits.gpu import apply_torch
+from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
+from sharedserve.server.signature import DTYPE_TO_NUMPY, PREDICT_METHOD, Signature, TensorSpec
+
+__all__ = ["MODEL_FILE", "SIGNATURE_FILE", "TorchBackend", "read_signature_file"]
+
+log = logging.getLogger(__name__)
+
+# Written by sharedserve.models.torch_models, which this layer may not import.
+MODEL_FILE = "model.pt"
+SIGNATURE_FILE = "signature.json"
+
+_DEFAULT_SIGNATURE = "serving_default"
+_TOP_KEYS = {"signature_name", "method_name", "inputs", "outputs"}
+_SPEC_KEYS = {"dtype", "shape"}
+_MAX_ERROR_CHARS = 400
+_SCRIPT_PREFIX = "The following operation failed in the TorchScript interpreter"
+_EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception): ", re.MULTILINE)
+# torch reports a bad input only through the message of a RuntimeError.
+_INPUT_ERROR = re.compile(r"shape|size|dimension|dims\b|dtype|scalar type|channels", re.IGNORECASE)
+
+
+def _message(error: Exception) -> str:
+    """The error's own message, without the serialized traceback TorchScript puts before it."""
+    text = str(error).strip()
+    if not text.startswith(_SCRIPT_PREFIX):
+        return text
+    # The traceback quotes the model's source, which may itself mention "out of memory"; the
+    # real message starts at the last "SomeError: " line.
+    starts = list(_EXCEPTION_LINE.finditer(text))
+    return text[starts[-1].end() :].strip() if starts else text
+
+
+def _short(error: Exception) -> str:
+    # CUDA OOM texts run to a paragraph; a client needs the first line.
+    lines = [line.strip() for line in _message(error).splitlines() if line.strip()]
+    return lines[0][:_MAX_ERROR_CHARS] if lines else type(error).__name__
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    duplicated = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicated:
+        raise ValueError(f"duplicate keys {duplicated}")
+    return dict(pairs)
+
+
+def read_signature_file(path: Path) -> Signature:
+    """Parse and validate a ``signature.json`` sidecar; ModelLoadError says what is wrong."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ModelLoadError(
+            f"{path.parent} has no {path.name}: a TorchScript model needs one to declare its "
+            "signature (`sharedserve models build --framework torch` writes it)"
+        ) from None
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path}: {e}") from e
+    try:
+        doc = json.loads(text, object_pairs_hook=_no_duplicates)
+    except ValueError as e:  # JSONDecodeError is a ValueError, and so are duplicate keys
+        raise ModelLoadError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise ModelLoadError(f"{path} must hold a JSON object, got {type(doc).__name__}")
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise ModelLoadError(f"{path}: unknown keys {unknown}; allowed: {sorted(_TOP_KEYS)}")
+    name = doc.get("signature_name", _DEFAULT_SIGNATURE)
+    method = doc.get("method_name", PREDICT_METHOD)
+    for key, value in (("signature_name", name), ("method_name", method)):
+        if not isinstance(value, str) or not value:
+            raise ModelLoadError(f"{path}: {key!r} must be a non-empty string, got {value!r}")
+    return Signature(
+        name=name,
+        inputs=_read_specs(path, doc, "inputs"),
+        outputs=_read_specs(path, doc, "outputs"),
+        method_name=method,
+    )
+
+
+def _read_specs(path: Path, doc: dict[str, Any], key: str) -> dict[str, TensorSpec]:
+    entries = doc.get(key)
+    if not isinstance(entries, dict) or not entries:
+        raise ModelLoadError(
+            f'{path}: {key!r} must be a non-empty object like {{"x": {{"dtype": "DT_FLOAT", '
+            f'"shape": [-1, 8]}}}}, got {entries!r}'
+        )
+    specs = {}
+    for name, entry in entries.items():
+        where = f"{path}: {key}.{name}"
+        if not isinstance(entry, dict) or not set(entry) <= _SPEC_KEYS or "dtype" not in entry:
+            raise ModelLoadError(f'{where} must be an object with "dtype" and optional "shape"')
+        dtype = entry["dtype"]
+        if dtype == "DT_STRING" or dtype not in DTYPE_TO_NUMPY:
+            choices = sorted(set(DTYPE_TO_NUMPY) - {"DT_STRING"})
+            raise ModelLoadError(f"{where}: dtype {dtype!r} cannot be served by torch; {choices}")
+        shape = entry.get("shape")
+        if shape is not None and not (
+            isinstance(shape, list)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape)
+        ):
+            raise ModelLoadError(
+                f"{where}: shape must be a list of sizes (-1 for any) or null, got {shape!r}"
+            )
+        specs[name] = TensorSpec(
+            name=name,
+            dtype=dtype,
+            shape=None if shape is None else tuple(shape),
+            tensor_name=name,
+        )
+    return specs
+
+
+def _check_forward(model: torch.jit.ScriptModule, signature: Signature, path: Path) -> None:
+    """Refuse a sidecar whose inputs cannot be passed to ``forward`` as declared."""
+    forward = getattr(model, "forward", None)
+    if not isinstance(forward, torch._C.ScriptMethod):
+        raise ModelLoadError(f"{path / MODEL_FILE} has no TorchScript forward method")
+    arguments = forward.schema.arguments[1:]  # [0] is self
+    names = [a.name for a in arguments]
+    required = sum(1 for a in arguments if not a.has_default_value())
+    declared = list(signature.inputs)
+    if not required <= len(declared) <= len(names):
+        raise ModelLoadError(
+            f"{path / MODEL_FILE}: forward takes {names} but {SIGNATURE_FILE} declares "
+            f"{len(declared)} input(s) {declared}"
+        )
+    if set(declared) == set(names) and declared != names:
+        # Inputs are passed positionally: same names in another order would swap tensors.
+        raise ModelLoadError(
+            f"{path / SIGNATURE_FILE} lists inputs {declared} but forward takes them in the "
+            f"order {names}; list them in forward's order"
+        )
+
+
+class TorchBackend:
+    """Serves one TorchScript model version: ``model.pt`` and ``signature.json``."""
+
+    framework = "torch"
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._signatures: dict[str, Signature] = {}
+        self._model: torch.jit.ScriptModule | None = None
+        self._device = torch.device("cpu")
+
+    def configure(self, config: RuntimeConfig) -> AppliedRuntime:
+        torch.set_num_threads(config.intra_op_threads)
+        # The inter-op pool can be sized once per process, before any parallel work; a second
+        # attempt raises even with the same value, so only try when it would change something.
+        if torch.get_num_interop_threads() != config.inter_op_threads:
+            try:
+                torch.set_num_interop_threads(config.inter_op_threads)
+            except RuntimeError as e:
+                log.warning(
+                    "PyTorch's inter-op threads stay at %d, not %d: %s",
+                    torch.get_num_interop_threads(),
+                    config.inter_op_threads,
+                    _short(e),
+                )
+        cap = apply_torch(config.gpu_cap)
+        return AppliedRuntime(
+            gpu_cap=cap,
+            intra_op_threads=torch.get_num_threads(),
+            inter_op_threads=torch.get_num_interop_threads(),
+        )
+
+    def load(self) -> None:
+        signature = read_signature_file(self._path / SIGNATURE_FILE)
+        model_file = self._path / MODEL_FILE
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        try:
+            model: torch.jit.ScriptModule = torch.jit.load(  # type: ignore[no-untyped-call]
+                str(model_file), map_location=device
+            )
+        except Exception as e:  # corrupt archive, pickled (non-TorchScript) file, OOM, ...
+            raise ModelLoadError(f"PyTorch could not load {model_file}: {_short(e)}") from e
+        _check_forward(model, signature, self._path)
+        model.eval()
+        self._model = model
+        self._device = device
+        self._signatures = {signature.name: signature}
+        log.info("loaded %s on %s", model_file, device)
+
+    def signatures(self) -> dict[str, Signature]:
+        return self._signatures
+
+    def predict(self, signature_name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        signature = self._signatures.get(signature_name)
+        if signature is None:
+            raise NotFound(f"signature {signature_name!r} not found")
+        if self._model is None:
+            raise SharedServeError("the model is not loaded")
+        extra = sorted(set(inputs) - set(signature.inputs))
+        if extra:
+            raise InvalidInput(
+                f"unknown input(s) {extra}; the signature takes {list(signature.inputs)}"
+            )
+        try:
+            # Inside the try: copying the inputs to the GPU can itself run out of memory.
+            args = [self._tensor(spec, inputs) for spec in signature.inputs.values()]
+            with torch.inference_mode():
+                result = self._model(*args)
+            return _outputs(signature, result)
+        except torch.cuda.OutOfMemoryError as e:
+            raise ResourceExhausted(f"out of memory running the model: {_short(e)}") from e
+        except (RuntimeError, torch.jit.Error) as e:
+            # Inside a scripted model a CUDA OOM arrives as a plain RuntimeError, and an error
+            # the model raises itself as torch.jit.Error: only the message tells them apart.
+            message = _short(e)
+            if "out of memory" in _message(e):
+                raise ResourceExhausted(f"out of memory running the model: {message}") from e
+            if _INPUT_ERROR.search(message):
+                raise InvalidInput(message) from e
+            raise SharedServeError(f"model execution failed: {message}") from e
+
+    def _tensor(self, spec: TensorSpec, inputs: dict[str, np.ndarray]) -> torch.Tensor:
+        if spec.name not in inputs:
+            raise InvalidInput(f"missing input {spec.name!r}")
+        value = np.asarray(inputs[spec.name])
+        if not np.can_cast(value.dtype, spec.numpy_dtype, casting="same_kind"):
+            raise InvalidInput(f"input {spec.name!r}: expected {spec.dtype}, got {value.dtype}")
+        if spec.shape is not None and (
+            value.ndim != len(spec.shape)
+            or any(want not in (-1, got) for want, got in zip(spec.shape, value.shape, strict=True))
+        ):
+            raise InvalidInput(
+                f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}"
+            )
+        array = np.ascontiguousarray(value, dtype=spec.numpy_dtype)
+        if not array.flags.writeable:
+            array = array.copy()  # torch.from_numpy warns on read-only memory
+        return torch.from_numpy(array).to(self._device)
+
+    def warmup(self) -> None:
+        for signature in self._signatures.values():
+            inputs = _warmup_inputs(signature)
+            if inputs is None:
+                log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
+                continue
+            try:
+                self.predict(signature.name, inputs)
+            except SharedServeError as e:
+                log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
+
+
+def _outputs(signature: Signature, result: object) -> dict[str, np.ndarray]:
+    """Name the model's result per the sidecar: one tensor, a dict by name, a tuple by order."""
+    names = list(signature.outputs)
+    if isinstance(result, torch.Tensor):
+        if len(names) != 1:
+            raise SharedServeError(
+                f"the model returned one tensor but {SIGNATURE_FILE} declares outputs {names}"
+            )
+        tensors: dict[str, object] = {names[0]: result}
+    elif isinstance(result, dict):
+        missing = [n for n in names if n not in result]
+        if missing:
+            raise SharedServeError(
+                f"the model's output has no {missing}; it returned {sorted(map(str, result))}"
+            )
+        tensors = {n: result[n] for n in names}
+    elif isinstance(result, (tuple, list)):
+        if len(result) != len(names):
+            raise SharedServeError(
+                f"the model returned {len(result)} outputs but {SIGNATURE_FILE} declares {names}"
+            )
+        tensors = dict(zip(names, result, strict=True))
+    else:
+        raise SharedServeError(f"the model returned {type(result).__name__}, not tensors")
+    arrays = {}
+    for name, tensor in tensors.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise SharedServeError(f"output {name!r} is {type(tensor).__name__}, not a tensor")
+        arrays[name] = tensor.detach().cpu().numpy()
+    return arrays
+
+
+def _warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
+    """A batch of one: zeros with every unknown dimension set to 1 (None if a rank is unknown)."""
+    inputs = {}
+    for key, spec in signature.inputs.items():
+        if spec.shape is None:
+            return None
+        inputs[key] = np.zeros(tuple(1 if d < 0 else d for d in spec.shape), spec.numpy_dtype)
+    return inputs

@@ -1,0 +1,221 @@
+"""TensorFlow Serving's gRPC API (PredictionService, ModelService) on grpc.aio.
+
+The servicers use the message and service definitions of the ``tensorflow-serving-api``
+package, so TF Serving's own client stubs work unchanged. They share the model, the predict path
+(batching included) and the error table (``errors.py``'s ``grpc_code``) with REST; nothing here
+decides a status on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+from google.protobuf import wrappers_pb2
+from tensorflow.core.framework import tensor_shape_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented
+from sharedserve.server.model import ModelState, ServedModel
+from sharedserve.server.predictor import Predictor
+from sharedserve.server.signature import Signature, TensorSpec, shape_matches
+from sharedserve.server.tensor_proto import (
+    DTYPE_ENUM,
+    dtype_name,
+    from_tensor_proto,
+    to_tensor_proto,
+)
+
+__all__ = ["create_grpc_server"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_STATE = {
+    state: get_model_status_pb2.ModelVersionStatus.State.Value(state.value) for state in ModelState
+}
+
+
+async def _guard(
+    context: grpc.aio.ServicerContext,
+    predictor: Predictor,
+    method: str,
+    call: Callable[[], Awaitable[_T]],
+) -> _T:
+    """Run ``call``: our errors become their gRPC status, anything else INTERNAL."""
+    started, code = time.perf_counter(), "OK"
+    try:
+        return await call()
+    except SharedServeError as e:
+        code = e.grpc_code
+        await context.abort(grpc.StatusCode[e.grpc_code], e.message)
+    except Exception as e:
+        code = "INTERNAL"
+        log.exception("unexpected error in gRPC %s", method)
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
+    finally:
+        if method == "Predict":
+            predictor.metrics.observe_request("grpc", code, time.perf_counter() - started)
+    raise AssertionError("unreachable: context.abort raises")
+
+
+def _version(spec: Any) -> int | None:
+    return int(spec.version.value) if spec.HasField("version") else None
+
+
+def _decode_inputs(request: Any, signature: Signature) -> dict[str, np.ndarray]:
+    given, wanted = set(request.inputs), set(signature.inputs)
+    if given != wanted:
+        missing, extra = sorted(wanted - given), sorted(given - wanted)
+        raise InvalidInput(
+            f"signature {signature.name!r} takes inputs {sorted(wanted)}"
+            + (f"; missing {missing}" if missing else "")
+            + (f"; unknown {extra}" if extra else "")
+        )
+    inputs = {}
+    for key, spec in signature.inputs.items():
+        proto = request.inputs[key]
+        if dtype_name(proto) != spec.dtype:
+            raise InvalidInput(f"input {key!r}: expected {spec.dtype}, got {dtype_name(proto)}")
+        array = from_tensor_proto(proto, f"input {key!r}")
+        if not shape_matches(spec.shape, array.shape):
+            raise InvalidInput(
+                f"input {key!r}: expected shape {_dims(spec.shape)}, got {_dims(array.shape)}"
+            )
+        inputs[key] = array
+    return inputs
+
+
+def _dims(shape: tuple[int, ...] | None) -> str:
+    return "unknown" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _tensor_info(spec: TensorSpec) -> Any:
+    shape = tensor_shape_pb2.TensorShapeProto(unknown_rank=spec.shape is None)
+    for d in spec.shape or ():
+        shape.dim.add(size=d)
+    return meta_graph_pb2.TensorInfo(
+        name=spec.tensor_name, dtype=DTYPE_ENUM[spec.dtype], tensor_shape=shape
+    )
+
+
+class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
+    def __init__(self, model: ServedModel, predictor: Predictor) -> None:
+        self._model, self._predictor = model, predictor
+
+    async def Predict(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        async def call() -> Any:
+            self._check(request.model_spec)
+            signature = self._model.signature(request.model_spec.signature_name or None)
+            inputs = _decode_inputs(request, signature)
+            unknown = set(request.output_filter) - set(signature.outputs)
+            if unknown:
+                raise InvalidInput(f"output_filter names unknown outputs {sorted(unknown)}")
+            outputs = await self._predictor.predict(signature, inputs)
+            response = predict_pb2.PredictResponse()
+            self._fill_spec(response.model_spec, signature.name)
+            for key, value in outputs.items():
+                if not request.output_filter or key in request.output_filter:
+                    to_tensor_proto(value, response.outputs[key])
+            return response
+
+        return await _guard(context, self._predictor, "Predict", call)
+
+    async def GetModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        async def call() -> Any:
+            self._check(request.model_spec)
+            fields = list(request.metadata_field)
+            if fields != ["signature_def"]:
+                raise InvalidInput(
+                    f"metadata_field must be ['signature_def'] (the only one offered), got {fields}"
+                )
+            self._model.metadata_json()  # NotReady until AVAILABLE
+            signature_map = get_model_metadata_pb2.SignatureDefMap()
+            for name, sig in self._model.backend.signatures().items():
+                signature_def = signature_map.signature_def[name]
+                signature_def.method_name = sig.method_name
+                for key, spec in sig.inputs.items():
+                    signature_def.inputs[key].CopyFrom(_tensor_info(spec))
+                for key, spec in sig.outputs.items():
+                    signature_def.outputs[key].CopyFrom(_tensor_info(spec))
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            self._fill_spec(response.model_spec, "")
+            response.metadata["signature_def"].Pack(signature_map)
+            return response
+
+        return await _guard(context, self._predictor, "GetModelMetadata", call)
+
+    async def Classify(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        return await self._unimplemented(context, "Classify")
+
+    async def Regress(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        return await self._unimplemented(context, "Regress")
+
+    async def MultiInference(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        return await self._unimplemented(context, "MultiInference")
+
+    async def _unimplemented(self, context: grpc.aio.ServicerContext, method: str) -> Any:
+        async def call() -> Any:
+            raise Unimplemented(f"{method} is not supported by sharedserve; use Predict")
+
+        return await _guard(context, self._predictor, method, call)
+
+    def _check(self, spec: Any) -> None:
+        if spec.version_label:
+            raise InvalidInput(f"version labels are not supported (got {spec.version_label!r})")
+        self._model.check(spec.name, _version(spec))
+
+    def _fill_spec(self, spec: Any, signature_name: str) -> None:
+        spec.name = self._model.name
+        spec.version.CopyFrom(wrappers_pb2.Int64Value(value=self._model.version))
+        spec.signature_name = signature_name
+
+
+class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
+    def __init__(self, model: ServedModel, predictor: Predictor) -> None:
+        self._model, self._predictor = model, predictor
+
+    async def GetModelStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        async def call() -> Any:
+            spec = request.model_spec
+            self._model.check(spec.name, _version(spec))
+            status = self._model.status_json()["model_version_status"][0]
+            response = get_model_status_pb2.GetModelStatusResponse()
+            entry = response.model_version_status.add(
+                version=self._model.version, state=_STATE[self._model.state]
+            )
+            entry.status.error_message = status["status"]["error_message"]
+            # error_code is tensorflow.error.Code; OK is 0, UNKNOWN is 2.
+            entry.status.error_code = 0 if status["status"]["error_code"] == "OK" else 2
+            return response
+
+        return await _guard(context, self._predictor, "GetModelStatus", call)
+
+
+def create_grpc_server(
+    model: ServedModel, predictor: Predictor, max_message_bytes: int
+) -> grpc.aio.Server:
+    """A grpc.aio server with both services; the caller binds ports and starts it."""
+    options = [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+    server = grpc.aio.server(options=options)
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionServicer(model, predictor), server
+    )
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(
+        ModelServicer(model, predictor), server
+    )
+    return server

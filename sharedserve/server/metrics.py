@@ -1,0 +1,95 @@
+"""Prometheus metrics of one model server (prometheus-client, one registry per server).
+
+A registry per server instead of the library's global one: tests run servers in-process, and a
+process serves one model, so nothing is lost. GPU memory is read from NVML at scrape time, only
+when NVML sees a real GPU: a simulated inventory has no memory use to report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["Metrics"]
+
+# Latency buckets from 1 ms to 10 s: model servers live between the two.
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+class _GpuMemory(Collector):
+    def __init__(self, model: str, read: Callable[[], tuple[float | None, float | None]]) -> None:
+        self._model, self._read = model, read
+
+    def collect(self) -> Iterator[Any]:
+        used, cap = self._read()
+        if used is not None:
+            family = GaugeMetricFamily(
+                "sharedserve_gpu_memory_used_bytes",
+                "GPU memory used by this process, from NVML",
+                labels=["model"],
+            )
+            family.add_metric([self._model], used)
+            yield family
+        if cap is not None:
+            family = GaugeMetricFamily(
+                "sharedserve_gpu_memory_cap_bytes",
+                "GPU memory cap of this process",
+                labels=["model"],
+            )
+            family.add_metric([self._model], cap)
+            yield family
+
+
+class Metrics:
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.registry = CollectorRegistry()
+        self._requests = Counter(
+            "sharedserve_requests",
+            "Predict requests by protocol and status code",
+            ["model", "protocol", "code"],
+            registry=self.registry,
+        )
+        self._duration = Histogram(
+            "sharedserve_request_duration_seconds",
+            "Predict request latency inside the server",
+            ["model", "protocol"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._batch = Histogram(
+            "sharedserve_batch_size",
+            "Rows per model call (1 per request without batching)",
+            ["model"],
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self._queue = Gauge(
+            "sharedserve_queue_depth",
+            "Requests waiting for the batcher",
+            ["model"],
+            registry=self.registry,
+        )
+        self._queue.labels(model).set(0)
+
+    def observe_request(self, protocol: str, code: str | int, seconds: float) -> None:
+        self._requests.labels(self.model, protocol, str(code)).inc()
+        self._duration.labels(self.model, protocol).observe(seconds)
+
+    def observe_batch(self, rows: int) -> None:
+        self._batch.labels(self.model).observe(rows)
+
+    def track_queue_depth(self, depth: Callable[[], float]) -> None:
+        self._queue.labels(self.model).set_function(depth)
+
+    def track_gpu_memory(self, read: Callable[[], tuple[float | None, float | None]]) -> None:
+        """``read`` returns (bytes used by this process, cap in bytes), either None if unknown."""
+        self.registry.register(_GpuMemory(self.model, read))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

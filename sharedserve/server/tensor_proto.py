@@ -1,0 +1,111 @@
+"""TensorFlow ``TensorProto`` <-> numpy, without the TensorFlow runtime.
+
+``tf.make_ndarray`` would do this, but it needs TensorFlow's runtime, which a TorchScript server
+should not have to start, and it copies through Python lists for the typed ``*_val`` fields.
+Here numeric tensors travel as ``tensor_content`` (raw little-endian bytes, one memcpy each way,
+what TF Serving's own clients send), and the typed fields are read with ``np.asarray`` on the
+repeated field, never an element loop. TF's rule that a single typed value fills the whole shape
+is honoured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+
+from sharedserve.errors import InvalidInput, SharedServeError
+from sharedserve.server.signature import DTYPE_TO_NUMPY
+
+__all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
+
+#: DT_* name -> DataType enum value.
+DTYPE_ENUM: dict[str, int] = {name: types_pb2.DataType.Value(name) for name in DTYPE_TO_NUMPY}
+_ENUM_NAME = {value: name for name, value in DTYPE_ENUM.items()}
+
+# The repeated field a dtype's values live in when not sent as tensor_content.
+_VALUE_FIELD = {
+    "DT_FLOAT": "float_val",
+    "DT_DOUBLE": "double_val",
+    "DT_HALF": "half_val",
+    "DT_INT8": "int_val",
+    "DT_INT16": "int_val",
+    "DT_INT32": "int_val",
+    "DT_UINT8": "int_val",
+    "DT_UINT16": "int_val",
+    "DT_INT64": "int64_val",
+    "DT_UINT32": "uint32_val",
+    "DT_UINT64": "uint64_val",
+    "DT_BOOL": "bool_val",
+    "DT_STRING": "string_val",
+}
+
+
+def dtype_name(proto: Any) -> str:
+    name = _ENUM_NAME.get(proto.dtype)
+    if name is None:
+        raise InvalidInput(f"unsupported tensor dtype {types_pb2.DataType.Name(proto.dtype)}")
+    return name
+
+
+def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
+    """Decode a TensorProto; InvalidInput names ``what`` on any inconsistency."""
+    name = dtype_name(proto)
+    if proto.tensor_shape.unknown_rank:
+        raise InvalidInput(f"{what}: tensor_shape has unknown rank")
+    shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"{what}: tensor_shape has a negative dimension {list(shape)}")
+    size = int(np.prod(shape, dtype=np.int64))
+    dtype = DTYPE_TO_NUMPY[name]
+    if name != "DT_STRING" and proto.tensor_content:
+        little = dtype.newbyteorder("<")
+        if len(proto.tensor_content) != size * dtype.itemsize:
+            raise InvalidInput(
+                f"{what}: tensor_content has {len(proto.tensor_content)} bytes, shape "
+                f"{list(shape)} of {name} needs {size * dtype.itemsize}"
+            )
+        return np.frombuffer(proto.tensor_content, dtype=little).astype(dtype).reshape(shape)
+    values = getattr(proto, _VALUE_FIELD[name])
+    if name == "DT_STRING":
+        flat = np.empty(len(values), dtype=object)
+        flat[:] = list(values)
+    elif name == "DT_HALF":
+        flat = np.asarray(values, dtype=np.uint16).view(np.float16)  # half_val holds raw bits
+    else:
+        flat = np.asarray(values, dtype=dtype)
+    if flat.size == size:
+        return flat.reshape(shape)
+    if flat.size == 1:  # TF's rule: one value fills the shape
+        return np.full(shape, flat[0], dtype=dtype)
+    if size == 0 and flat.size == 0:
+        return flat.reshape(shape)
+    raise InvalidInput(
+        f"{what}: {flat.size} values given for shape {list(shape)} ({size} elements)"
+    )
+
+
+def to_tensor_proto(array: np.ndarray, proto: Any | None = None) -> Any:
+    """Encode an array (numeric as tensor_content, strings as string_val) into ``proto``."""
+    proto = proto if proto is not None else tensor_pb2.TensorProto()
+    array = np.asarray(array)
+    if array.dtype.kind in "OSU":
+        proto.dtype = types_pb2.DT_STRING
+        proto.string_val.extend(
+            v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)
+        )
+    else:
+        name = next((n for n, d in DTYPE_TO_NUMPY.items() if d == array.dtype), None)
+        if name is None:
+            raise SharedServeError(f"cannot encode a model output of dtype {array.dtype}")
+        proto.dtype = DTYPE_ENUM[name]
+        proto.tensor_content = np.ascontiguousarray(
+            array, dtype=array.dtype.newbyteorder("<")
+        ).tobytes()
+    proto.tensor_shape.CopyFrom(
+        tensor_shape_pb2.TensorShapeProto(
+            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=int(d)) for d in array.shape]
+        )
+    )
+    return proto
