@@ -76,7 +76,7 @@ def run_demo(model: str, workdir: Path, *, requests: int, batch: int) -> None:
     base = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "sharedserve", "--log-level", "warning", "serve"]
     command += ["--model", str(base_path)]
-    command += ["--host", "127.0.0.1", "--rest-port", str(port)]
+    command += ["--host", "127.0.0.1", "--rest-port", str(port), "--grpc-port", str(free_port())]
     console.print(f"starting: sharedserve serve --model {base_path} --rest-port {port}")
     process = subprocess.Popen(command)
     try:

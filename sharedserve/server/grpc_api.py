@@ -208,6 +208,9 @@ def create_grpc_server(
 ) -> grpc.aio.Server:
     """A grpc.aio server with both services; the caller binds ports and starts it."""
     options = [
+        # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is in use
+        # and silently split its traffic; a port conflict must be an error instead.
+        ("grpc.so_reuseport", 0),
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]

@@ -217,4 +217,4 @@ def test_resource_exhausted_is_503_and_server_lives_on(edge_server: Server) -> N
     small = {"signature_name": "alloc", "inputs": {"n": [10]}}
     response = edge_server.client.post("/v1/models/edge:predict", json=small)
     assert response.status_code == 200
-    assert response.json() == {"outputs": 10.0}
+    assert response.json() == {"outputs": [10.0]}

@@ -6,8 +6,8 @@ Signatures:
   (``total`` = row sums of a, ``doubled_b`` = 2 b): named row and columnar formats;
 - ``strings``: ``text`` string [-1] -> ``length`` int32 [-1] and ``echo_bytes`` string [-1]:
   ``{"b64": ...}`` decoding and encoding;
-- ``alloc``: ``n`` int64 [-1] -> ``total`` float32 []: allocates ``n[0]`` floats, so a huge
-  ``n`` raises TensorFlow's real ResourceExhaustedError.
+- ``alloc``: ``n`` int64 [-1] -> ``total`` float32 [-1]: allocates ``n[0]`` floats, so a huge
+  ``n`` raises TensorFlow's real ResourceExhaustedError (and a large one takes a while).
 """
 
 import sys
@@ -31,7 +31,8 @@ class Edge(tf.Module):
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="n")])
     def alloc(self, n):
-        return {"total": tf.reduce_sum(tf.ones(tf.reshape(n[0], [1]), tf.float32))}
+        total = tf.reduce_sum(tf.ones(tf.reshape(n[0], [1]), tf.float32))
+        return {"total": tf.fill(tf.shape(n), total)}  # one row per input row: batchable
 
 
 if __name__ == "__main__":

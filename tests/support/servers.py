@@ -41,10 +41,12 @@ class Server:
         prefix: Sequence[str] = (),
     ) -> None:
         self.port = free_port()
+        self.grpc_port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self.log_path = log_path
         command = [*prefix, *SHAREDSERVE, "serve", "--model", str(model), "--host", "127.0.0.1"]
-        command += ["--rest-port", str(self.port), *args]
+        command += ["--rest-port", str(self.port), "--grpc-port", str(self.grpc_port), *args]
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env=env or clean_env()

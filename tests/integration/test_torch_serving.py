@@ -1,0 +1,58 @@
+"""A TorchScript ``tiny`` built by the CLI, served over REST and gRPC by the real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+from tensorflow.core.framework import types_pb2
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+from tests.support.servers import Server, run_cli
+
+X = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
+
+
+@pytest.fixture(scope="module")
+def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    out = tmp_path_factory.mktemp("torch-models")
+    result = run_cli("models", "build", "tiny", "--framework", "torch", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert (out / "tiny" / "1" / "model.pt").is_file()
+    server = Server(out / "tiny", out / "serve.log", ["--cpu-limit", "1"])
+    server.wait_available("tiny")
+    yield server
+    assert server.stop() == 0, server.log()
+
+
+def test_rest_predict_and_metadata(torch_server: Server) -> None:
+    response = torch_server.client.post("/v1/models/tiny:predict", json={"instances": X})
+    assert response.status_code == 200, response.text
+    (row,) = response.json()["predictions"]
+    assert len(row) == 4
+    assert sum(row) == pytest.approx(1.0, abs=1e-5)
+    metadata = torch_server.client.get("/v1/models/tiny/metadata").json()
+    signature = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]
+    assert [d["size"] for d in signature["inputs"]["x"]["tensor_shape"]["dim"]] == ["-1", "8"]
+    bad = torch_server.client.post("/v1/models/tiny:predict", json={"instances": [[1.0, 2.0]]})
+    assert bad.status_code == 400
+    limits = torch_server.client.get("/sharedserve/v1/limits").json()
+    assert (limits["intra_op_threads"], limits["cpu_limit_source"]) == (1, "flag")
+
+
+def test_grpc_predict_matches_rest(torch_server: Server) -> None:
+    rest = torch_server.client.post("/v1/models/tiny:predict", json={"instances": X}).json()
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "tiny"
+    proto = request.inputs["x"]
+    proto.dtype = types_pb2.DT_FLOAT
+    proto.tensor_shape.dim.add(size=1)
+    proto.tensor_shape.dim.add(size=8)
+    proto.tensor_content = np.asarray(X, dtype=np.float32).tobytes()
+    with grpc.insecure_channel(torch_server.grpc_target) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        out = stub.Predict(request, timeout=30).outputs["probabilities"]
+    values = np.frombuffer(out.tensor_content, dtype=np.float32)
+    np.testing.assert_allclose(values, rest["predictions"][0], rtol=1e-6)
