@@ -59,14 +59,18 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
         raise InvalidInput(f"{what}: tensor_shape has a negative dimension {list(shape)}")
     size = int(np.prod(shape, dtype=np.int64))
     dtype = DTYPE_TO_NUMPY[name]
-    if name != "DT_STRING" and proto.tensor_content:
+    # Read once: each access to a bytes field copies it out of the message (upb).
+    content = proto.tensor_content if name != "DT_STRING" else b""
+    if content:
         little = dtype.newbyteorder("<")
-        if len(proto.tensor_content) != size * dtype.itemsize:
+        if len(content) != size * dtype.itemsize:
             raise InvalidInput(
-                f"{what}: tensor_content has {len(proto.tensor_content)} bytes, shape "
+                f"{what}: tensor_content has {len(content)} bytes, shape "
                 f"{list(shape)} of {name} needs {size * dtype.itemsize}"
             )
-        return np.frombuffer(proto.tensor_content, dtype=little).astype(dtype).reshape(shape)
+        # A view of the message's bytes where the byte order is already right (read-only:
+        # backends copy into the framework's own tensors); a converted copy otherwise.
+        return np.frombuffer(content, dtype=little).astype(dtype, copy=False).reshape(shape)
     values = getattr(proto, _VALUE_FIELD[name])
     if name == "DT_STRING":
         flat = np.empty(len(values), dtype=object)
