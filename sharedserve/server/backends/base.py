@@ -6,15 +6,19 @@ directory's contents (``model_source.Framework``) and never imports a framework 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from sharedserve.errors import SharedServeError
 from sharedserve.limits.gpu import GpuCap
 from sharedserve.server.signature import Signature
 
-__all__ = ["AppliedRuntime", "Backend", "RuntimeConfig"]
+__all__ = ["AppliedRuntime", "Backend", "RuntimeConfig", "warm_up", "warmup_inputs"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,3 +61,33 @@ class Backend(Protocol):
     def warmup(self) -> None:
         """Run every signature once on a small batch so the first request is not the slow one."""
         ...
+
+
+def warm_up(backend: Backend) -> None:
+    """Run every signature once on a batch of one, so the first request is not the slow one.
+
+    A signature whose warm-up fails is logged, not fatal: the others still serve.
+    """
+    for signature in backend.signatures().values():
+        inputs = warmup_inputs(signature)
+        if inputs is None:
+            log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
+            continue
+        try:
+            backend.predict(signature.name, inputs)
+        except SharedServeError as e:
+            log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
+
+
+def warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
+    """Zeros (or empty strings) with every unknown dimension set to 1; None for unknown rank."""
+    inputs = {}
+    for key, spec in signature.inputs.items():
+        if spec.shape is None:
+            return None
+        shape = tuple(1 if d < 0 else d for d in spec.shape)
+        if spec.dtype == "DT_STRING":
+            inputs[key] = np.full(shape, b"", dtype=object)
+        else:
+            inputs[key] = np.zeros(shape, dtype=spec.numpy_dtype)
+    return inputs

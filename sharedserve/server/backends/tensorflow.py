@@ -22,7 +22,7 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.limits.gpu import apply_tensorflow
-from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
+from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig, warm_up
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec
 
 __all__ = ["TensorFlowBackend", "read_signature_defs"]
@@ -149,26 +149,4 @@ class TensorFlowBackend:
         return {key: result[key].numpy() for key in signature.outputs}
 
     def warmup(self) -> None:
-        for signature in self._signatures.values():
-            inputs = _warmup_inputs(signature)
-            if inputs is None:
-                log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
-                continue
-            try:
-                self.predict(signature.name, inputs)
-            except SharedServeError as e:
-                log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
-
-
-def _warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
-    """A batch of one: zeros (or empty strings) with every unknown dimension set to 1."""
-    inputs = {}
-    for key, spec in signature.inputs.items():
-        if spec.shape is None:
-            return None
-        shape = tuple(1 if d < 0 else d for d in spec.shape)
-        if spec.dtype == "DT_STRING":
-            inputs[key] = np.full(shape, b"", dtype=object)
-        else:
-            inputs[key] = np.zeros(shape, dtype=spec.numpy_dtype)
-    return inputs
+        warm_up(self)

@@ -31,7 +31,7 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.limits.gpu import apply_torch
-from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
+from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig, warm_up
 from sharedserve.server.signature import DTYPE_TO_NUMPY, PREDICT_METHOD, Signature, TensorSpec
 
 __all__ = ["MODEL_FILE", "SIGNATURE_FILE", "TorchBackend", "read_signature_file"]
@@ -265,15 +265,7 @@ class TorchBackend:
         return torch.from_numpy(array).to(self._device)
 
     def warmup(self) -> None:
-        for signature in self._signatures.values():
-            inputs = _warmup_inputs(signature)
-            if inputs is None:
-                log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
-                continue
-            try:
-                self.predict(signature.name, inputs)
-            except SharedServeError as e:
-                log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
+        warm_up(self)
 
 
 def _outputs(signature: Signature, result: object) -> dict[str, np.ndarray]:
@@ -306,13 +298,3 @@ def _outputs(signature: Signature, result: object) -> dict[str, np.ndarray]:
             raise SharedServeError(f"output {name!r} is {type(tensor).__name__}, not a tensor")
         arrays[name] = tensor.detach().cpu().numpy()
     return arrays
-
-
-def _warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
-    """A batch of one: zeros with every unknown dimension set to 1 (None if a rank is unknown)."""
-    inputs = {}
-    for key, spec in signature.inputs.items():
-        if spec.shape is None:
-            return None
-        inputs[key] = np.zeros(tuple(1 if d < 0 else d for d in spec.shape), spec.numpy_dtype)
-    return inputs
