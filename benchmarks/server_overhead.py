@@ -117,14 +117,14 @@ def in_process_worker(model_dir: Path) -> None:
     from sharedserve.limits.cpu import resolve_cpu_limit, thread_pool_sizes
     from sharedserve.limits.gpu import resolve_cap
     from sharedserve.server import codec
-    from sharedserve.server.backends.base import RuntimeConfig
+    from sharedserve.server.backends.base import RuntimeConfig, warm_up
     from sharedserve.server.backends.tensorflow import TensorFlowBackend
 
     backend = TensorFlowBackend(max(model_dir.iterdir(), key=lambda p: int(p.name)))
     cap = resolve_cap(GpuCapRequest(None, None, CapSource.NONE), None)
     backend.configure(RuntimeConfig(cap, *thread_pool_sizes(resolve_cpu_limit(None))))
     backend.load()
-    backend.warmup()
+    warm_up(backend)
     gc.freeze()  # as the server does once the model is loaded
     key, shape = MODELS[model_dir.name]
     print('"ready"', flush=True)

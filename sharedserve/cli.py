@@ -169,8 +169,6 @@ def serve(
         )
     if batching is not None:
         batching.validate()
-    if cpu_limit is not None and not 0 < cpu_limit < float("inf"):
-        raise ConfigError(f"--cpu-limit must be a positive CPU limit in cores, got {cpu_limit}")
     if max_body_bytes <= 0:
         raise ConfigError(f"--max-body-bytes must be positive, got {max_body_bytes}")
     cap = parse_cap_request(

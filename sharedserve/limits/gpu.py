@@ -23,12 +23,15 @@ __all__ = [
     "GpuCap",
     "GpuCapRequest",
     "apply_tensorflow",
+    "apply_torch",
     "parse_cap_request",
     "resolve_cap",
     "select_visible_gpu",
 ]
 
 log = logging.getLogger(__name__)
+
+_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,19 @@ def resolve_cap(request: GpuCapRequest, gpu: GpuInfo | None) -> GpuCap:
     return GpuCap(None, None, CapSource.NONE, total, device)
 
 
+def _not_enforced(cap: GpuCap, framework: str) -> GpuCap:
+    """No GPU visible to the framework: the cap is kept for reports, and the log says so."""
+    if cap.source is not CapSource.NONE:
+        log.warning(
+            "no GPU visible to %s: GPU memory cap (fraction=%s, mib=%s) is recorded "
+            "but NOT enforced",
+            framework,
+            cap.fraction,
+            cap.mib,
+        )
+    return replace(cap, enforced=False)
+
+
 def apply_tensorflow(cap: GpuCap) -> GpuCap:
     """Configure TensorFlow's visible GPUs with the cap; returns the cap with ``enforced`` set.
 
@@ -142,14 +158,7 @@ def apply_tensorflow(cap: GpuCap) -> GpuCap:
 
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
-        if cap.source is not CapSource.NONE:
-            log.warning(
-                "no GPU visible to TensorFlow: GPU memory cap (fraction=%s, mib=%s) is recorded "
-                "but NOT enforced",
-                cap.fraction,
-                cap.mib,
-            )
-        return replace(cap, enforced=False)
+        return _not_enforced(cap, "TensorFlow")
     if cap.source is CapSource.NONE:
         # No cap: still stop TensorFlow from grabbing the whole card up front, or a second
         # process on the same GPU could not start at all.
@@ -170,11 +179,6 @@ def apply_tensorflow(cap: GpuCap) -> GpuCap:
     return replace(cap, enforced=True)
 
 
-__all__ += ["apply_torch"]
-
-_MIB = 1 << 20
-
-
 def apply_torch(cap: GpuCap) -> GpuCap:
     """Cap PyTorch's CUDA caching allocator on device 0; returns the cap with ``enforced`` set.
 
@@ -190,14 +194,7 @@ def apply_torch(cap: GpuCap) -> GpuCap:
     import torch
 
     if not torch.cuda.is_available():
-        if cap.source is not CapSource.NONE:
-            log.warning(
-                "no GPU visible to PyTorch: GPU memory cap (fraction=%s, mib=%s) is recorded "
-                "but NOT enforced",
-                cap.fraction,
-                cap.mib,
-            )
-        return replace(cap, enforced=False)
+        return _not_enforced(cap, "PyTorch")
     if cap.source is CapSource.NONE:
         # torch's caching allocator grows on demand, so without a cap nothing is reserved up
         # front and other processes can still start on the same GPU.

@@ -36,7 +36,7 @@ import numpy as np
 import orjson
 
 from sharedserve.errors import InvalidInput, SharedServeError
-from sharedserve.server.signature import Signature, TensorSpec
+from sharedserve.server.signature import Signature, TensorSpec, shape_matches
 
 __all__ = [
     "PredictRequest",
@@ -205,10 +205,7 @@ def _decode_tensor(spec: TensorSpec, value: Any) -> np.ndarray:
         arr = _decode_strings(spec.name, value)
     else:
         arr = _decode_numeric(spec, value)
-    if spec.shape is not None and (
-        len(spec.shape) != arr.ndim
-        or any(want not in (-1, got) for want, got in zip(spec.shape, arr.shape, strict=True))
-    ):
+    if spec.shape is not None and not shape_matches(spec.shape, arr.shape):
         raise InvalidInput(
             f"input {spec.name!r}: expected shape {_dims(spec.shape)}, got {_dims(arr.shape)}"
         )

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sharedserve.errors import NotFound, NotReady
-from sharedserve.server.backends.base import Backend
+from sharedserve.server.backends.base import Backend, warm_up
 from sharedserve.server.model_source import ModelSource
 from sharedserve.server.signature import Signature, TensorSpec
 
@@ -58,7 +58,7 @@ class ServedModel:
         started = time.perf_counter()
         try:
             self.backend.load()
-            self.backend.warmup()
+            warm_up(self.backend)
         except Exception as e:
             self.state = ModelState.END
             self.error = getattr(e, "message", None) or str(e)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
+from sharedserve.config import BatchingSettings
 from sharedserve.server.batching import Batcher
-from sharedserve.server.batching_policy import BatchingSettings
 from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.signature import Signature
@@ -25,7 +25,6 @@ class Predictor:
     ) -> None:
         self.model = model
         self.metrics = metrics
-        self.batching = batching
         self.batcher: Batcher | None = None
         if batching is not None:
             self.batcher = Batcher(self._run_batch, batching, on_batch=metrics.observe_batch)
@@ -45,13 +44,24 @@ class Predictor:
         if self.batcher is not None:
             await self.batcher.stop()
 
+    def predict_blocking(
+        self, signature: Signature, inputs: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """One unbatched model call in the calling (worker) thread, counted as one batch."""
+        outputs = self.model.predict(signature, inputs)
+        self.metrics.observe_batch(_rows(inputs))
+        return outputs
+
     async def predict(
         self, signature: Signature, inputs: dict[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
+        """Callers have looked ``signature`` up through the model, so NotReady came already."""
         if self.batcher is not None:
-            self.model.signature(signature.name)  # NotReady before queueing, not after
             return await self.batcher.submit(signature.name, inputs)
-        outputs = await run_in_threadpool(self.model.predict, signature, inputs)
-        rows = next(iter(inputs.values())).shape[:1]
-        self.metrics.observe_batch(rows[0] if rows else 1)
-        return outputs
+        return await run_in_threadpool(self.predict_blocking, signature, inputs)
+
+
+def _rows(inputs: dict[str, np.ndarray]) -> int:
+    # Lenient on purpose: unbatched (columnar) inputs need not share a dim 0, or have one.
+    first = next(iter(inputs.values()), None)
+    return int(first.shape[0]) if first is not None and first.ndim else 1

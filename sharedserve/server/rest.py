@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -95,14 +94,8 @@ def _predict_in_thread(predictor: Predictor, body: bytes) -> bytes:
     # Without batching, decode, model call and encode share one worker-thread hop: each hop
     # costs tens of microseconds, which is most of the overhead on a small model.
     signature, request = _decode(predictor.model, body)
-    outputs = predictor.model.predict(signature, request.inputs)
-    predictor.metrics.observe_batch(_rows(request.inputs))
+    outputs = predictor.predict_blocking(signature, request.inputs)
     return codec.encode_predict_response(outputs, request.format)
-
-
-def _rows(inputs: dict[str, np.ndarray]) -> int:
-    first = next(iter(inputs.values()), None)
-    return int(first.shape[0]) if first is not None and first.ndim else 1
 
 
 async def _predict(predictor: Predictor, body: bytes) -> bytes:

@@ -24,7 +24,7 @@ import uvicorn
 
 from sharedserve.config import BatchingSettings, ServerSettings
 from sharedserve.errors import SharedServeError
-from sharedserve.gpu.backend import open_gpu_backend
+from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends.base import Backend, RuntimeConfig
@@ -60,16 +60,17 @@ def _batching_report(batching: BatchingSettings | None) -> dict[str, Any]:
     return {"enabled": True, **asdict(batching)}
 
 
-def _gpu_cap(settings: ServerSettings) -> GpuCap:
+def _gpu_cap(settings: ServerSettings) -> tuple[GpuBackend | None, GpuCap]:
+    """The cap sized against the visible GPU, and the GPU backend, left open for metrics."""
     backend = open_gpu_backend(settings.gpu.fake_gpus)
-    gpus = []
-    if backend is not None:
-        try:
-            gpus = backend.list_gpus()
-        finally:
+    try:
+        gpus = backend.list_gpus() if backend is not None else []
+        gpu = select_visible_gpu(gpus, settings.gpu.visible_devices)
+        return backend, resolve_cap(settings.gpu.cap, gpu)
+    except SharedServeError:
+        if backend is not None:
             backend.close()
-    gpu = select_visible_gpu(gpus, settings.gpu.visible_devices)
-    return resolve_cap(settings.gpu.cap, gpu)
+        raise
 
 
 def limits_report(
@@ -142,23 +143,23 @@ def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
 
 
 def _gpu_memory_reader(
-    settings: ServerSettings, cap: GpuCap
+    backend: GpuBackend | None, cap: GpuCap
 ) -> Callable[[], tuple[float | None, float | None]]:
-    """Reads this process's GPU memory from NVML at scrape time (real GPUs only)."""
+    """Reads this process's GPU memory at scrape time through the backend opened at start-up.
+
+    A simulated backend answers None itself, so no figure is ever made up here.
+    """
     mib = 1024 * 1024
     cap_bytes = None if cap.mib is None else float(cap.mib * mib)
     pid = os.getpid()
 
     def read() -> tuple[float | None, float | None]:
-        backend = open_gpu_backend(settings.gpu.fake_gpus)
-        if backend is None or backend.simulated or cap.device is None:
+        if backend is None or cap.device is None:
             return None, cap_bytes
         try:
             used = backend.process_memory_mib(cap.device, pid)
         except SharedServeError:
             used = None
-        finally:
-            backend.close()
         return (None if used is None else float(used * mib)), cap_bytes
 
     return read
@@ -166,11 +167,14 @@ def _gpu_memory_reader(
 
 def run(settings: ServerSettings) -> int:
     """Serve until SIGINT/SIGTERM; returns the process exit code."""
-    source = find_model(settings.model_dir, settings.model_name)
+    # Limits before the model directory: a bad --cpu-limit is reported as such, not as a
+    # side effect of some other check.
     cpu = resolve_cpu_limit(settings.cpu_limit_cores)
     threads = thread_pool_sizes(cpu)
+    source = find_model(settings.model_dir, settings.model_name)
+    gpu_backend, gpu_cap = _gpu_cap(settings)
     backend = _make_backend(source)
-    applied = backend.configure(RuntimeConfig(_gpu_cap(settings), *threads))
+    applied = backend.configure(RuntimeConfig(gpu_cap, *threads))
     cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
     log.info(
         "limits: cpu=%s (%s) threads intra=%d inter=%d; gpu cap fraction=%s mib=%s (%s, %s)",
@@ -187,7 +191,11 @@ def run(settings: ServerSettings) -> int:
     model = ServedModel(source, backend)
     metrics = Metrics(source.name)
     if cap.enforced:
-        metrics.track_gpu_memory(_gpu_memory_reader(settings, cap))
+        # NVML stays open for the life of the process: a scrape is then one query, not an
+        # initialisation of the driver library.
+        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap))
+    elif gpu_backend is not None:
+        gpu_backend.close()
     predictor = Predictor(model, metrics, settings.batching)
     app = create_app(predictor, lambda: report, settings.rest.max_body_bytes)
 
@@ -205,9 +213,9 @@ def run(settings: ServerSettings) -> int:
             failed.set()
             server.should_exit = True
             return
-        # The framework and the model leave ~400,000 objects that live as long as the process. A
-        # large JSON body allocates enough lists to start full collections, each of which would
-        # walk all of them (~90 ms per 3 MB body with TensorFlow); frozen, they are skipped.
+        # The framework and the model leave hundreds of thousands of objects that live as long as
+        # the process. A large JSON body allocates enough lists to start full collections, each
+        # of which would walk all of them; frozen, they are skipped (benchmarks/README.md).
         gc.freeze()
 
     async def serve() -> None:

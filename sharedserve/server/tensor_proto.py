@@ -1,7 +1,8 @@
-"""TensorFlow ``TensorProto`` <-> numpy, without the TensorFlow runtime.
+"""TensorFlow ``TensorProto`` <-> numpy, without running TensorFlow ops.
 
-``tf.make_ndarray`` would do this, but it needs TensorFlow's runtime, which a TorchScript server
-should not have to start, and it copies through Python lists for the typed ``*_val`` fields.
+``tf.make_ndarray`` would do this, but it copies through Python lists for the typed ``*_val``
+fields. (The message classes live in the ``tensorflow`` package, so importing them still imports
+TensorFlow; a TorchScript-only server without TensorFlow needs protos of its own.)
 Here numeric tensors travel as ``tensor_content`` (raw little-endian bytes, one memcpy each way,
 what TF Serving's own clients send), and the typed fields are read with ``np.asarray`` on the
 repeated field, never an element loop. TF's rule that a single typed value fills the whole shape
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorflow.core.framework import tensor_pb2, types_pb2
 
 from sharedserve.errors import InvalidInput, SharedServeError
 from sharedserve.server.signature import DTYPE_TO_NUMPY
@@ -23,6 +24,8 @@ __all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
 #: DT_* name -> DataType enum value.
 DTYPE_ENUM: dict[str, int] = {name: types_pb2.DataType.Value(name) for name in DTYPE_TO_NUMPY}
 _ENUM_NAME = {value: name for name, value in DTYPE_ENUM.items()}
+# numpy dtype -> DT_* name for encoding outputs (strings go to string_val instead).
+_NUMPY_NAME = {dtype: name for name, dtype in DTYPE_TO_NUMPY.items() if name != "DT_STRING"}
 
 # The repeated field a dtype's values live in when not sent as tensor_content.
 _VALUE_FIELD = {
@@ -100,16 +103,13 @@ def to_tensor_proto(array: np.ndarray, proto: Any | None = None) -> Any:
             v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)
         )
     else:
-        name = next((n for n, d in DTYPE_TO_NUMPY.items() if d == array.dtype), None)
+        name = _NUMPY_NAME.get(array.dtype.newbyteorder("="))
         if name is None:
             raise SharedServeError(f"cannot encode a model output of dtype {array.dtype}")
         proto.dtype = DTYPE_ENUM[name]
         proto.tensor_content = np.ascontiguousarray(
             array, dtype=array.dtype.newbyteorder("<")
         ).tobytes()
-    proto.tensor_shape.CopyFrom(
-        tensor_shape_pb2.TensorShapeProto(
-            dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=int(d)) for d in array.shape]
-        )
-    )
+    for size in array.shape:
+        proto.tensor_shape.dim.add(size=int(size))
     return proto

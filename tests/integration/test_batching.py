@@ -12,9 +12,9 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import prediction_service_pb2_grpc
 
+from tests.support.protos import predict_request
 from tests.support.servers import Server
 
 BATCHING = ["--enable-batching", "--max-batch-size", "16", "--batch-timeout-micros", "50000"]
@@ -70,14 +70,7 @@ def test_grpc_requests_are_batched_too(batching_server: Server) -> None:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
         def call(i: int) -> np.ndarray:
-            request = predict_pb2.PredictRequest()
-            request.model_spec.name = "tiny"
-            x = np.full((1, 8), i / 10, dtype=np.float32)
-            proto = request.inputs["x"]
-            proto.dtype = types_pb2.DT_FLOAT
-            proto.tensor_shape.dim.add(size=1)
-            proto.tensor_shape.dim.add(size=8)
-            proto.tensor_content = x.tobytes()
+            request = predict_request("tiny", {"x": np.full((1, 8), i / 10)})
             out = stub.Predict(request, timeout=60).outputs["probabilities"]
             return np.frombuffer(out.tensor_content, np.float32)
 

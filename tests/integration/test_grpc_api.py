@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 import pytest
 from google.protobuf import wrappers_pb2
-from tensorflow.core.framework import tensor_pb2, types_pb2
+from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -17,17 +17,10 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from tests.support import protos
 from tests.support.servers import Server
 
 ROW = np.array([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]], dtype=np.float32)
-
-
-def tensor(array: np.ndarray) -> tensor_pb2.TensorProto:
-    """Binary tensor_content, as TF Serving's clients send (tf.make_tensor_proto does the same)."""
-    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_content=array.tobytes())
-    for size in array.shape:
-        proto.tensor_shape.dim.add(size=size)
-    return proto
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +30,7 @@ def channel(tiny_server: Server) -> Iterator[grpc.Channel]:
 
 
 def predict_request(x: np.ndarray, name: str = "tiny") -> predict_pb2.PredictRequest:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = name
-    request.inputs["x"].CopyFrom(tensor(x))
-    return request
+    return protos.predict_request(name, {"x": x})
 
 
 def test_predict_matches_rest(tiny_server: Server, channel: grpc.Channel) -> None:

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import prediction_service_pb2_grpc
 
+from tests.support.protos import predict_request
 from tests.support.servers import Server, run_cli
 
 X = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
@@ -44,13 +44,7 @@ def test_rest_predict_and_metadata(torch_server: Server) -> None:
 
 def test_grpc_predict_matches_rest(torch_server: Server) -> None:
     rest = torch_server.client.post("/v1/models/tiny:predict", json={"instances": X}).json()
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = "tiny"
-    proto = request.inputs["x"]
-    proto.dtype = types_pb2.DT_FLOAT
-    proto.tensor_shape.dim.add(size=1)
-    proto.tensor_shape.dim.add(size=8)
-    proto.tensor_content = np.asarray(X, dtype=np.float32).tobytes()
+    request = predict_request("tiny", {"x": np.asarray(X)})
     with grpc.insecure_channel(torch_server.grpc_target) as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         out = stub.Predict(request, timeout=30).outputs["probabilities"]

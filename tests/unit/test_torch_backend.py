@@ -31,7 +31,7 @@ from sharedserve.errors import (
 )
 from sharedserve.limits.gpu import CapSource, GpuCap
 from sharedserve.models.catalog import build_models
-from sharedserve.server.backends.base import RuntimeConfig
+from sharedserve.server.backends.base import RuntimeConfig, warm_up
 from sharedserve.server.backends.torch import TorchBackend
 from sharedserve.server.model_source import Framework, find_model
 from sharedserve.server.signature import Signature, TensorSpec
@@ -168,7 +168,7 @@ def test_unknown_signature_is_not_found(tiny: TorchBackend) -> None:
 
 def test_warmup_runs_every_signature(tiny: TorchBackend, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
-        tiny.warmup()
+        warm_up(tiny)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 

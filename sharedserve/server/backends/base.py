@@ -16,7 +16,7 @@ from sharedserve.errors import SharedServeError
 from sharedserve.limits.gpu import GpuCap
 from sharedserve.server.signature import Signature
 
-__all__ = ["AppliedRuntime", "Backend", "RuntimeConfig", "warm_up", "warmup_inputs"]
+__all__ = ["AppliedRuntime", "Backend", "RuntimeConfig", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,6 @@ class Backend(Protocol):
         """Run one batch. Raises InvalidInput, ResourceExhausted or SharedServeError."""
         ...
 
-    def warmup(self) -> None:
-        """Run every signature once on a small batch so the first request is not the slow one."""
-        ...
-
 
 def warm_up(backend: Backend) -> None:
     """Run every signature once on a batch of one, so the first request is not the slow one.
@@ -69,7 +65,7 @@ def warm_up(backend: Backend) -> None:
     A signature whose warm-up fails is logged, not fatal: the others still serve.
     """
     for signature in backend.signatures().values():
-        inputs = warmup_inputs(signature)
+        inputs = _warmup_inputs(signature)
         if inputs is None:
             log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
             continue
@@ -79,7 +75,7 @@ def warm_up(backend: Backend) -> None:
             log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
 
 
-def warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
+def _warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
     """Zeros (or empty strings) with every unknown dimension set to 1; None for unknown rank."""
     inputs = {}
     for key, spec in signature.inputs.items():

@@ -8,7 +8,6 @@ TensorFlow's own errors are wrapped here: an allocation past the GPU cap
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,10 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.limits.gpu import apply_tensorflow
-from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig, warm_up
+from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec
 
 __all__ = ["TensorFlowBackend", "read_signature_defs"]
-
-log = logging.getLogger(__name__)
 
 # Graph-internal entries TF writes into every SavedModel; not callable signatures.
 _INTERNAL_PREFIX = "__"
@@ -147,6 +144,3 @@ class TensorFlowBackend:
         except tf.errors.OpError as e:
             raise SharedServeError(f"model execution failed: {_short(e)}") from e
         return {key: result[key].numpy() for key in signature.outputs}
-
-    def warmup(self) -> None:
-        warm_up(self)

@@ -31,8 +31,14 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.limits.gpu import apply_torch
-from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig, warm_up
-from sharedserve.server.signature import DTYPE_TO_NUMPY, PREDICT_METHOD, Signature, TensorSpec
+from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
+from sharedserve.server.signature import (
+    DTYPE_TO_NUMPY,
+    PREDICT_METHOD,
+    Signature,
+    TensorSpec,
+    shape_matches,
+)
 
 __all__ = ["MODEL_FILE", "SIGNATURE_FILE", "TorchBackend", "read_signature_file"]
 
@@ -252,10 +258,7 @@ class TorchBackend:
         value = np.asarray(inputs[spec.name])
         if not np.can_cast(value.dtype, spec.numpy_dtype, casting="same_kind"):
             raise InvalidInput(f"input {spec.name!r}: expected {spec.dtype}, got {value.dtype}")
-        if spec.shape is not None and (
-            value.ndim != len(spec.shape)
-            or any(want not in (-1, got) for want, got in zip(spec.shape, value.shape, strict=True))
-        ):
+        if spec.shape is not None and not shape_matches(spec.shape, value.shape):
             raise InvalidInput(
                 f"input {spec.name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}"
             )
@@ -263,9 +266,6 @@ class TorchBackend:
         if not array.flags.writeable:
             array = array.copy()  # torch.from_numpy warns on read-only memory
         return torch.from_numpy(array).to(self._device)
-
-    def warmup(self) -> None:
-        warm_up(self)
 
 
 def _outputs(signature: Signature, result: object) -> dict[str, np.ndarray]:
