@@ -1,19 +1,14 @@
-"""The ``sharedserve`` command line. Thin: parse flags, read the environment, build settings, run.
-
-This is the only module that reads environment variables (the env contract in DESIGN.md), so
-every lower layer can be driven and tested from settings objects alone.
-"""
+"""``sharedserve models``, ``serve`` and ``demo``: build example models and serve one."""
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from sharedserve.cli._app import MODEL_NAMES, app, models_app
 from sharedserve.config import (
     DEFAULT_MAX_BODY_BYTES,
     BatchingSettings,
@@ -22,44 +17,9 @@ from sharedserve.config import (
     RestSettings,
     ServerSettings,
 )
-from sharedserve.errors import ConfigError, SharedServeError
+from sharedserve.errors import ConfigError
 
-__all__ = ["app", "main"]
-
-app = typer.Typer(
-    help="Pack many inference models onto one GPU, and measure how many is too many.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-models_app = typer.Typer(
-    help="Example models with RANDOM weights (real compute and memory; meaningless predictions).",
-    no_args_is_help=True,
-)
-app.add_typer(models_app, name="models")
-
-MODEL_NAMES = "tiny, mobilenet_v2, resnet50, inception_v3"
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # TensorFlow's C++ logging is noisy on CPU-only hosts; the user can still raise it.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-@app.callback()
-def _root(
-    log_level: Annotated[
-        str, typer.Option(help="debug, info, warning or error.", envvar="SHAREDSERVE_LOG_LEVEL")
-    ] = "info",
-) -> None:
-    if log_level.lower() not in ("debug", "info", "warning", "error"):
-        raise typer.BadParameter("choose debug, info, warning or error", param_hint="--log-level")
-    _setup_logging(log_level)
+__all__: list[str] = []
 
 
 @models_app.command("build")
@@ -204,14 +164,3 @@ def demo(
     from sharedserve.demo import run_demo
 
     run_demo(model, workdir, requests=requests, batch=batch)
-
-
-def main() -> None:
-    try:
-        app()
-    except ConfigError as e:
-        typer.echo(f"error: {e.message}", err=True)
-        sys.exit(2)
-    except SharedServeError as e:
-        typer.echo(f"error: {e.message}", err=True)
-        sys.exit(1)

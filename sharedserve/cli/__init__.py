@@ -1,0 +1,31 @@
+"""The ``sharedserve`` command line. Thin: parse flags, read the environment, build settings, run.
+
+This package is the only place that reads environment variables (the env contract in DESIGN.md),
+so every lower layer can be driven and tested from settings objects alone. Each command group
+lives in its own module and registers itself on the one typer ``app`` when imported here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from sharedserve.cli import serve
+from sharedserve.cli._app import app
+from sharedserve.errors import ConfigError, SharedServeError
+
+__all__ = ["app", "main"]
+
+_COMMAND_MODULES = (serve,)  # imported for the commands they register
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as e:
+        typer.echo(f"error: {e.message}", err=True)
+        sys.exit(2)
+    except SharedServeError as e:
+        typer.echo(f"error: {e.message}", err=True)
+        sys.exit(1)
