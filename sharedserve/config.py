@@ -6,6 +6,7 @@ variables); everything below takes a settings object instead of a long parameter
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -19,6 +20,7 @@ __all__ = [
     "GpuCapRequest",
     "GpuSettings",
     "GrpcSettings",
+    "PackSettings",
     "RestSettings",
     "ServerSettings",
 ]
@@ -103,6 +105,71 @@ class GpuSettings:
     """``CUDA_VISIBLE_DEVICES`` as the process sees it; picks which GPU the cap is sized against."""
     fake_gpus: Path | None = None
     """JSON GPU inventory used instead of NVML (tests and development; reported as simulated)."""
+
+
+@dataclass(frozen=True)
+class PackSettings:
+    """``sharedserve pack``: N capped model servers on one host, supervised."""
+
+    model_dir: Path
+    """Model base path handed to every replica's ``sharedserve serve --model``."""
+    replicas: int
+    """Number of server processes to run."""
+    model_name: str | None = None
+    """Model name in URLs; replicas are named ``NAME-0``, ``NAME-1``... [default: dir name]."""
+    gpu: str | None = None
+    """GPU to pack onto, by NVML index or UUID (prefix); None: the lowest index."""
+    cap: GpuCapRequest = field(default_factory=lambda: GpuCapRequest(None, None, CapSource.NONE))
+    """GPU memory cap per replica; CapSource.NONE means an even split with context headroom."""
+    context_reserve_mib: int = 512
+    """GPU memory in MiB kept outside each replica's cap for its CUDA context and libraries
+    (cuBLAS/cuDNN workspaces), which no framework allocator accounts for."""
+    cpu_limit_cores: float | None = None
+    """CPU quota per replica in cores, enforced by a cgroup where one can be written."""
+    host: str = "127.0.0.1"
+    """Address the replicas listen on and the targets file names."""
+    base_port: int | None = None
+    """First port: replica i gets REST ``base+2i`` and gRPC ``base+2i+1``; None picks free ones."""
+    targets_out: Path | None = None
+    """Where the targets file is written; None: ``targets.json`` in the log directory."""
+    log_dir: Path | None = None
+    """Directory for each replica's log (``NAME-i.log``); None: a new temporary directory."""
+    server_args: tuple[str, ...] = ()
+    """Extra ``sharedserve serve`` options passed to every replica (batching, body limit)."""
+    fake_gpus: Path | None = None
+    """Simulated GPU inventory (JSON) instead of NVML; reported as simulated."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """Base environment of every replica, before the env contract is added (the CLI passes its
+    own, minus any variables of the contract)."""
+    start_timeout_s: float = 300.0
+    """Seconds a replica may take from spawn to AVAILABLE before it counts as failed."""
+    stop_grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping replicas."""
+    max_restarts: int = 5
+    """Restarts in a row (without a stable minute between) after which a replica is given up."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        if self.replicas < 1:
+            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.context_reserve_mib < 0:
+            raise ConfigError(f"--context-reserve-mib must be >= 0, got {self.context_reserve_mib}")
+        if self.base_port is not None and not 1 <= self.base_port <= 65535 - 2 * self.replicas:
+            raise ConfigError(
+                f"--base-port must leave room for {2 * self.replicas} ports below 65536, "
+                f"got {self.base_port}"
+            )
+        cores = self.cpu_limit_cores
+        if cores is not None and not (math.isfinite(cores) and cores > 0):
+            raise ConfigError(f"--cpu-limit must be a positive number of cores, got {cores!r}")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}")
+        for what, value in (
+            ("--start-timeout", self.start_timeout_s),
+            ("--stop-grace", self.stop_grace_s),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{what} must be positive, got {value}")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ client would, so what it prints is what the server does.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -22,17 +21,11 @@ from rich.table import Table
 
 from sharedserve.errors import ConfigError, SharedServeError
 from sharedserve.models import CATALOG, build_models
+from sharedserve.pack.probe import free_port, model_state
 
 __all__ = ["free_port", "run_demo", "wait_available"]
 
 _LOAD_TIMEOUT_S = 300.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
@@ -54,12 +47,8 @@ def wait_available(base: str, name: str, process: subprocess.Popen[bytes], timeo
             raise SharedServeError(
                 f"the server exited with code {process.returncode} while loading"
             )
-        try:
-            status, body = _http("GET", f"{base}/v1/models/{name}")
-            if status == 200 and body["model_version_status"][0]["state"] == "AVAILABLE":
-                return
-        except (urllib.error.URLError, ConnectionError):
-            pass  # not listening yet
+        if model_state(base, name, timeout=5.0) == "AVAILABLE":
+            return
         time.sleep(0.25)
     raise SharedServeError(f"model {name!r} was not AVAILABLE within {timeout:.0f} s")
 

@@ -9,32 +9,15 @@ honour: simulated GPUs are never presented as measured.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from sharedserve.errors import NvmlUnavailable
+from sharedserve.gpu.info import GpuInfo
 
 __all__ = ["GpuBackend", "GpuInfo", "open_gpu_backend"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One physical GPU as discovered."""
-
-    uuid: str
-    """Stable identity, e.g. ``GPU-8f1c2d...``; what NVIDIA_VISIBLE_DEVICES names."""
-    index: int
-    """NVML index (the order ``nvidia-smi`` lists)."""
-    name: str
-    """Product name, e.g. ``Tesla K80``."""
-    memory_mib: int
-    """Total framebuffer memory in MiB."""
-    numa_node: int | None = None
-    """NUMA node of the GPU's PCI bus, or None where unknown."""
-    healthy: bool = True
 
 
 class GpuBackend(Protocol):

@@ -12,7 +12,7 @@ from tests.support.servers import run_cli
 def test_help_lists_commands() -> None:
     result = run_cli("--help")
     assert result.returncode == 0
-    for command in ("serve", "models", "demo"):
+    for command in ("serve", "models", "demo", "pack"):
         assert command in result.stdout
 
 
@@ -21,6 +21,13 @@ def test_models_build_help_says_weights_are_random() -> None:
     assert result.returncode == 0
     assert "RANDOM" in result.stdout
     assert "mobilenet_v2" in result.stdout
+
+
+def test_pack_help_explains_the_split_and_cleanup() -> None:
+    result = run_cli("pack", "--help")
+    assert result.returncode == 0
+    for fragment in ("--context-reserve-mib", "even split", "targets file", "SIGTERM"):
+        assert fragment in result.stdout
 
 
 def test_serve_help_explains_the_cap() -> None:
@@ -44,6 +51,10 @@ def test_serve_help_explains_the_cap() -> None:
         (["serve", "--model", "{tmp}", "--rest-port", "70000"], "--rest-port"),
         (["serve", "--model", "{tmp}", "--cpu-limit", "0"], "CPU limit"),
         (["serve", "--model", "{tmp}"], "neither a SavedModel"),
+        (["pack", "--model", "{tmp}", "--replicas", "0"], "--replicas must be at least 1"),
+        (["pack", "--model", "{tmp}", "--replicas", "2", "--cpu-limit", "-1"], "--cpu-limit"),
+        (["pack", "--model", "{tmp}", "--replicas", "2", "--rest-port", "1"], "pack sets"),
+        (["pack", "--model", "{tmp}", "--replicas", "2"], "neither a SavedModel"),
     ],
     ids=[
         "unknown-model",
@@ -54,6 +65,10 @@ def test_serve_help_explains_the_cap() -> None:
         "port",
         "cpu",
         "empty",
+        "pack-replicas",
+        "pack-cpu",
+        "pack-owned-option",
+        "pack-empty",
     ],
 )
 def test_usage_errors_exit_2_with_a_clear_message(

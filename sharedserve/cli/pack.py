@@ -1,0 +1,158 @@
+"""``sharedserve pack``: many capped model servers on one host, supervised."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from sharedserve.cli._app import app
+from sharedserve.config import PackSettings
+from sharedserve.errors import ConfigError
+
+__all__: list[str] = []
+
+# Options of `serve` that the packer sets itself, per replica.
+_PACK_OWNED = {
+    "--model",
+    "--name",
+    "--host",
+    "--rest-port",
+    "--grpc-port",
+    "--gpu-memory-fraction",
+    "--gpu-memory-mib",
+    "--cpu-limit",
+    "--fake-gpus",
+}
+_CONTRACT_VARS = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+
+
+def _check_server_args(args: list[str]) -> tuple[str, ...]:
+    """Refuse pass-through options `serve` does not know, before any replica starts."""
+    owned = [a for a in args if a.split("=", 1)[0] in _PACK_OWNED]
+    if owned:
+        raise ConfigError(f"pack sets {', '.join(owned)} itself for each replica; use pack's flags")
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    try:
+        serve.make_context("serve", ["--model", ".", *args])
+    except click.ClickException as e:
+        raise ConfigError(f"server option not accepted: {e.format_message()}") from e
+    return tuple(args)
+
+
+def _replica_environment() -> dict[str, str]:
+    # The packer hands each replica the env contract itself; leftovers from this shell must not
+    # override it (a SHAREDSERVE_GPU_MEMORY_MIB exported for another test, say).
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _CONTRACT_VARS
+        and not (k.startswith("SHAREDSERVE_") and k != "SHAREDSERVE_LOG_LEVEL")
+    }
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def pack(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Option(help="Model base path, as for `serve --model`.")],
+    replicas: Annotated[int, typer.Option(help="Number of model servers to run.")],
+    name: Annotated[
+        str | None,
+        typer.Option(help="Model name; replicas are NAME-0, NAME-1... [default: dir name]."),
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="GPU to pack onto: NVML index or UUID [default: lowest index]."),
+    ] = None,
+    gpu_memory_fraction: Annotated[
+        float | None,
+        typer.Option(
+            help="Cap per replica as a share of the GPU [default: even split, see below]."
+        ),
+    ] = None,
+    gpu_memory_mib: Annotated[
+        int | None, typer.Option(help="Cap per replica in MiB (instead of a fraction).")
+    ] = None,
+    context_reserve_mib: Annotated[
+        int, typer.Option(help="GPU memory kept outside each cap for the replica's CUDA context.")
+    ] = 512,
+    cpu_limit: Annotated[
+        float | None, typer.Option(help="CPU quota per replica in cores (a cgroup each).")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address the replicas listen on.")] = "127.0.0.1",
+    base_port: Annotated[
+        int | None,
+        typer.Option(help="Replica i gets REST port P+2i and gRPC P+2i+1 [default: free ports]."),
+    ] = None,
+    targets_out: Annotated[
+        Path | None, typer.Option(help="Targets file to write [default: LOG_DIR/targets.json].")
+    ] = None,
+    log_dir: Annotated[
+        Path | None, typer.Option(help="Where replica logs go [default: a new temp directory].")
+    ] = None,
+    fake_gpus: Annotated[
+        Path | None, typer.Option(help="Simulated GPU inventory (JSON), for tests.")
+    ] = None,
+    start_timeout: Annotated[
+        float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
+    ] = 300.0,
+    stop_grace: Annotated[
+        float, typer.Option(help="Seconds from SIGTERM to SIGKILL on stop.")
+    ] = 10.0,
+    max_restarts: Annotated[
+        int, typer.Option(help="Restarts in a row after which a crashing replica is given up.")
+    ] = 5,
+    live: Annotated[
+        bool | None,
+        typer.Option(help="Live table of replicas [default: when stdout is a terminal]."),
+    ] = None,
+) -> None:
+    """Run N capped `sharedserve serve` replicas of one model on this host and keep them up.
+
+    Each replica gets the env contract the allocator would give it on Kubernetes (its GPU's
+    UUID, SHAREDSERVE_GPU_MEMORY_FRACTION and _MIB) and, with --cpu-limit, its own CPU cgroup
+    (v2 cpu.max or v1 cpu.cfs_quota_us). Where no cgroup can be written the servers are told the
+    limit and size their threads to it, and the quota is reported as NOT enforced.
+
+    Default GPU cap: an even split that keeps --context-reserve-mib (512 MiB) per replica for
+    its CUDA context, which the framework's memory cap does not cover:
+    cap = (GPU memory - N x 512 MiB) / N. A pack that cannot fit (N x (cap + reserve) over
+    the GPU's memory, or a cap smaller than the model's weights) is refused before anything
+    starts.
+
+    Once every replica is AVAILABLE the targets file (the format `sharedserve bench --targets`
+    reads) is written. A replica that dies is restarted on the same ports with exponential
+    backoff (1, 2, 4 ... 30 s). Ctrl-C or SIGTERM stops every replica, removes the cgroups and
+    the targets file, and exits 0.
+
+    Options after the known ones are passed to every `serve`, e.g. --enable-batching
+    --max-batch-size 8.
+    """
+    from sharedserve.limits.gpu import parse_cap_request
+    from sharedserve.pack.run import run_pack
+
+    cap = parse_cap_request(gpu_memory_fraction, gpu_memory_mib, None, None)
+    settings = PackSettings(
+        model_dir=model,
+        replicas=replicas,
+        model_name=name,
+        gpu=gpu,
+        cap=cap,
+        context_reserve_mib=context_reserve_mib,
+        cpu_limit_cores=cpu_limit,
+        host=host,
+        base_port=base_port,
+        targets_out=targets_out,
+        log_dir=log_dir,
+        server_args=_check_server_args(list(ctx.args)),
+        fake_gpus=fake_gpus,
+        environment=_replica_environment(),
+        start_timeout_s=start_timeout,
+        stop_grace_s=stop_grace,
+        max_restarts=max_restarts,
+    )
+    raise typer.Exit(run_pack(settings, live=sys.stdout.isatty() if live is None else live))

@@ -1,0 +1,6 @@
+"""The local packer: N capped model servers on one host, supervised (``sharedserve pack``)."""
+
+from sharedserve.pack.supervisor import Pack, PackInterrupted
+from sharedserve.pack.targets import Target, read_targets, write_targets
+
+__all__ = ["Pack", "PackInterrupted", "Target", "read_targets", "write_targets"]

@@ -1,0 +1,48 @@
+"""Small network helpers: finding ports and asking a server for its model's state."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from urllib.parse import urlsplit
+
+__all__ = ["free_port", "model_state", "port_is_free"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel considers free on ``host`` right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when a listener could bind ``host:port`` now (SO_REUSEADDR, as uvicorn and gRPC do)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def model_state(rest_url: str, model: str, timeout: float = 1.0) -> str | None:
+    """The TF Serving state (``AVAILABLE``, ``LOADING``...) the server reports for ``model``.
+
+    None when the server does not answer (not listening yet, or gone) or answers something
+    that is not a model status.
+    """
+    url = urlsplit(rest_url)
+    connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=timeout)
+    try:
+        connection.request("GET", f"/v1/models/{model}")
+        response = connection.getresponse()
+        body = json.loads(response.read())
+        state = body["model_version_status"][0]["state"]
+        return state if isinstance(state, str) else None
+    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError):
+        return None
+    finally:
+        connection.close()

@@ -1,0 +1,116 @@
+"""The targets file: the endpoints a pack run serves, and what the bench measures.
+
+Format (one object per replica; ``null`` where a field does not apply)::
+
+    {"targets": [{"name": "tiny-0", "model": "tiny", "rest": "http://127.0.0.1:PORT",
+                  "grpc": "127.0.0.1:PORT", "pid": 1234, "cgroup": "/sys/fs/cgroup/...",
+                  "gpu": "GPU-uuid", "gpu_memory_fraction": 0.2, "cpu_limit": 0.5}],
+     "simulated_gpus": false}
+
+It is written atomically (temporary file, then rename), so a reader never sees half a file even
+while the packer rewrites it after a restart. A Kubernetes deployment can be described in the same
+format by hand, with ``pid`` and ``cgroup`` null.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sharedserve.errors import ConfigError
+
+__all__ = ["Target", "read_targets", "write_targets"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model server endpoint."""
+
+    name: str
+    """Replica name, unique in the file (``tiny-0``)."""
+    model: str
+    """Model name in the server's URLs (``/v1/models/tiny``)."""
+    rest: str
+    """REST base URL, ``http://host:port``."""
+    grpc: str | None = None
+    """gRPC address, ``host:port``."""
+    pid: int | None = None
+    """Server process ID on this host; None for remote endpoints."""
+    cgroup: str | None = None
+    """The replica's CPU cgroup directory; None when no quota is enforced."""
+    gpu: str | None = None
+    """UUID of the GPU the replica is on; None without one."""
+    gpu_memory_fraction: float | None = None
+    """The replica's GPU memory cap as a share of the GPU."""
+    cpu_limit: float | None = None
+    """The replica's CPU limit in cores."""
+
+
+def write_targets(path: Path, targets: list[Target], *, simulated_gpus: bool = False) -> None:
+    """Replace ``path`` with the targets, atomically."""
+    body = {"targets": [asdict(t) for t in targets], "simulated_gpus": simulated_gpus}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "model": (str,),
+    "rest": (str,),
+    "grpc": (str, type(None)),
+    "pid": (int, type(None)),
+    "cgroup": (str, type(None)),
+    "gpu": (str, type(None)),
+    "gpu_memory_fraction": (float, int, type(None)),
+    "cpu_limit": (float, int, type(None)),
+}
+
+
+def _target(entry: Any, where: str) -> Target:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be an object")
+    for key in ("name", "model", "rest"):
+        if key not in entry:
+            raise ConfigError(f"{where} has no {key!r}")
+    values: dict[str, Any] = {}
+    for key, kinds in _TYPES.items():
+        value = entry.get(key)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise ConfigError(f"{where}.{key} has the wrong type: {value!r}")
+        values[key] = value
+    if not values["rest"].startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{where}.rest must be an http:// or https:// URL, got {values['rest']!r}"
+        )
+    return Target(**values)
+
+
+def read_targets(path: Path) -> list[Target]:
+    """Parse a targets file; ConfigError says what is wrong with it."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read targets file {path}: {e.strerror}") from e
+    except ValueError as e:
+        raise ConfigError(f"targets file {path} is not valid JSON: {e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("targets"), list):
+        raise ConfigError(f'targets file {path}: expected an object with a "targets" list')
+    targets = [_target(t, f"{path}: targets[{i}]") for i, t in enumerate(data["targets"])]
+    if not targets:
+        raise ConfigError(f"targets file {path} lists no targets")
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"targets file {path} repeats a name: {names}")
+    return targets

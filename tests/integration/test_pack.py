@@ -1,0 +1,270 @@
+"""``sharedserve pack`` for real: replica processes, v1/v2 cgroups, signals, the targets file.
+
+Needs root and a writable cgroup hierarchy with the cpu controller, as these machines have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.servers import SHAREDSERVE, clean_env
+
+GPU_UUID = "GPU-0a1b2c3d-0000-0000-0000-000000000000"
+
+
+def _cgroups_now() -> set[str]:
+    found = set()
+    for root in (
+        Path("/sys/fs/cgroup/cpu"),
+        Path("/sys/fs/cgroup"),
+        Path("/sys/fs/cgroup/unified"),
+    ):
+        if root.is_dir():
+            found |= {str(p) for p in root.glob("sharedserve-pack-*")}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes; its parent (the packer) has exited.
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class PackRun:
+    """A ``sharedserve pack`` child process and its targets file."""
+
+    def __init__(self, tmp: Path, model: Path, *args: str) -> None:
+        self.targets_path = tmp / "targets.json"
+        self.log_path = tmp / "pack.log"
+        self._log = self.log_path.open("wb")
+        command = [*SHAREDSERVE, "pack", "--model", str(model), "--targets-out"]
+        command += [str(self.targets_path), "--log-dir", str(tmp / "logs"), *args]
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=clean_env()
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def targets(self) -> dict:
+        return json.loads(self.targets_path.read_text())
+
+    def wait_targets(self, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"pack exited early:\n{self.log()}"
+            if self.targets_path.exists():
+                return self.targets()
+            time.sleep(0.2)
+        raise AssertionError(f"no targets file within {timeout} s:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+@pytest.fixture(scope="module")
+def packed(
+    models_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[PackRun, dict]]:
+    tmp = tmp_path_factory.mktemp("pack")
+    gpus = tmp / "gpus.json"
+    gpu = {"uuid": GPU_UUID, "index": 0, "name": "Tesla K80", "memory_mib": 16384}
+    gpus.write_text(json.dumps({"gpus": [gpu]}))
+    args = ("--replicas", "3", "--cpu-limit", "0.5", "--fake-gpus", str(gpus))
+    run = PackRun(tmp, models_dir / "tiny", *args)
+    targets = run.wait_targets()
+    yield run, targets
+    run.stop()
+
+
+def test_each_replica_has_its_own_cgroup_quota_and_reports_it(packed: tuple[PackRun, dict]) -> None:
+    _, body = packed
+    targets = body["targets"]
+    assert [t["name"] for t in targets] == ["tiny-0", "tiny-1", "tiny-2"]
+    assert len({t["cgroup"] for t in targets}) == 3
+    for target in targets:
+        cgroup = Path(target["cgroup"])
+        assert cgroup.parent.name.startswith("sharedserve-pack-")
+        if (cgroup / "cpu.max").exists():
+            assert (cgroup / "cpu.max").read_text().split() == ["50000", "100000"]
+        else:
+            quota = int((cgroup / "cpu.cfs_quota_us").read_text())
+            period = int((cgroup / "cpu.cfs_period_us").read_text())
+            assert quota / period == 0.5
+        procs = (cgroup / "cgroup.procs").read_text().split()
+        assert str(target["pid"]) in procs
+        limits = httpx.get(f"{target['rest']}/sharedserve/v1/limits", timeout=10).json()
+        assert limits["cpu_limit"] == 0.5
+        assert limits["cpu_limit_source"].startswith("cgroup")
+        assert limits["cpu_limit_cgroup"] == target["cgroup"]
+        assert limits["intra_op_threads"] == 1
+
+
+def test_replicas_get_the_env_contract_from_the_simulated_gpu(
+    packed: tuple[PackRun, dict],
+) -> None:
+    run, body = packed
+    assert body["simulated_gpus"] is True
+    # Even split with 512 MiB per replica kept for the CUDA context: (16384 - 3 x 512) // 3.
+    for target in body["targets"]:
+        assert target["gpu"] == GPU_UUID
+        assert target["gpu_memory_fraction"] == 0.3020
+        limits = httpx.get(f"{target['rest']}/sharedserve/v1/limits", timeout=10).json()
+        assert limits["gpu_memory_mib"] == 4949
+        assert limits["gpu_memory_source"] == "env"
+        assert limits["gpu_memory_enforced"] is False
+    assert "SIMULATED GPU 0" in run.log()
+
+
+def test_killed_replica_comes_back_on_its_endpoint(packed: tuple[PackRun, dict]) -> None:
+    run, body = packed
+    victim = body["targets"][1]
+    os.kill(victim["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        current = run.targets()["targets"][1]
+        if current["pid"] != victim["pid"]:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"replica not restarted:\n{run.log()}")
+    assert current["rest"] == victim["rest"] and current["grpc"] == victim["grpc"]
+    status = httpx.get(f"{victim['rest']}/v1/models/tiny", timeout=10).json()
+    assert status["model_version_status"][0]["state"] == "AVAILABLE"
+    assert str(current["pid"]) in (Path(current["cgroup"]) / "cgroup.procs").read_text().split()
+    assert "tiny-1 was killed by SIGKILL; restarting" in run.log()
+
+
+def test_sigterm_leaves_no_process_cgroup_or_targets_file(
+    packed: tuple[PackRun, dict], models_dir: Path
+) -> None:
+    run, _ = packed
+    body = run.targets()  # after any restart, so the pids are current
+    pids = [t["pid"] for t in body["targets"]]
+    cgroups = [Path(t["cgroup"]) for t in body["targets"]]
+    assert all(_alive(pid) for pid in pids)
+    assert run.stop() == 0, run.log()
+    assert not any(_alive(pid) for pid in pids)
+    assert not any(c.exists() for c in cgroups)
+    assert not cgroups[0].parent.exists()
+    assert not run.targets_path.exists()
+
+
+def test_over_subscription_is_refused_before_anything_starts(
+    models_dir: Path, tmp_path: Path, fake_gpus: Path
+) -> None:
+    before = _cgroups_now()
+    args = ["--replicas", "3", "--gpu-memory-fraction", "0.4", "--cpu-limit", "0.5"]
+    run = PackRun(tmp_path, models_dir / "tiny", *args, "--fake-gpus", str(fake_gpus))
+    assert run.process.wait(timeout=60) == 2
+    run.stop()
+    assert "exceeds GPU 0's 16384 MiB" in run.log()
+    assert not (tmp_path / "logs").exists()  # no replica was started
+    assert not run.targets_path.exists()
+    assert _cgroups_now() == before
+
+
+def test_a_replica_that_cannot_start_stops_the_pack_with_its_reason(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    before = _cgroups_now()
+    # Accepted by the option parser, refused by the server itself at start-up.
+    run = PackRun(
+        tmp_path,
+        models_dir / "tiny",
+        "--replicas",
+        "2",
+        "--cpu-limit",
+        "0.5",
+        "--max-body-bytes",
+        "0",
+    )
+    assert run.process.wait(timeout=120) == 1
+    run.stop()
+    log = run.log()
+    assert "exited with code 2 while starting" in log
+    assert "--max-body-bytes must be positive" in log
+    assert _cgroups_now() == before
+
+
+def test_unknown_server_option_is_refused(models_dir: Path, tmp_path: Path) -> None:
+    run = PackRun(tmp_path, models_dir / "tiny", "--replicas", "1", "--no-such-flag")
+    assert run.process.wait(timeout=60) == 2
+    run.stop()
+    assert "No such option: --no-such-flag" in run.log()
+
+
+def test_a_replica_given_up_leaves_the_rest_serving(models_dir: Path, tmp_path: Path) -> None:
+    run = PackRun(tmp_path, models_dir / "tiny", "--replicas", "2", "--max-restarts", "0")
+    try:
+        body = run.wait_targets()
+        os.kill(body["targets"][0]["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while len(run.targets()["targets"]) != 1:
+            assert time.monotonic() < deadline, run.log()
+            time.sleep(0.2)
+        survivor = run.targets()["targets"][0]
+        assert survivor["name"] == "tiny-1"
+        assert httpx.get(f"{survivor['rest']}/v1/models/tiny", timeout=10).status_code == 200
+        assert run.process.poll() is None
+        assert "giving up after 0 restarts in a row" in run.log()
+    finally:
+        assert run.stop() == 0, run.log()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_quota_is_enforced_on_a_cpu_bound_replica(models_dir: Path, tmp_path: Path) -> None:
+    run = PackRun(tmp_path, models_dir / "tiny", "--replicas", "1", "--cpu-limit", "0.25")
+    try:
+        target = run.wait_targets()["targets"][0]
+        url = f"{target['rest']}/v1/models/tiny:predict"
+        body = {"instances": [[1.0] * 8] * 64}
+        stop_at = time.monotonic() + 6.0
+
+        def hammer() -> int:
+            sent = 0
+            with httpx.Client(timeout=30) as client:
+                while time.monotonic() < stop_at:
+                    client.post(url, json=body)
+                    sent += 1
+            return sent
+
+        with ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(hammer) for _ in range(6)]
+            time.sleep(1.0)  # let the server saturate its quota first
+            cpu0, wall0 = _cpu_seconds(target["pid"]), time.monotonic()
+            time.sleep(4.0)
+            cpu1, wall1 = _cpu_seconds(target["pid"]), time.monotonic()
+            sent = sum(f.result() for f in futures)
+        used = (cpu1 - cpu0) / (wall1 - wall0)
+        assert sent > 0
+        # About a quarter of a core: CFS accounting lets one period's quota run over a little.
+        assert 0.15 <= used <= 0.32, f"replica used {used:.3f} cores under a 0.25 quota"
+    finally:
+        assert run.stop() == 0, run.log()

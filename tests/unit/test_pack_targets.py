@@ -1,0 +1,82 @@
+"""The targets file: round trip, atomic replacement, and clear errors on bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sharedserve.errors import ConfigError
+from sharedserve.pack.targets import Target, read_targets, write_targets
+
+TARGET = Target(
+    name="tiny-0",
+    model="tiny",
+    rest="http://127.0.0.1:9000",
+    grpc="127.0.0.1:9001",
+    pid=1234,
+    cgroup="/sys/fs/cgroup/cpu/x/tiny-0",
+    gpu="GPU-0a1b",
+    gpu_memory_fraction=0.2,
+    cpu_limit=0.5,
+)
+
+
+def test_round_trip_and_documented_format(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "targets.json"
+    other = Target(name="tiny-1", model="tiny", rest="http://127.0.0.1:9002")
+    write_targets(path, [TARGET, other], simulated_gpus=True)
+    assert read_targets(path) == [TARGET, other]
+    raw = json.loads(path.read_text())
+    assert raw["simulated_gpus"] is True
+    assert set(raw["targets"][0]) == {
+        "name",
+        "model",
+        "rest",
+        "grpc",
+        "pid",
+        "cgroup",
+        "gpu",
+        "gpu_memory_fraction",
+        "cpu_limit",
+    }
+    assert raw["targets"][1]["pid"] is None
+
+
+def test_rewrite_replaces_whole_file_and_leaves_no_temporaries(tmp_path: Path) -> None:
+    path = tmp_path / "targets.json"
+    write_targets(path, [TARGET])
+    write_targets(path, [Target(name="a", model="m", rest="http://h:1")])
+    assert [t.name for t in read_targets(path)] == ["a"]
+    assert [p.name for p in tmp_path.iterdir()] == ["targets.json"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "not valid JSON"),
+        ("[]", '"targets" list'),
+        ('{"targets": []}', "lists no targets"),
+        ('{"targets": [1]}', "must be an object"),
+        ('{"targets": [{"name": "a", "model": "m"}]}', "has no 'rest'"),
+        ('{"targets": [{"name": "a", "model": "m", "rest": "h:1"}]}', "http:// or https://"),
+        ('{"targets": [{"name": "a", "model": "m", "rest": "http://h:1", "pid": "x"}]}', "pid"),
+        ('{"targets": [{"name": "a", "model": "m", "rest": "http://h:1", "pid": true}]}', "pid"),
+        (
+            '{"targets": [{"name": "a", "model": "m", "rest": "http://h:1"},'
+            ' {"name": "a", "model": "m", "rest": "http://h:2"}]}',
+            "repeats a name",
+        ),
+    ],
+)
+def test_bad_files_are_refused_clearly(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "targets.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        read_targets(path)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read targets file"):
+        read_targets(tmp_path / "nope.json")
