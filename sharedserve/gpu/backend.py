@@ -9,15 +9,37 @@ honour: simulated GPUs are never presented as measured.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from sharedserve.errors import NvmlUnavailable
 from sharedserve.gpu.info import GpuInfo
 
-__all__ = ["GpuBackend", "GpuInfo", "open_gpu_backend"]
+__all__ = ["GpuBackend", "GpuInfo", "XidEvent", "XidWatch", "open_gpu_backend"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """A critical XID error the driver reported."""
+
+    gpu_uuid: str | None
+    """The GPU it happened on; None when the driver could not say which."""
+    xid: int
+    """The XID code (NVIDIA's XID error catalogue)."""
+
+
+class XidWatch(Protocol):
+    """A subscription to the critical XID events of some GPUs."""
+
+    def wait(self, timeout_s: float) -> XidEvent | None:
+        """The next event, or None when ``timeout_s`` passes first. Raises GpuError."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class GpuBackend(Protocol):
@@ -34,6 +56,27 @@ class GpuBackend(Protocol):
 
     def process_memory_mib(self, gpu_uuid: str, pid: int) -> int | None:
         """GPU memory ``pid`` holds on that GPU in MiB; None where not known or simulated."""
+        ...
+
+    def probe(self, gpu_uuid: str) -> str | None:
+        """Check one GPU cheaply: None when it answers and needs no reset, else why not.
+
+        Raises GpuError when the driver itself cannot be asked (callers count that as a failure
+        of the GPU too).
+        """
+        ...
+
+    def open_xid_watch(self, gpu_uuids: Sequence[str]) -> XidWatch | None:
+        """Subscribe to critical XID events of these GPUs; None where the backend has none
+        (simulated GPUs). Raises GpuError."""
+        ...
+
+    def utilization_percent(self, gpu_uuid: str) -> int | None:
+        """Share of the last sample period a kernel ran on the GPU, 0-100; None if unknown."""
+        ...
+
+    def memory_used_mib(self, gpu_uuid: str) -> int | None:
+        """GPU memory in use by all processes, in MiB; None if unknown or simulated."""
         ...
 
     def close(self) -> None: ...

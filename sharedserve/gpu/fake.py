@@ -1,6 +1,7 @@
 """FakeGpuBackend: a GPU inventory read from JSON, for tests and machines without a GPU.
 
-The file is re-read on every ``list_gpus`` call so a test can flip a GPU's health by rewriting it.
+The file is re-read on every ``list_gpus`` and ``probe`` call so a test can flip a GPU's health by
+rewriting it.
 Construction logs loudly: nothing downstream may mistake these GPUs for real ones.
 """
 
@@ -8,11 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sharedserve.errors import ConfigError, GpuError
-from sharedserve.gpu.backend import GpuInfo
+from sharedserve.gpu.backend import GpuInfo, XidWatch
 
 __all__ = ["FakeGpuBackend", "parse_inventory"]
 
@@ -85,6 +87,26 @@ class FakeGpuBackend:
 
     def process_memory_mib(self, gpu_uuid: str, pid: int) -> int | None:
         return None  # simulated GPUs hold no memory: never report a made-up figure
+
+    def probe(self, gpu_uuid: str) -> str | None:
+        """The file's ``healthy`` flag, read afresh, so a test can fail and recover a GPU."""
+        try:
+            gpus = self.list_gpus()
+        except ConfigError as e:  # rewritten into something unreadable: the "driver" fails
+            raise GpuError(e.message) from e
+        gpu = next((g for g in gpus if g.uuid == gpu_uuid), None)
+        if gpu is None:
+            return f"GPU {gpu_uuid} is no longer in {self._path}"
+        return None if gpu.healthy else f"GPU {gpu_uuid} is marked unhealthy in {self._path}"
+
+    def open_xid_watch(self, gpu_uuids: Sequence[str]) -> XidWatch | None:
+        return None  # a JSON file raises no XID events
+
+    def utilization_percent(self, gpu_uuid: str) -> int | None:
+        return None  # simulated: never a made-up figure
+
+    def memory_used_mib(self, gpu_uuid: str) -> int | None:
+        return None
 
     def close(self) -> None:
         pass

@@ -7,15 +7,19 @@ ever has to know pynvml's exception type.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pynvml
 
 from sharedserve.errors import GpuError, NvmlUnavailable
-from sharedserve.gpu.backend import GpuInfo
+from sharedserve.gpu.backend import GpuInfo, XidEvent
 
 __all__ = ["NvmlBackend"]
+
+log = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
 
@@ -82,8 +86,102 @@ class NvmlBackend:
                 return int(process.usedGpuMemory) // _MIB
         return None
 
+    def probe(self, gpu_uuid: str) -> str | None:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            # Cheap, and fails (GPU_IS_LOST, UNKNOWN) on a GPU that fell off the bus or hung.
+            pynvml.nvmlDeviceGetMemoryInfo(handle)
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML cannot query GPU {gpu_uuid}: {e}") from e
+        return _reset_pending(handle)
+
+    def open_xid_watch(self, gpu_uuids: Sequence[str]) -> _NvmlXidWatch:
+        return _NvmlXidWatch(gpu_uuids)
+
+    def utilization_percent(self, gpu_uuid: str) -> int | None:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            return int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except pynvml.NVMLError_NotSupported:
+            return None
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML utilization query on {gpu_uuid} failed: {e}") from e
+
+    def memory_used_mib(self, gpu_uuid: str) -> int | None:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid)
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) // _MIB
+        except pynvml.NVMLError_NotSupported:
+            return None
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML memory query on {gpu_uuid} failed: {e}") from e
+
     def close(self) -> None:
         if self._open:
             self._open = False
             with _init_lock, contextlib.suppress(pynvml.NVMLError):
                 pynvml.nvmlShutdown()
+
+
+def _reset_pending(handle: Any) -> str | None:
+    """Why the GPU needs a reset before it may be trusted again, or None.
+
+    Memory pages (before Ampere) or rows (Ampere on) that failed are retired or remapped only at
+    the next reset; until then the bad memory is still handed out. Either query answers
+    NOT_SUPPORTED on the generation that uses the other mechanism, which is no finding.
+    """
+    with contextlib.suppress(pynvml.NVMLError):
+        if pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle) == pynvml.NVML_FEATURE_ENABLED:
+            return "memory pages are pending retirement; the GPU needs a reset"
+    try:
+        _, _, pending, failed = pynvml.nvmlDeviceGetRemappedRows(handle)
+    except pynvml.NVMLError:
+        return None
+    if failed:
+        return "a memory row remapping failed; the GPU needs service"
+    if pending:
+        return "memory rows are pending remapping; the GPU needs a reset"
+    return None
+
+
+class _NvmlXidWatch:
+    """``nvmlEventSet`` with every GPU registered for critical XID events."""
+
+    def __init__(self, gpu_uuids: Sequence[str]) -> None:
+        try:
+            self._set = pynvml.nvmlEventSetCreate()
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML cannot create an event set: {e}") from e
+        for uuid in gpu_uuids:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+                mask = pynvml.nvmlDeviceGetSupportedEventTypes(handle)
+                mask &= pynvml.nvmlEventTypeXidCriticalError
+                if mask:
+                    pynvml.nvmlDeviceRegisterEvents(handle, mask, self._set)
+                    continue
+                reason = "it reports no XID events"
+            except pynvml.NVMLError as e:
+                reason = str(e)
+            # Not fatal: the periodic probe still watches this GPU.
+            log.warning("not watching XID events of GPU %s: %s", uuid, reason)
+
+    def wait(self, timeout_s: float) -> XidEvent | None:
+        try:
+            data = pynvml.nvmlEventSetWait(self._set, max(1, int(timeout_s * 1000)))
+        except pynvml.NVMLError_Timeout:
+            return None
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML event wait failed: {e}") from e
+        if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+            return None
+        uuid: str | None
+        try:
+            uuid = _text(pynvml.nvmlDeviceGetUUID(data.device))
+        except pynvml.NVMLError:
+            uuid = None  # the caller then suspects every GPU, as NVIDIA's plugin does
+        return XidEvent(uuid, int(data.eventData))
+
+    def close(self) -> None:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlEventSetFree(self._set)

@@ -1,0 +1,129 @@
+"""What ``Allocate`` answers for one container: the env contract, MPS limits, mounts. Pure.
+
+The kubelet has already chosen the vGPUs; this maps them to physical GPUs and says what the
+container may use of each (DESIGN.md's env contract). Nothing is recorded: the answer is a
+function of the IDs alone, so a restarted plugin answers exactly as the old one did.
+
+Multi-GPU grants (only with ``--allow-multi-gpu``) list one value per GPU, comma-separated, in
+the order of ``NVIDIA_VISIBLE_DEVICES`` (NVML index order): ``SHAREDSERVE_GPU_MEMORY_FRACTION=
+0.25,0.5`` with ``SHAREDSERVE_GPU_MEMORY_MIB=4096,8192`` is a quarter of the first GPU and half of
+the second. Single-GPU grants are plain numbers, which is what ``sharedserve serve`` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sharedserve.allocator.inventory import Inventory, PhysicalGpu
+from sharedserve.errors import InvalidInput
+
+__all__ = ["ContainerGrant", "GpuGrant", "GrantOptions", "MountSpec", "container_grant", "plan"]
+
+
+@dataclass(frozen=True)
+class GpuGrant:
+    """The vGPUs one container gets on one physical GPU."""
+
+    gpu: PhysicalGpu
+    vgpu_ids: tuple[str, ...]
+
+    @property
+    def fraction(self) -> float:
+        """Share of the GPU: granted vGPUs / the GPU's replicas."""
+        return len(self.vgpu_ids) / self.gpu.replicas
+
+    @property
+    def memory_mib(self) -> int:
+        return len(self.vgpu_ids) * self.gpu.vgpu_memory_mib
+
+
+@dataclass(frozen=True)
+class GrantOptions:
+    allow_multi_gpu: bool = False
+    """Accept a request whose vGPUs sit on more than one GPU."""
+    cdi_kind: str | None = None
+    """CDI device kind (``nvidia.com/gpu``) to name each granted GPU by UUID; None: no CDI."""
+    mps_pipe_dir: Path | None = None
+    """MPS control daemon's pipe directory (mounted into the container); None: MPS off."""
+    mps_shm_dir: Path | None = None
+    """Host directory the MPS daemon uses as /dev/shm, mounted as the container's /dev/shm
+    (MPS clients exchange shared memory with the daemon); None: the container's own."""
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ContainerGrant:
+    envs: dict[str, str]
+    mounts: tuple[MountSpec, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
+    gpus: tuple[GpuGrant, ...] = field(default=(), compare=False)
+
+
+def plan(
+    inventory: Inventory, device_ids: Sequence[str], *, allow_multi_gpu: bool
+) -> list[GpuGrant]:
+    """The grant per physical GPU, in NVML index order. InvalidInput for what cannot be given."""
+    if not device_ids:
+        raise InvalidInput("no device IDs in the container request")
+    by_gpu: dict[str, list[tuple[int, str]]] = {}
+    for vgpu in inventory.resolve(device_ids):
+        by_gpu.setdefault(vgpu.gpu.uuid, []).append((vgpu.slot, vgpu.id))
+    if len(by_gpu) > 1 and not allow_multi_gpu:
+        raise InvalidInput(
+            f"the {len(device_ids)} vGPUs requested sit on {len(by_gpu)} GPUs "
+            f"({', '.join(sorted(by_gpu))}); a container gets vGPUs of one GPU unless the "
+            "allocator runs with --allow-multi-gpu"
+        )
+    grants = []
+    for uuid, slots in by_gpu.items():
+        gpu = inventory.gpu(uuid)
+        assert gpu is not None  # resolve() only returns vGPUs of known GPUs
+        grants.append(GpuGrant(gpu, tuple(vid for _, vid in sorted(slots))))
+    return sorted(grants, key=lambda g: g.gpu.index)
+
+
+def _joined(values: Sequence[object]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def container_grant(grants: Sequence[GpuGrant], options: GrantOptions) -> ContainerGrant:
+    """The env contract (DESIGN.md), plus MPS and CDI when configured."""
+    envs = {
+        "NVIDIA_VISIBLE_DEVICES": _joined([g.gpu.uuid for g in grants]),
+        "SHAREDSERVE_VGPU_IDS": _joined([vid for g in grants for vid in g.vgpu_ids]),
+        # repr() is the shortest string that reads back as the same float: 1/3 is sent as
+        # 0.3333333333333333, never rounded up past the share granted.
+        "SHAREDSERVE_GPU_MEMORY_FRACTION": _joined([repr(g.fraction) for g in grants]),
+        "SHAREDSERVE_GPU_MEMORY_MIB": _joined([g.memory_mib for g in grants]),
+    }
+    mounts: tuple[MountSpec, ...] = ()
+    if options.mps_pipe_dir is not None:
+        pipe_dir = str(options.mps_pipe_dir)
+        envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe_dir
+        # One percentage per client, whatever the number of GPUs: the smallest share, so that
+        # no GPU gives the pod more of its SMs than the pod's share of it.
+        share = min(g.fraction for g in grants)
+        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, int(100 * share)))
+        # Device numbers here are the client's CUDA ordinals: inside the container only the
+        # granted GPUs exist, numbered from 0 in PCI bus order (which CUDA_DEVICE_ORDER makes
+        # CUDA follow), so the host's NVML index would name the wrong device or none.
+        envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = _joined(
+            [f"{ordinal}={g.memory_mib}M" for ordinal, g in enumerate(grants)]
+        )
+        envs["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        # The pipes are how clients reach the node's MPS control daemon; they must be writable.
+        mounts = (MountSpec(pipe_dir, pipe_dir, read_only=False),)
+        if options.mps_shm_dir is not None:
+            mounts += (MountSpec("/dev/shm", str(options.mps_shm_dir), read_only=False),)
+    cdi: tuple[str, ...] = ()
+    if options.cdi_kind is not None:
+        cdi = tuple(f"{options.cdi_kind}={g.gpu.uuid}" for g in grants)
+    return ContainerGrant(envs, mounts, cdi, tuple(grants))

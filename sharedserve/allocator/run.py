@@ -1,0 +1,129 @@
+"""Start the allocator: discover GPUs, cut them into vGPUs, serve the kubelet until SIGTERM.
+
+Discovery happens once: the inventory (and so every vGPU ID) is fixed for the life of the
+process, as the kubelet expects. A GPU that later disappears or fails is reported Unhealthy,
+not removed. Failing to discover any GPU at start-up is an error (exit 1), as in NVIDIA's
+plugin; once running, no NVML failure stops the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import signal
+
+from sharedserve.allocator.health import HealthMonitor, mps_daemon_check
+from sharedserve.allocator.health_state import HealthBook
+from sharedserve.allocator.inventory import Inventory, build_inventory
+from sharedserve.allocator.kubelet import KubeletSession
+from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer
+from sharedserve.allocator.plugin import DeviceBoard, DevicePluginServicer, UsageView
+from sharedserve.allocator.settings import AllocatorSettings
+from sharedserve.errors import NvmlUnavailable
+from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
+
+__all__ = ["run"]
+
+log = logging.getLogger(__name__)
+
+
+def _discover(settings: AllocatorSettings, backend: GpuBackend) -> Inventory:
+    inventory = build_inventory(backend.list_gpus(), settings.sizing)
+    for gpu in inventory.gpus:
+        log.info(
+            "GPU %d %s (%s, %d MiB, NUMA %s): %d vGPUs of %d MiB",
+            gpu.index,
+            gpu.uuid,
+            gpu.name,
+            gpu.memory_mib,
+            "unknown" if gpu.numa_node is None else gpu.numa_node,
+            gpu.replicas,
+            gpu.vgpu_memory_mib,
+        )
+        if gpu.replicas == 0:
+            log.warning("GPU %s is smaller than one vGPU and is not advertised", gpu.uuid)
+    if not inventory.gpus:
+        log.warning("no GPUs found: registering %s with no devices", settings.resource_name)
+    return inventory
+
+
+async def _serve(settings: AllocatorSettings, backend: GpuBackend, inventory: Inventory) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    uuids = [gpu.uuid for gpu in inventory.gpus]
+    book = HealthBook(uuids, settings.ignored_xids, settings.xid_recovery_probes)
+    board = DeviceBoard(inventory, book.snapshot())
+    usage = UsageView()
+    # Read by the metrics thread: replaced on every change, never mutated.
+    health_view = book.snapshot()
+
+    def publish() -> None:
+        nonlocal health_view
+        health_view = book.snapshot()
+        board.publish(health_view)
+
+    pipe_dir = settings.grant.mps_pipe_dir
+    node_check = None if pipe_dir is None else mps_daemon_check(pipe_dir)
+    monitor = HealthMonitor(
+        backend, book, uuids, settings.health_interval_s, publish, node_check=node_check
+    )
+    session = KubeletSession(
+        settings,
+        lambda: DevicePluginServicer(inventory, board, usage, settings.policy, settings.grant),
+    )
+    metrics = None
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        if settings.metrics_port:
+            collector = AllocatorCollector(inventory, backend, lambda: health_view, usage)
+            metrics = MetricsServer(collector, settings.metrics_host, settings.metrics_port)
+        # The first probe before the kubelet hears of any device: a GPU that is already broken
+        # is never advertised Healthy.
+        await monitor.probe_round()
+        monitor.start_xid_watch(loop)
+        tasks = [
+            asyncio.create_task(monitor.probe_forever(), name="health-probe"),
+            asyncio.create_task(session.run(), name="kubelet-session"),
+        ]
+        stopped = asyncio.create_task(stop.wait(), name="stop-signal")
+        done, _ = await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        for task in done:
+            if task is not stopped:
+                task.result()  # the other tasks end early only by raising; let that surface
+        log.info("stopping: closing ListAndWatch streams and removing our socket")
+    finally:
+        for task in tasks:
+            task.cancel()
+        # The session's finally stops the server and removes our socket; exceptions of tasks
+        # that failed were raised above already.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await monitor.stop()
+        if metrics is not None:
+            metrics.close()
+
+
+def run(settings: AllocatorSettings) -> int:
+    """Serve the kubelet until SIGTERM or SIGINT; returns the process exit code."""
+    settings.validate()
+    backend = open_gpu_backend(settings.fake_gpus)
+    if backend is None:
+        raise NvmlUnavailable(
+            "no NVIDIA driver (NVML) on this node: nothing to allocate "
+            "(use --fake-gpus FILE to simulate GPUs for tests)"
+        )
+    try:
+        inventory = _discover(settings, backend)
+        # A full garbage collection walks every object the imports left (~40,000, >10 ms on a
+        # busy node) and would stall whichever kubelet call triggered it; none of them is
+        # garbage, so they are moved out of the collector's sight.
+        gc.freeze()
+        asyncio.run(_serve(settings, backend, inventory))
+    finally:
+        backend.close()
+    log.info("stopped")
+    return 0

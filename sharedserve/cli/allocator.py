@@ -1,0 +1,155 @@
+"""``sharedserve allocator``: the vGPU device plugin a node's kubelet talks to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sharedserve.allocator.allocation import GrantOptions
+from sharedserve.allocator.health_state import DEFAULT_IGNORED_XIDS
+from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing
+from sharedserve.allocator.placement import Policy
+from sharedserve.allocator.settings import (
+    DEFAULT_DEVICE_PLUGIN_DIR,
+    DEFAULT_MPS_PIPE_DIR,
+    DEFAULT_RESOURCE_NAME,
+    AllocatorSettings,
+)
+from sharedserve.cli._app import app
+from sharedserve.errors import ConfigError
+
+__all__: list[str] = []
+
+_DEFAULT_REPLICAS = Sizing().replicas
+# NVIDIA's container toolkit generates CDI specs of this kind, naming each GPU by its UUID too.
+_CDI_KIND = "nvidia.com/gpu"
+
+
+def _parse_xids(text: str) -> frozenset[int]:
+    xids = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ConfigError(f"--ignored-xids must be comma-separated XID numbers, got {text!r}")
+        xids.add(int(part))
+    return frozenset(xids)
+
+
+@app.command()
+def allocator(
+    replicas: Annotated[
+        int | None,
+        typer.Option(help=f"vGPUs per GPU, 1-{MAX_REPLICAS} (default {_DEFAULT_REPLICAS})."),
+    ] = None,
+    vgpu_memory_mib: Annotated[
+        int | None,
+        typer.Option(
+            help="Memory per vGPU in MiB, instead of --replicas: each GPU advertises as many "
+            "vGPUs as its memory holds, so cards of different sizes get different counts."
+        ),
+    ] = None,
+    policy: Annotated[
+        Policy,
+        typer.Option(
+            help="GetPreferredAllocation: bundle fills the fullest GPU that fits (keeps whole "
+            "GPUs free for big requests); spread picks the least-loaded GPU.",
+            case_sensitive=False,
+        ),
+    ] = Policy.BUNDLE,
+    allow_multi_gpu: Annotated[
+        bool,
+        typer.Option(
+            help="Allow a container vGPUs on several GPUs (env values become one per GPU)."
+        ),
+    ] = False,
+    cdi: Annotated[
+        bool, typer.Option(help=f"Also name each GPU as a CDI device ({_CDI_KIND}=<uuid>).")
+    ] = False,
+    mps: Annotated[
+        bool,
+        typer.Option(
+            help="CUDA MPS: set per-pod thread percentage and pinned memory limit, mount the "
+            "MPS pipe directory. Needs an MPS control daemon on the node."
+        ),
+    ] = False,
+    mps_pipe_dir: Annotated[
+        Path,
+        typer.Option(
+            help="MPS control daemon's pipe directory, the same path on the host, in this "
+            "container and in model containers. vGPUs are Unhealthy while the daemon's pid file "
+            "is missing from it."
+        ),
+    ] = DEFAULT_MPS_PIPE_DIR,
+    mps_shm_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --mps: host directory the MPS daemon uses as /dev/shm, mounted as each "
+            "model container's /dev/shm."
+        ),
+    ] = None,
+    device_plugin_dir: Annotated[
+        Path, typer.Option(help="Directory with the kubelet's kubelet.sock; ours goes there too.")
+    ] = DEFAULT_DEVICE_PLUGIN_DIR,
+    resource_name: Annotated[
+        str, typer.Option(help="Extended resource name pods request.")
+    ] = DEFAULT_RESOURCE_NAME,
+    health_interval: Annotated[
+        float, typer.Option(help="Seconds between GPU health probes.")
+    ] = 10.0,
+    ignored_xids: Annotated[
+        str,
+        typer.Option(
+            help="XID errors that leave a GPU healthy, comma-separated (NVIDIA's device "
+            "plugin's application-error list by default; empty: none)."
+        ),
+    ] = ",".join(str(x) for x in sorted(DEFAULT_IGNORED_XIDS)),
+    xid_recovery_probes: Annotated[
+        int, typer.Option(help="Passing probes a GPU needs after a critical XID to recover.")
+    ] = 3,
+    metrics_port: Annotated[
+        int, typer.Option(help="Port for Prometheus /metrics; 0 turns metrics off.")
+    ] = 0,
+    metrics_host: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "0.0.0.0",
+    fake_gpus: Annotated[
+        Path | None, typer.Option(help="Simulated GPU inventory (JSON) instead of NVML, for tests.")
+    ] = None,
+) -> None:
+    """Run the vGPU allocator: a kubelet device plugin (API v1beta1) advertising vGPUs.
+
+    Each GPU is advertised as --replicas vGPUs (or as many --vgpu-memory-mib shares as it
+    holds). A pod that requests sharedserve.io/vgpu gets, through Allocate, the physical GPU
+    (NVIDIA_VISIBLE_DEVICES) and its share of memory (SHAREDSERVE_GPU_MEMORY_FRACTION and
+    SHAREDSERVE_GPU_MEMORY_MIB), which `sharedserve serve` applies. Unhealthy GPUs (probe
+    failure, critical XID) are reported to the kubelet and come back when they pass again.
+    Stops cleanly on SIGTERM.
+    """
+    from sharedserve.allocator.run import run
+
+    if replicas is not None and vgpu_memory_mib is not None:
+        raise ConfigError("give --replicas or --vgpu-memory-mib, not both")
+    settings = AllocatorSettings(
+        sizing=Sizing(
+            replicas=_DEFAULT_REPLICAS if replicas is None else replicas,
+            vgpu_memory_mib=vgpu_memory_mib,
+        ),
+        policy=policy,
+        grant=GrantOptions(
+            allow_multi_gpu=allow_multi_gpu,
+            cdi_kind=_CDI_KIND if cdi else None,
+            mps_pipe_dir=mps_pipe_dir if mps else None,
+            mps_shm_dir=mps_shm_dir,
+        ),
+        device_plugin_dir=device_plugin_dir,
+        resource_name=resource_name,
+        health_interval_s=health_interval,
+        ignored_xids=_parse_xids(ignored_xids),
+        xid_recovery_probes=xid_recovery_probes,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        fake_gpus=fake_gpus,
+    )
+    settings.validate()
+    raise typer.Exit(run(settings))

@@ -1,0 +1,384 @@
+"""The real ``sharedserve allocator`` process against a kubelet stand-in, over unix sockets.
+
+Each ``Node`` is a short temp directory (unix socket paths must stay under 108 bytes) holding the
+device plugin directory, a fake GPU inventory the test rewrites to fail and heal GPUs, the
+``FakeKubelet`` (tests/support/kubelet.py) and the allocator child process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sharedserve.allocator.api import deviceplugin_pb2 as pb
+from tests.support.kubelet import FakeKubelet, PluginConnection
+from tests.support.servers import SHAREDSERVE, clean_env, free_port, run_cli
+
+T4 = "GPU-5f0c1a2b-0000-4000-8000-0000000000a0"
+A100 = "GPU-5f0c1a2b-1111-4000-8000-0000000000a1"
+GPUS = [
+    {"uuid": T4, "index": 0, "name": "Tesla T4", "memory_mib": 15360, "numa_node": 0},
+    {"uuid": A100, "index": 1, "name": "A100-SXM4-80GB", "memory_mib": 81920, "numa_node": 1},
+]
+
+
+def ids(gpu: str, *slots: int) -> list[str]:
+    return [f"{gpu}::{s}" for s in slots]
+
+
+def health(response: pb.ListAndWatchResponse) -> dict[str, str]:
+    return {d.ID: d.health for d in response.devices}
+
+
+def gpu_health(response: pb.ListAndWatchResponse, gpu: str) -> set[str]:
+    return {d.health for d in response.devices if d.ID.startswith(gpu + "::")}
+
+
+class Node:
+    def __init__(self, args: Sequence[str], metrics_port: int | None = None) -> None:
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        if metrics_port is not None:
+            args = [*args, "--metrics-port", str(metrics_port)]
+        self.root = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+        self.dir = self.root / "dp"
+        self.dir.mkdir()
+        self.gpus_file = self.root / "gpus.json"
+        self.set_gpus(GPUS)
+        self.kubelet = FakeKubelet(self.dir)
+        self.kubelet.start()
+        self.log_path = self.root / "allocator.log"
+        command = [*SHAREDSERVE, "allocator", "--fake-gpus", str(self.gpus_file)]
+        command += ["--device-plugin-dir", str(self.dir), *args]
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=clean_env()
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def set_gpus(self, gpus: list[dict[str, Any]] | str) -> None:
+        """Rewrite the inventory atomically: the allocator re-reads it on every probe."""
+        text = gpus if isinstance(gpus, str) else json.dumps({"gpus": gpus})
+        tmp = self.gpus_file.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.gpus_file)
+
+    def plugin(self, registrations: int = 1, timeout: float = 15) -> PluginConnection:
+        """The kubelet's connection to the plugin once it has registered that many times and
+        the first ListAndWatch response has arrived on it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.process.poll() is None, f"allocator exited:\n{self.log()}"
+            try:
+                plugin = self.kubelet.wait_plugins(registrations, timeout=0.2)
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"not registered {registrations}x:\n{self.log()}"
+                    ) from None
+        plugin.first(timeout=max(0.1, deadline - time.monotonic()))
+        return plugin
+
+    def current(self) -> PluginConnection:
+        return self.plugin(len(self.kubelet.registrations) or 1)
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def close(self) -> int:
+        code = self.stop()
+        self.kubelet.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+        return code
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[Node]:
+    """Bundle policy, 4 vGPUs per GPU, probes every second, metrics on."""
+    node = Node(["--replicas", "4", "--health-interval", "1"], metrics_port=free_port())
+    node.plugin()
+    yield node
+    log = node.log()
+    assert node.close() == 0, log
+
+
+@pytest.fixture(scope="module")
+def mps_dir() -> Iterator[Path]:
+    """A running MPS control daemon, as far as the allocator can see: its pid file."""
+    root = Path(tempfile.mkdtemp(prefix="ss-mps-", dir="/tmp"))
+    (root / "pipe").mkdir()
+    (root / "shm").mkdir()
+    (root / "pipe" / "nvidia-cuda-mps-control.pid").write_text("4242\n")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def spread_node(mps_dir: Path) -> Iterator[Node]:
+    """Spread policy, vGPUs of 5 GiB (3 on the T4, 16 on the A100), multi-GPU, MPS and CDI."""
+    args = ["--policy", "spread", "--vgpu-memory-mib", "5120", "--allow-multi-gpu", "--cdi"]
+    args += ["--mps", "--mps-pipe-dir", str(mps_dir / "pipe")]
+    node = Node([*args, "--mps-shm-dir", str(mps_dir / "shm"), "--health-interval", "1"])
+    node.plugin()
+    yield node
+    log = node.log()
+    assert node.close() == 0, log
+
+
+def allocate(plugin: PluginConnection, *containers: list[str]) -> pb.AllocateResponse:
+    request = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=c) for c in containers]
+    )
+    return plugin.stub.Allocate(request, timeout=5)
+
+
+def prefer(
+    plugin: PluginConnection, available: list[str], size: int, must: Sequence[str] = ()
+) -> list[str]:
+    container = pb.ContainerPreferredAllocationRequest(
+        available_deviceIDs=available, must_include_deviceIDs=must, allocation_size=size
+    )
+    request = pb.PreferredAllocationRequest(container_requests=[container])
+    response = plugin.stub.GetPreferredAllocation(request, timeout=5)
+    return list(response.container_responses[0].deviceIDs)
+
+
+def test_registration(node: Node) -> None:
+    plugin = node.current()
+    request = node.kubelet.registrations[0]
+    assert request.version == "v1beta1"
+    assert request.endpoint == "sharedserve-vgpu.sock"
+    assert request.resource_name == "sharedserve.io/vgpu"
+    assert request.options.get_preferred_allocation_available is True
+    assert request.options.pre_start_required is False
+    assert plugin.options == request.options  # GetDevicePluginOptions agrees
+    assert (node.dir / "sharedserve-vgpu.sock").is_socket()
+
+
+def test_list_and_watch(node: Node) -> None:
+    response = node.current().first()
+    assert [d.ID for d in response.devices] == ids(T4, 0, 1, 2, 3) + ids(A100, 0, 1, 2, 3)
+    assert set(health(response).values()) == {"Healthy"}
+    numa = {d.ID: [n.ID for n in d.topology.nodes] for d in response.devices}
+    assert numa[f"{T4}::0"] == [0] and numa[f"{A100}::3"] == [1]
+
+
+def test_allocate_env_contract(node: Node) -> None:
+    response = allocate(node.current(), ids(A100, 2), ids(T4, 3, 1))
+    one, two = response.container_responses
+    assert dict(one.envs) == {
+        "NVIDIA_VISIBLE_DEVICES": A100,
+        "SHAREDSERVE_VGPU_IDS": f"{A100}::2",
+        "SHAREDSERVE_GPU_MEMORY_FRACTION": "0.25",
+        "SHAREDSERVE_GPU_MEMORY_MIB": "20480",
+    }
+    assert dict(two.envs) == {
+        "NVIDIA_VISIBLE_DEVICES": T4,
+        "SHAREDSERVE_VGPU_IDS": f"{T4}::1,{T4}::3",
+        "SHAREDSERVE_GPU_MEMORY_FRACTION": "0.5",
+        "SHAREDSERVE_GPU_MEMORY_MIB": "7680",
+    }
+    assert not one.mounts and not one.cdi_devices and not one.devices
+
+
+@pytest.mark.parametrize(
+    ("containers", "fragment"),
+    [
+        pytest.param([["GPU-0000::0"]], "unknown device", id="unknown-id"),
+        pytest.param([ids(T4, 0), [f"{A100}::4"]], "unknown device", id="unknown-slot"),
+        pytest.param([ids(T4, 0) + ids(A100, 0)], "--allow-multi-gpu", id="two-gpus"),
+    ],
+)
+def test_allocate_refused(node: Node, containers: list[list[str]], fragment: str) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        allocate(node.current(), *containers)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert fragment in info.value.details()
+
+
+def test_preferred_allocation_bundle(node: Node) -> None:
+    plugin = node.current()
+    # T4 has one vGPU left, the A100 all four: bundle tops up the T4 and keeps the A100 whole.
+    available = ids(T4, 3) + ids(A100, 0, 1, 2, 3)
+    assert prefer(plugin, available, 1) == ids(T4, 3)
+    assert prefer(plugin, available, 2) == ids(A100, 0, 1)  # never split when one GPU fits
+    assert prefer(plugin, available, 2, must=ids(A100, 2)) == ids(A100, 2, 0)
+    assert prefer(plugin, available, 5) == ids(A100, 0, 1, 2, 3) + ids(T4, 3)
+    with pytest.raises(grpc.RpcError) as info:
+        prefer(plugin, available, 6)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_pre_start_container(node: Node) -> None:
+    request = pb.PreStartContainerRequest(devices_ids=ids(T4, 0))
+    assert node.current().stub.PreStartContainer(request, timeout=5) == (
+        pb.PreStartContainerResponse()
+    )
+
+
+def metrics(node: Node) -> str:
+    with urllib.request.urlopen(node.metrics_url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_metrics(node: Node) -> None:
+    plugin = node.current()
+    prefer(plugin, ids(T4, 0, 1, 2, 3), 1)  # the kubelet offers these as free
+    allocate(plugin, ids(T4, 2))
+    text = metrics(node)
+    labels = f'index="0",uuid="{T4}"'
+    assert f"sharedserve_allocator_gpu_healthy{{{labels}}} 1.0" in text
+    assert f"sharedserve_allocator_gpu_memory_total_bytes{{{labels}}} 1.610612736e+10" in text
+    assert f"sharedserve_allocator_gpu_vgpus{{{labels}}} 4.0" in text
+    assert 'simulated="true"' in text
+    assert f'sharedserve_allocator_vgpu_allocated{{uuid="{T4}",vgpu="{T4}::2"}} 1.0' in text
+    assert f'sharedserve_allocator_vgpu_allocated{{uuid="{T4}",vgpu="{T4}::1"}} 0.0' in text
+    # Simulated GPUs have no used memory or utilization: those series stay empty.
+    assert "sharedserve_allocator_gpu_memory_used_bytes{" not in text
+    assert "sharedserve_allocator_gpu_utilization_ratio{" not in text
+
+
+def test_health_unhealthy_and_recovery(node: Node) -> None:
+    plugin = node.current()
+    broken = [dict(g, healthy=g["uuid"] != A100) for g in GPUS]
+    for change, expected_a100, expected_t4 in (
+        (broken, "Unhealthy", "Healthy"),
+        (GPUS, "Healthy", "Healthy"),
+        ("not json", "Unhealthy", "Unhealthy"),  # the "driver" fails: every GPU, no crash
+        (GPUS, "Healthy", "Healthy"),
+    ):
+        seen = len(plugin.responses)
+        started = time.monotonic()
+        node.set_gpus(change)
+        plugin.wait_for(
+            lambda r, a=expected_a100, t=expected_t4: (
+                gpu_health(r, A100) == {a} and gpu_health(r, T4) == {t}
+            ),
+            timeout=5,
+            after=seen,
+        )
+        assert time.monotonic() - started < 5  # one --health-interval (1 s) and then some
+        healthy = "1.0" if expected_a100 == "Healthy" else "0.0"
+        assert f'gpu_healthy{{index="1",uuid="{A100}"}} {healthy}' in metrics(node)
+    assert "is now Unhealthy" in node.log()
+
+
+def test_kubelet_restarts(node: Node) -> None:
+    for _ in range(3):
+        before = len(node.kubelet.registrations)
+        started = time.monotonic()
+        node.kubelet.restart()
+        plugin = node.plugin(before + 1)
+        response = plugin.first()
+        assert len(response.devices) == 8
+        assert time.monotonic() - started < 10
+        assert node.kubelet.registrations[-1] == node.kubelet.registrations[0]
+        envs = allocate(plugin, ids(T4, 0)).container_responses[0].envs
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == T4
+    assert node.log().count("serving afresh and registering again") >= 3
+
+
+def test_plugin_socket_deleted(node: Node) -> None:
+    before = len(node.kubelet.registrations)
+    (node.dir / "sharedserve-vgpu.sock").unlink()
+    plugin = node.plugin(before + 1)
+    assert len(plugin.first().devices) == 8
+    assert (node.dir / "sharedserve-vgpu.sock").is_socket()
+
+
+def test_spread_mixed_gpus_mps_cdi_multi_gpu(spread_node: Node, mps_dir: Path) -> None:
+    plugin = spread_node.current()
+    response = plugin.first()
+    assert [d.ID for d in response.devices] == ids(T4, 0, 1, 2) + ids(A100, *range(16))
+    assert set(health(response).values()) == {"Healthy"}
+    pipe, shm = str(mps_dir / "pipe"), str(mps_dir / "shm")
+    # The T4 is a third used, the A100 a sixteenth: spread picks the A100 though both fit.
+    available = ids(T4, 1, 2) + ids(A100, *range(1, 16))
+    assert prefer(plugin, available, 2) == ids(A100, 1, 2)
+    grant = allocate(plugin, ids(T4, 1, 2) + ids(A100, 0)).container_responses[0]
+    assert dict(grant.envs) == {
+        "NVIDIA_VISIBLE_DEVICES": f"{T4},{A100}",
+        "SHAREDSERVE_VGPU_IDS": ",".join(ids(T4, 1, 2) + ids(A100, 0)),
+        "SHAREDSERVE_GPU_MEMORY_FRACTION": f"{2 / 3!r},0.0625",
+        "SHAREDSERVE_GPU_MEMORY_MIB": "10240,5120",
+        "CUDA_MPS_PIPE_DIRECTORY": pipe,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "6",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M,1=5120M",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    assert [(m.container_path, m.host_path, m.read_only) for m in grant.mounts] == [
+        (pipe, pipe, False),
+        ("/dev/shm", shm, False),
+    ]
+    assert [d.name for d in grant.cdi_devices] == [f"nvidia.com/gpu={T4}", f"nvidia.com/gpu={A100}"]
+
+
+def test_mps_daemon_down_marks_every_vgpu_unhealthy(spread_node: Node, mps_dir: Path) -> None:
+    plugin = spread_node.current()
+    pid_file = mps_dir / "pipe" / "nvidia-cuda-mps-control.pid"
+    for present, expected in ((False, "Unhealthy"), (True, "Healthy")):
+        seen = len(plugin.responses)
+        if present:
+            pid_file.write_text("4243\n")
+        else:
+            pid_file.unlink()
+        response = plugin.wait_for(
+            lambda r, e=expected: set(health(r).values()) == {e}, timeout=5, after=seen
+        )
+        assert len(response.devices) == 19
+    assert "MPS control daemon not running" in spread_node.log()
+
+
+def test_sigterm_closes_streams_and_removes_socket() -> None:
+    node = Node(["--health-interval", "1"])
+    try:
+        plugin = node.plugin()
+        plugin.first()
+        node.process.send_signal(signal.SIGTERM)
+        assert node.process.wait(timeout=10) == 0, node.log()
+        assert plugin.ended.wait(5) and plugin.ended_ok, plugin.error
+        assert not (node.dir / "sharedserve-vgpu.sock").exists()
+        assert (node.dir / "kubelet.sock").exists()  # the kubelet's own socket is not ours
+        assert "stopped" in node.log()
+    finally:
+        node.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        pytest.param(["--replicas", "0"], "--replicas must be in 1..1024", id="zero-replicas"),
+        pytest.param(["--replicas", "2", "--vgpu-memory-mib", "4096"], "not both", id="both"),
+        pytest.param(["--resource-name", "vgpu"], "--resource-name", id="bad-resource-name"),
+        pytest.param(["--ignored-xids", "13,x"], "--ignored-xids", id="bad-xids"),
+        pytest.param(["--health-interval", "0"], "--health-interval", id="zero-interval"),
+        pytest.param(["--device-plugin-dir", "/" + "d" * 100], "too long", id="long-socket-path"),
+    ],
+)
+def test_bad_flags(tmp_path: Path, args: list[str], fragment: str) -> None:
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"gpus": GPUS}))
+    result = run_cli("allocator", "--fake-gpus", str(gpus), *args, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr
