@@ -29,6 +29,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check sharedserve tests
 	$(BIN)/mypy sharedserve
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
 
 test: lint
 	$(BIN)/pytest

@@ -1,0 +1,337 @@
+"""The Kubernetes manifests, checked as far as a machine without a cluster can.
+
+What runs here: every manifest file, every kustomize build (kubectl's built-in kustomize) and
+``sharedserve k8s render``'s output go through ``kubernetes-validate --strict`` against the
+Kubernetes 1.30 schemas, and the wiring between objects (flags and the ports, paths, ConfigMap
+keys and Services they name) is asserted on the built objects. What cannot run here (no cluster,
+no GPU): scheduling, admission, pulling the image, the allocator's registration with a kubelet;
+docs/kubernetes.md says what to check on a cluster. The Dockerfile: test_dockerfile.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from sharedserve.k8s.quantity import parse_cpu
+from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
+from tests.support import manifests as m
+from tests.support.manifests import K8S, Obj
+from tests.support.servers import run_cli
+
+KUSTOMIZATIONS = [
+    "base",
+    "base/allocator",
+    "base/model",
+    "base/bench",
+    "base/bench/report-reader",
+    "overlays/mps",
+]
+DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+
+
+@pytest.fixture(scope="module")
+def builds() -> dict[str, list[Obj]]:
+    return {directory: m.load(m.kustomize(directory)) for directory in KUSTOMIZATIONS}
+
+
+def _manifest_files() -> list[Path]:
+    # Kustomizations and patches are not Kubernetes objects; what they produce is validated in
+    # the builds.
+    return sorted(
+        p
+        for p in K8S.rglob("*.yaml")
+        if p.name != "kustomization.yaml" and not p.name.endswith(".patch.yaml")
+    )
+
+
+def test_every_manifest_file_validates_strictly_against_1_30() -> None:
+    files = _manifest_files()
+    assert len(files) >= 14
+    by_file = m.validate(files)
+    for path in files:
+        assert len(by_file.get(str(path), [])) == len(m.load(path.read_text())), path
+
+
+def test_every_kustomize_build_validates_strictly(
+    builds: dict[str, list[Obj]], tmp_path: Path
+) -> None:
+    paths = []
+    for directory in KUSTOMIZATIONS:
+        path = tmp_path / (directory.replace("/", "_") + ".yaml")
+        path.write_text(yaml.safe_dump_all(builds[directory]))
+        paths.append(path)
+    by_file = m.validate(paths)
+    for directory, path in zip(KUSTOMIZATIONS, paths, strict=True):
+        assert len(by_file[str(path)]) == len(builds[directory]) > 0, directory
+        for obj in builds[directory]:
+            if obj["kind"] not in ("Namespace", "PriorityClass"):
+                assert obj["metadata"]["namespace"] == "sharedserve", (directory, obj["kind"])
+
+
+def test_strict_validation_rejects_a_stray_field(tmp_path: Path) -> None:
+    """The control for the tests above: a field Kubernetes does not know is an error."""
+    deployment, _ = render_model(ModelDeployment(model="tiny", image="sharedserve:0.1.0"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(deployment))
+    with pytest.raises(AssertionError, match="Additional properties are not allowed"):
+        m.validate([path])
+
+
+def test_every_manifest_is_in_a_kustomization() -> None:
+    """No orphan file: each manifest and patch is listed by the kustomization beside it."""
+    listed: set[Path] = set()
+    for kustomization in K8S.rglob("kustomization.yaml"):
+        spec = yaml.safe_load(kustomization.read_text())
+        entries = spec.get("resources", []) + [p["path"] for p in spec.get("patches", [])]
+        for generator in spec.get("configMapGenerator", []):
+            entries += generator.get("files", [])
+        for entry in entries:
+            target = (kustomization.parent / entry).resolve()
+            assert target.exists(), f"{kustomization} lists missing {entry}"
+            listed.add(target)
+    assert sorted({*_manifest_files(), *K8S.rglob("*.patch.yaml")} - listed) == []
+    assert {str(p.parent.relative_to(K8S)) for p in K8S.rglob("kustomization.yaml")} == set(
+        KUSTOMIZATIONS
+    )
+
+
+def test_render_output_validates_and_matches_the_base_model(tmp_path: Path) -> None:
+    out = tmp_path / "resnet.yaml"
+    result = run_cli(
+        "k8s", "render", "--model", "resnet50", "--image", "r.example/sharedserve:0.1.0",
+        "--vgpu", "2", "--cpu", "1500m", "--memory", "3Gi", "--runtime-class", "nvidia",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    stdout = run_cli("k8s", "render", "--model", "tiny", "--image", "sharedserve:0.1.0")
+    assert stdout.returncode == 0, stdout.stderr
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(stdout.stdout)
+    assert len(m.validate([out, tiny])[str(out)]) == 2
+    rendered = m.load(stdout.stdout)
+    for obj in rendered:
+        assert obj["metadata"].pop("namespace") == "sharedserve"
+    base = [
+        *m.load((K8S / "base/model/deployment.yaml").read_text()),
+        *m.load((K8S / "base/model/service.yaml").read_text()),
+    ]
+    assert rendered == base, "k8s/base/model and `sharedserve k8s render` have drifted apart"
+
+
+def test_render_usage_error_exits_2() -> None:
+    result = run_cli("k8s", "render", "--model", "tiny", "--image", "i", "--cpu", "1 core")
+    assert result.returncode == 2
+    assert "not a Kubernetes quantity" in result.stderr
+
+
+# -- wiring ------------------------------------------------------------------------------------
+
+
+def test_allocator_daemonset(builds: dict[str, list[Obj]]) -> None:
+    for directory in ("base", "base/allocator", "overlays/mps"):
+        objects = builds[directory]
+        daemonset = m.one(objects, "DaemonSet", "sharedserve-allocator")
+        pod = m.pod_spec(daemonset)
+        (container,) = pod["containers"]
+        args = m.expanded_args(container, objects)
+        assert container["command"] == ["sharedserve"]
+        assert args[0] == "allocator"
+        assert int(m.flag(args, "--replicas")) >= 1
+        assert m.flag(args, "--policy") in ("bundle", "spread")
+        assert int(m.flag(args, "--health-interval")) > 0
+        # The kubelet's device-plugin directory, from the host, at the path the flag names.
+        assert m.flag(args, "--device-plugin-dir") == DEVICE_PLUGINS
+        mount, volume = m.mount_of(container, pod, DEVICE_PLUGINS)
+        assert mount["mountPath"] == DEVICE_PLUGINS and not mount.get("readOnly")
+        assert volume["hostPath"] == {"path": DEVICE_PLUGINS, "type": "Directory"}
+        host_paths = [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v]
+        assert host_paths[0] == DEVICE_PLUGINS
+        # NVML through the NVIDIA runtime, nothing more.
+        env = m.container_env(container, objects)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+        assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+        # Only the privileges it needs.
+        security = container["securityContext"]
+        assert security["privileged"] is False
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert security["readOnlyRootFilesystem"] is True
+        for host_namespace in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not pod.get(host_namespace)
+        assert pod["automountServiceAccountToken"] is False
+        # GPU nodes only, tainted or not; never evicted for ordinary workloads.
+        assert pod["nodeSelector"] == {"sharedserve.io/gpu": "true"}
+        assert {t["key"] for t in pod["tolerations"]} >= {"nvidia.com/gpu"}
+        priority = m.one(objects, "PriorityClass", pod["priorityClassName"])
+        assert priority["value"] >= 1_000_000_000
+        assert container["resources"]["requests"] == container["resources"]["limits"]
+        # Metrics: the flag, the container port and the Prometheus Service agree.
+        metrics_port = int(m.flag(args, "--metrics-port"))
+        assert m.container_port(container, "metrics") == metrics_port
+        service = m.one(objects, "Service", "sharedserve-allocator-metrics")
+        assert m.selects(service, daemonset)
+        assert service["spec"]["clusterIP"] == "None"
+        (port,) = service["spec"]["ports"]
+        assert (port["port"], port["targetPort"]) == (metrics_port, "metrics")
+        assert service["metadata"]["annotations"]["prometheus.io/port"] == str(metrics_port)
+        assert "--mps" not in args or directory == "overlays/mps"
+
+
+def test_mps_overlay(builds: dict[str, list[Obj]]) -> None:
+    objects = builds["overlays/mps"]
+    (allocator,) = m.pod_spec(m.one(objects, "DaemonSet", "sharedserve-allocator"))["containers"]
+    args = m.expanded_args(allocator, objects)
+    assert "--mps" in args
+    pipe_dir = m.flag(args, "--mps-pipe-dir")
+    allocator_pod = m.pod_spec(m.one(objects, "DaemonSet", "sharedserve-allocator"))
+    _, volume = m.mount_of(allocator, allocator_pod, pipe_dir)
+    assert volume["hostPath"]["path"] == pipe_dir
+    daemon = m.one(objects, "DaemonSet", "sharedserve-mps-control")
+    pod = m.pod_spec(daemon)
+    (control,) = pod["containers"]
+    assert control["command"] == ["nvidia-cuda-mps-control", "-f"]
+    env = m.container_env(control, objects)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == pipe_dir
+    _, daemon_volume = m.mount_of(control, pod, pipe_dir)
+    assert daemon_volume["hostPath"]["path"] == pipe_dir
+    # The daemon's /dev/shm is the host directory the allocator mounts into its clients.
+    _, shm = m.mount_of(control, pod, "/dev/shm")
+    assert shm["hostPath"]["path"] == m.flag(args, "--mps-shm-dir")
+    # The init container prepares exactly the directories the daemon mounts.
+    (root,) = [v["hostPath"]["path"] for v in pod["volumes"] if v["name"] == "mps-root"]
+    for path in (pipe_dir, shm["hostPath"]["path"]):
+        assert path.startswith(root + "/")
+        assert f"/mps/{path.removeprefix(root + '/')}" in pod["initContainers"][0]["args"][0]
+    assert "compute" in env["NVIDIA_DRIVER_CAPABILITIES"]
+    # One MPS server serves one user: the daemon runs as the model servers' user.
+    assert control["securityContext"]["runAsUser"] == RUN_AS_USER
+    assert control["securityContext"]["privileged"] is False
+    assert pod["nodeSelector"] == allocator_pod["nodeSelector"]
+    (prepare,) = pod["initContainers"]
+    assert prepare["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+
+
+def test_model_deployment(builds: dict[str, list[Obj]]) -> None:
+    objects = builds["base/model"]
+    deployment = m.one(objects, "Deployment", "tiny")
+    pod = m.pod_spec(deployment)
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert container["command"] == ["sharedserve"] and args[0] == "serve"
+    name = m.flag(args, "--name")
+    resources = container["resources"]
+    assert resources["limits"]["sharedserve.io/vgpu"] == "1"
+    assert resources["requests"]["sharedserve.io/vgpu"] == "1"
+    assert resources["limits"]["cpu"] == resources["requests"]["cpu"] == "500m"
+    assert resources["limits"]["memory"] == resources["requests"]["memory"]
+    # The model comes from the claim, read-only, and the claim is part of the build.
+    _, volume = m.mount_of(container, pod, m.flag(args, "--model"))
+    assert volume["persistentVolumeClaim"]["readOnly"] is True
+    m.one(objects, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    # Probes on the REST port, for the model this server serves.
+    rest = int(m.flag(args, "--rest-port"))
+    assert m.container_port(container, "http") == rest
+    assert m.container_port(container, "grpc") == int(m.flag(args, "--grpc-port"))
+    probes = {k: container[k]["httpGet"] for k in ("readinessProbe", "livenessProbe")}
+    assert probes["readinessProbe"] == {"path": f"/v1/models/{name}/metadata", "port": "http"}
+    assert probes["livenessProbe"] == {"path": f"/v1/models/{name}", "port": "http"}
+    security = container["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is security["runAsNonRoot"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    service = m.one(objects, "Service", deployment["metadata"]["name"])
+    assert m.selects(service, deployment)
+    ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert ports == {"http": (rest, "http"), "grpc": (8500, "grpc")}
+    # The build Job writes the model where the server reads it.
+    job = m.one(objects, "Job", "sharedserve-build-tiny")
+    (build,) = m.pod_spec(job)["containers"]
+    assert f"--out {m.mount_of(container, pod, '/models/tiny')[0]['mountPath']}" in build["args"][0]
+    assert f"[ -d {m.flag(args, '--model')} ]" in build["args"][0]
+
+
+def test_bench_master_and_workers(builds: dict[str, list[Obj]]) -> None:
+    objects = builds["base/bench"]
+    job = m.one(objects, "Job", "sharedserve-bench-master")
+    pod = m.pod_spec(job)
+    (master,) = pod["containers"]
+    args = m.expanded_args(master, objects)
+    assert master["command"] == ["sharedserve"] and args[0] == "bench"
+    assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
+    # Targets: a file in a mounted ConfigMap, in the targets-file format.
+    targets_path = m.flag(args, "--targets")
+    mount, volume = m.mount_of(master, pod, targets_path)
+    data = m.one(objects, "ConfigMap", volume["configMap"]["name"])["data"]
+    targets = json.loads(data[targets_path.removeprefix(mount["mountPath"] + "/")])["targets"]
+    assert targets
+    fields = {"name", "model", "rest", "grpc", "pid", "cgroup", "gpu", "gpu_memory_fraction"}
+    for target in targets:
+        assert fields | {"cpu_limit"} == set(target)
+    # The report goes to a claim in the build.
+    _, report = m.mount_of(master, pod, m.flag(args, "--out"))
+    m.one(objects, "PersistentVolumeClaim", report["persistentVolumeClaim"]["claimName"])
+    assert m.flag(args, "--pattern") in ("sequential", "parallel", "poisson")
+    for flag in ("--duration", "--warmup", "--slo-p99-ms", "--concurrency"):
+        assert float(m.flag(args, flag)) > 0
+    # Workers reach the master through its Service, on the port it binds.
+    bind_port = int(m.flag(args, "--master-bind-port"))
+    assert m.container_port(master, "locust") == bind_port
+    service = m.one(objects, "Service", "sharedserve-bench-master")
+    workers = m.one(objects, "Deployment", "sharedserve-bench-worker")
+    assert m.selects(service, job) and not m.selects(service, workers)
+    (port,) = service["spec"]["ports"]
+    assert (port["port"], port["targetPort"]) == (bind_port, "locust")
+    (worker,) = m.pod_spec(workers)["containers"]
+    assert worker["command"] == ["sharedserve"] and worker["args"][0] == "bench-worker"
+    assert m.flag(worker["args"], "--master") == f"sharedserve-bench-master:{port['port']}"
+    # The master waits for exactly as many workers as the Deployment runs.
+    assert int(m.flag(args, "--expect-workers")) == workers["spec"]["replicas"] >= 1
+
+
+def test_bench_targets_are_the_model_services(builds: dict[str, list[Obj]]) -> None:
+    model_objects = builds["base/model"]
+    data = json.loads((K8S / "base/bench/targets.json").read_text())
+    for target in data["targets"]:
+        rest = httpx.URL(target["rest"])
+        service = m.one(model_objects, "Service", rest.host)
+        ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+        assert rest.port == ports["http"]
+        assert target["grpc"] == f"{rest.host}:{ports['grpc']}"
+        deployment = m.one(model_objects, "Deployment", rest.host)
+        (container,) = m.pod_spec(deployment)["containers"]
+        assert m.flag(container["args"], "--name") == target["model"]
+        assert target["cpu_limit"] == parse_cpu(container["resources"]["limits"]["cpu"])
+
+
+def test_every_container_is_hardened_and_bounded(builds: dict[str, list[Obj]]) -> None:
+    seen = set()
+    for name, pod, container in m.containers(builds):
+        seen.add(name)
+        assert container["image"].split(":")[0] == "sharedserve", name
+        security = container["securityContext"]
+        assert security.get("privileged", False) is False, name
+        assert security["allowPrivilegeEscalation"] is False, name
+        assert security["readOnlyRootFilesystem"] is True, name
+        assert security["capabilities"]["drop"] == ["ALL"], name
+        assert set(security["capabilities"].get("add", [])) <= {"CHOWN"}, name
+        assert {"cpu", "memory"} <= set(container["resources"]["limits"]), name
+        assert pod["automountServiceAccountToken"] is False, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        root = security.get("runAsUser", pod["securityContext"].get("runAsUser")) == 0
+        # Root only where a host directory owned by root must be written: the allocator and the
+        # MPS directories' preparation. Everything else runs as the image's user.
+        allowed_root = {
+            ("sharedserve-allocator", "allocator"),
+            ("sharedserve-mps-control", "prepare"),
+        }
+        assert root == ((name, container["name"]) in allowed_root), name
+        if not root:
+            user = security.get("runAsUser", pod["securityContext"].get("runAsUser"))
+            assert user == RUN_AS_USER, name
+    assert len(seen) == 7

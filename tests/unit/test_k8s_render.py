@@ -1,0 +1,232 @@
+"""``sharedserve k8s render``'s pure parts: the model objects, quantities and the YAML writer."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import yaml
+
+from sharedserve.errors import ConfigError
+from sharedserve.k8s.quantity import parse_cpu, parse_memory, parse_quantity
+from sharedserve.k8s.render import ModelDeployment, render_model, render_model_yaml
+from sharedserve.k8s.yamltext import dump, dump_all
+
+
+def _server(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = objects[0]
+    assert deployment["kind"] == "Deployment"
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_tiny_defaults() -> None:
+    deployment, service = render_model(ModelDeployment(model="tiny", image="sharedserve:0.1.0"))
+    assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
+    assert deployment["metadata"]["name"] == service["metadata"]["name"] == "tiny"
+    assert deployment["metadata"]["namespace"] == "sharedserve"
+    container = _server([deployment, service])
+    assert container["command"] == ["sharedserve"]
+    assert container["args"][:5] == ["serve", "--model", "/models/tiny", "--name", "tiny"]
+    limits = container["resources"]["limits"]
+    assert limits == {"cpu": "500m", "memory": "2Gi", "sharedserve.io/vgpu": "1"}
+    assert container["resources"]["requests"] == limits
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models/tiny/metadata"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v1/models/tiny"
+    assert container["startupProbe"]["httpGet"]["path"] == "/v1/models/tiny"
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    pod = deployment["spec"]["template"]["spec"]
+    assert "runtimeClassName" not in pod
+    (models,) = [v for v in pod["volumes"] if v["name"] == "models"]
+    assert models["persistentVolumeClaim"] == {"claimName": "sharedserve-models", "readOnly": True}
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports == {"http": 8501, "grpc": 8500}
+    assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
+
+
+def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_flags_reach_the_objects() -> None:
+    spec = ModelDeployment(
+        model="mobilenet_v2",
+        image="registry.example:5000/team/sharedserve:0.1.0",
+        vgpu=2,
+        cpu="1.5",
+        memory="3Gi",
+        model_pvc="my-models",
+        namespace="inference",
+        replicas=3,
+        runtime_class="nvidia",
+    )
+    deployment, service = render_model(spec)
+    # Model names may hold "_"; Kubernetes names may not.
+    assert deployment["metadata"]["name"] == service["metadata"]["name"] == "mobilenet-v2"
+    assert deployment["metadata"]["namespace"] == service["metadata"]["namespace"] == "inference"
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    container = _server([deployment, service])
+    assert container["image"] == "registry.example:5000/team/sharedserve:0.1.0"
+    assert container["resources"]["limits"] == {
+        "cpu": "1.5",
+        "memory": "3Gi",
+        "sharedserve.io/vgpu": "2",
+    }
+    assert "/models/mobilenet_v2" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models/mobilenet_v2/metadata"
+    (models,) = [v for v in pod["volumes"] if v["name"] == "models"]
+    assert models["persistentVolumeClaim"]["claimName"] == "my-models"
+
+
+def test_explicit_name_for_replicas_of_one_model() -> None:
+    deployment, _ = render_model(ModelDeployment(model="tiny", image="img", name="tiny-3"))
+    assert deployment["metadata"]["name"] == "tiny-3"
+    labels = pod_labels(deployment)
+    assert labels["app.kubernetes.io/instance"] == "tiny-3"
+    assert labels["sharedserve.io/model"] == "tiny"
+    assert _server([deployment])["livenessProbe"]["httpGet"]["path"] == "/v1/models/tiny"
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"model": "bad/name"}, "--model"),
+        ({"model": "-tiny"}, "--model"),
+        ({"model": "x" * 64}, "--model"),
+        ({"model": "9lives"}, "pass --name"),
+        ({"name": "Tiny"}, "--name"),
+        ({"image": "has space"}, "--image"),
+        ({"image": ""}, "--image"),
+        ({"vgpu": 0}, "--vgpu"),
+        ({"replicas": 0}, "--replicas"),
+        ({"cpu": "half"}, "not a Kubernetes quantity"),
+        ({"cpu": "0"}, "positive"),
+        ({"cpu": "0.0005"}, "finer than 1m"),
+        ({"memory": "500m"}, "did you mean Mi"),
+        ({"memory": "2GB"}, "not a Kubernetes quantity"),
+        ({"model_pvc": "Models"}, "--model-pvc"),
+        ({"namespace": "a.b"}, "--namespace"),
+        ({"runtime_class": "NVIDIA"}, "--runtime-class"),
+    ],
+)
+def test_invalid_values_are_config_errors(changes: dict[str, Any], fragment: str) -> None:
+    fields: dict[str, Any] = {"model": "tiny", "image": "sharedserve:0.1.0", **changes}
+    with pytest.raises(ConfigError) as info:
+        render_model(ModelDeployment(**fields))
+    assert fragment in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("500m", Decimal("0.5")),
+        ("0.5", Decimal("0.5")),
+        ("2", Decimal(2)),
+        (".25", Decimal("0.25")),
+        ("1k", Decimal(1000)),
+        ("2Gi", Decimal(2 * 1024**3)),
+        ("512Mi", Decimal(512 * 1024**2)),
+        ("1e3", Decimal(1000)),
+        ("1.5E-3", Decimal("0.0015")),
+        ("+3M", Decimal(3_000_000)),
+    ],
+)
+def test_quantities(text: str, value: Decimal) -> None:
+    assert parse_quantity(text, "--x") == value
+
+
+@pytest.mark.parametrize("text", ["", "m", "1.2.3", "1 Gi", "1gi", "1Ki2", "0x10", "--1"])
+def test_not_quantities(text: str) -> None:
+    with pytest.raises(ConfigError, match="not a Kubernetes quantity"):
+        parse_quantity(text, "--x")
+
+
+def test_cpu_and_memory_rules() -> None:
+    assert parse_cpu("1m") == Decimal("0.001")
+    assert parse_memory("1") == 1
+    with pytest.raises(ConfigError, match="positive"):
+        parse_memory("-1Gi")
+    with pytest.raises(ConfigError, match="finer than 1m"):
+        parse_cpu("0.0015")
+
+
+def test_yaml_round_trips_the_render() -> None:
+    for spec in (
+        ModelDeployment(model="tiny", image="sharedserve:0.1.0"),
+        ModelDeployment(model="resnet50", image="r.example/s:1", runtime_class="nvidia"),
+    ):
+        text = render_model_yaml(spec)
+        assert text.startswith("# Model ")
+        assert list(yaml.safe_load_all(text)) == render_model(spec)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "500m",
+        "8501",
+        "0.0.0.0",
+        "true",
+        "On",
+        "no",
+        "Y",
+        "null",
+        "~",
+        "",
+        " leading space",
+        "a: b",
+        "a #b",
+        "ends:",
+        "-",
+        "-1",
+        "--model",
+        "$(ALLOCATOR_REPLICAS)",
+        "http://tiny:8501",
+        "sharedserve:0.1.0",
+        "'quoted'",
+        '"double"',
+        "back\\slash",
+        "{flow}",
+        "[flow]",
+        "*alias",
+        "&anchor",
+        "!tag",
+        "%directive",
+        "@at",
+        "`tick`",
+        "1e3",
+        ".inf",
+        "0o17",
+        "1:20",
+    ],
+)
+def test_yaml_strings_stay_strings(value: str) -> None:
+    document = {"key": value, value or "empty": [value, {"nested": value}]}
+    assert yaml.safe_load(dump(document)) == document
+
+
+def test_yaml_shapes() -> None:
+    document = {
+        "empty_map": {},
+        "empty_list": [],
+        "null": None,
+        "flags": [True, False],
+        "numbers": [0, -3, 8501],
+        "nested": [[1, 2], [{"a": [{"b": "c"}]}]],
+    }
+    assert yaml.safe_load(dump(document)) == document
+    assert "empty_map: {}" in dump(document)
+    assert dump_all([{"a": 1}, {"b": 2}]) == "a: 1\n---\nb: 2\n"
+
+
+@pytest.mark.parametrize("value", ["café", "tab\there", 1.5, object()])
+def test_yaml_refuses_what_manifests_never_hold(value: object) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        dump({"key": value})
