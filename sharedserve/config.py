@@ -16,10 +16,12 @@ from sharedserve.errors import ConfigError
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "BatchingSettings",
+    "BenchSettings",
     "CapSource",
     "GpuCapRequest",
     "GpuSettings",
     "GrpcSettings",
+    "LoadPattern",
     "PackSettings",
     "RestSettings",
     "ServerSettings",
@@ -105,6 +107,78 @@ class GpuSettings:
     """``CUDA_VISIBLE_DEVICES`` as the process sees it; picks which GPU the cap is sized against."""
     fake_gpus: Path | None = None
     """JSON GPU inventory used instead of NVML (tests and development; reported as simulated)."""
+
+
+class LoadPattern(str, Enum):
+    """How the bench offers load to each model."""
+
+    SEQUENTIAL = "sequential"
+    """One request in flight per model, the next sent as soon as the last returns."""
+    PARALLEL = "parallel"
+    """``concurrency`` requests in flight per model (closed loop)."""
+    POISSON = "poisson"
+    """Open loop: ``rate`` requests/s per model with exponential gaps."""
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """``sharedserve bench``: a density sweep (``pack`` per density) or given targets."""
+
+    out_dir: Path
+    """Where the report files go."""
+    densities: tuple[int, ...] = (1, 2, 4, 8)
+    """Numbers of co-located replicas to measure, in order (ignored with ``targets_file``)."""
+    pack: PackSettings | None = None
+    """How each density is packed (``replicas`` is set per density); None with ``targets_file``."""
+    targets_file: Path | None = None
+    """Measure these running endpoints (pack's targets format) as one row instead of a sweep."""
+    pattern: LoadPattern = LoadPattern.SEQUENTIAL
+    concurrency: int = 10
+    """Users per model for ``parallel``."""
+    rate: float = 10.0
+    """Requests per second per model for ``poisson``."""
+    max_in_flight: int = 100
+    """Poisson only: requests in flight per model beyond which new ones are dropped (counted)."""
+    protocol: str = "rest"
+    """``rest`` or ``grpc``."""
+    duration_s: float = 30.0
+    """Seconds of the measured window per density."""
+    warmup_s: float = 5.0
+    """Seconds of load before the window opens (not recorded)."""
+    slo_p99_ms: float | None = None
+    """P99 latency objective per model in milliseconds; None: no recommendation."""
+    loadgen_workers: int | None = None
+    """Local Locust worker processes; 0 runs users in the master; None sizes to the load."""
+    external_workers: int = 0
+    """Remote Locust workers to wait for (Kubernetes); the master listens on ``master_bind``."""
+    master_bind_port: int = 5557
+    """Port the Locust master listens on for workers."""
+    seed: int = 0
+    """Seed of the request data and the Poisson arrivals."""
+    command: tuple[str, ...] = ()
+    """The command line, recorded in the report."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        if (self.pack is None) == (self.targets_file is None):
+            raise ConfigError("give --model (a density sweep) or --targets (running endpoints)")
+        if not self.densities or any(d < 1 for d in self.densities):
+            raise ConfigError(f"--densities must be positive integers, got {list(self.densities)}")
+        if self.protocol not in ("rest", "grpc"):
+            raise ConfigError(f"--protocol must be rest or grpc, got {self.protocol!r}")
+        checks = [
+            ("--duration", self.duration_s > 0),
+            ("--warmup", self.warmup_s >= 0),
+            ("--concurrency", self.concurrency >= 1),
+            ("--rate", self.rate > 0 and math.isfinite(self.rate)),
+            ("--max-in-flight", self.max_in_flight >= 1),
+            ("--slo-p99-ms", self.slo_p99_ms is None or self.slo_p99_ms > 0),
+            ("--loadgen-workers", self.loadgen_workers is None or self.loadgen_workers >= 0),
+            ("--expect-workers", self.external_workers >= 0),
+        ]
+        bad = [flag for flag, ok in checks if not ok]
+        if bad:
+            raise ConfigError(f"invalid value for {', '.join(bad)}")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,19 @@ import sys
 
 import typer
 
-from sharedserve.cli import pack, serve
+from sharedserve.cli import allocator, bench, k8s, pack, serve
 from sharedserve.cli._app import app
 from sharedserve.errors import ConfigError, SharedServeError
 
 __all__ = ["app", "main"]
 
-_COMMAND_MODULES = (pack, serve)  # imported for the commands they register
+_COMMAND_MODULES = (
+    allocator,
+    bench,
+    k8s,
+    pack,
+    serve,
+)  # imported for the commands they register
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from sharedserve.cli._app import app
 from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError
 
-__all__: list[str] = []
+__all__ = ["check_server_args", "replica_environment"]
 
 # Options of `serve` that the packer sets itself, per replica.
 _PACK_OWNED = {
@@ -31,7 +31,7 @@ _PACK_OWNED = {
 _CONTRACT_VARS = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 
 
-def _check_server_args(args: list[str]) -> tuple[str, ...]:
+def check_server_args(args: list[str]) -> tuple[str, ...]:
     """Refuse pass-through options `serve` does not know, before any replica starts."""
     owned = [a for a in args if a.split("=", 1)[0] in _PACK_OWNED]
     if owned:
@@ -44,7 +44,7 @@ def _check_server_args(args: list[str]) -> tuple[str, ...]:
     return tuple(args)
 
 
-def _replica_environment() -> dict[str, str]:
+def replica_environment() -> dict[str, str]:
     # The packer hands each replica the env contract itself; leftovers from this shell must not
     # override it (a SHAREDSERVE_GPU_MEMORY_MIB exported for another test, say).
     return {
@@ -148,9 +148,9 @@ def pack(
         base_port=base_port,
         targets_out=targets_out,
         log_dir=log_dir,
-        server_args=_check_server_args(list(ctx.args)),
+        server_args=check_server_args(list(ctx.args)),
         fake_gpus=fake_gpus,
-        environment=_replica_environment(),
+        environment=replica_environment(),
         start_timeout_s=start_timeout,
         stop_grace_s=stop_grace,
         max_restarts=max_restarts,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.servers import SHAREDSERVE, clean_env
+from tests.support.pack import PackRun, alive
 
 GPU_UUID = "GPU-0a1b2c3d-0000-0000-0000-000000000000"
 
@@ -32,56 +31,6 @@ def _cgroups_now() -> set[str]:
         if root.is_dir():
             found |= {str(p) for p in root.glob("sharedserve-pack-*")}
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes; its parent (the packer) has exited.
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-class PackRun:
-    """A ``sharedserve pack`` child process and its targets file."""
-
-    def __init__(self, tmp: Path, model: Path, *args: str) -> None:
-        self.targets_path = tmp / "targets.json"
-        self.log_path = tmp / "pack.log"
-        self._log = self.log_path.open("wb")
-        command = [*SHAREDSERVE, "pack", "--model", str(model), "--targets-out"]
-        command += [str(self.targets_path), "--log-dir", str(tmp / "logs"), *args]
-        self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=clean_env()
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def targets(self) -> dict:
-        return json.loads(self.targets_path.read_text())
-
-    def wait_targets(self, timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"pack exited early:\n{self.log()}"
-            if self.targets_path.exists():
-                return self.targets()
-            time.sleep(0.2)
-        raise AssertionError(f"no targets file within {timeout} s:\n{self.log()}")
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +113,9 @@ def test_sigterm_leaves_no_process_cgroup_or_targets_file(
     body = run.targets()  # after any restart, so the pids are current
     pids = [t["pid"] for t in body["targets"]]
     cgroups = [Path(t["cgroup"]) for t in body["targets"]]
-    assert all(_alive(pid) for pid in pids)
+    assert all(alive(pid) for pid in pids)
     assert run.stop() == 0, run.log()
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
     assert not any(c.exists() for c in cgroups)
     assert not cgroups[0].parent.exists()
     assert not run.targets_path.exists()

@@ -1,0 +1,139 @@
+"""The report's PNG plots: latency, throughput and GPU use against packing density.
+
+matplotlib's ``Figure`` with an explicit Agg canvas, never pyplot: pyplot picks a backend and
+keeps figures in global state, which a library should not touch. matplotlib is imported only when
+a plot is drawn, as it takes a noticeable part of a second to import and most commands never plot.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["GPU_KEYS", "PLOT_NAMES", "draw_plots"]
+
+PLOT_NAMES = ("p99_vs_density.png", "qps_vs_density.png", "gpu_vs_density.png")
+"""Every plot a report may have, in the order reports show them."""
+GPU_KEYS = ("gpu_util_mean", "gpu_util_max", "gpu_mem_used_mib")
+"""Row keys of the GPU figures; the GPU plot is drawn only when one of them has a value."""
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> dict[str, tuple[list[int], list[float]]]:
+    """Per pattern, densities ascending and the values (NaN where null); patterns with no value
+    at all are left out, so nothing empty is drawn or put in a legend."""
+    out = {}
+    for pattern in dict.fromkeys(r["pattern"] for r in rows):
+        mine = sorted((r for r in rows if r["pattern"] == pattern), key=lambda r: r["density"])
+        values = [math.nan if r.get(key) is None else float(r[key]) for r in mine]
+        if not all(math.isnan(v) for v in values):
+            out[pattern] = ([r["density"] for r in mine], values)
+    return out
+
+
+def _density_axis(ax: Axes, rows: list[dict[str, Any]]) -> None:
+    # Densities double (1, 2, 4, 8): a base-2 log axis spaces them evenly, ticks only at them.
+    densities = sorted({int(r["density"]) for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(densities, labels=[str(d) for d in densities])
+    ax.set_xticks([], minor=True)
+    ax.set_xlabel("models on the GPU (density)")
+    ax.grid(True, alpha=0.3)
+
+
+def _draw(
+    ax: Axes, rows: list[dict[str, Any]], key: str, label: str, *, style: str, colour: int
+) -> None:
+    """Plot one figure of the rows, a line per pattern that has any value of it."""
+    patterns = list(dict.fromkeys(r["pattern"] for r in rows))
+    several = len(patterns) > 1
+    for pattern, (xs, ys) in _series(rows, key).items():
+        # With several patterns the colour tells the pattern and the style the figure; with one,
+        # each figure gets a colour of its own.
+        c = f"C{patterns.index(pattern) if several else colour}"
+        ax.plot(xs, ys, style, color=c, label=f"{label} ({pattern})" if several else label)
+
+
+def _right(ax: Axes, rows: list[dict[str, Any]], key: str, label: str, colour: int) -> list[Axes]:
+    """A second y axis with one more figure on it; none when the rows have no such figure."""
+    values = [v for _, ys in _series(rows, key).values() for v in ys if not math.isnan(v)]
+    if not values:
+        return []
+    right = ax.twinx()
+    _draw(right, rows, key, label, style="^:", colour=colour)
+    right.set_ylabel(label)
+    # Autoscaling puts the highest point on the frame (a scaling efficiency of 1.0, hidden by it).
+    right.set_ylim(0, max(values) * 1.15 or 1.0)
+    return [right]
+
+
+def _legend(*axes: Axes) -> None:
+    handles, labels = [], []
+    for ax in axes:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    if handles:
+        # Below the plot, not on it: inside, it would sit over some line of one of the axes.
+        axes[0].figure.legend(
+            handles,
+            labels,
+            loc="outside lower center",
+            ncols=min(3, len(handles)),
+            fontsize="small",
+        )
+
+
+def draw_plots(rows: list[dict[str, Any]], slo_p99_ms: float | None) -> dict[str, bytes]:
+    """PNG bytes by file name (``PLOT_NAMES``), for the plots the rows have data for: none
+    without rows, no GPU plot without GPU figures."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    def figure(title: str) -> tuple[Figure, Axes]:
+        fig = Figure(figsize=(7.5, 4.5), dpi=100, layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        ax.set_title(title)
+        _density_axis(ax, rows)
+        return fig, ax
+
+    def png(fig: Figure) -> bytes:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        return buf.getvalue()
+
+    out: dict[str, bytes] = {}
+    if any(r.get(k) is not None for r in rows for k in ("p50_ms", "p99_ms")):
+        fig, ax = figure("Latency vs packing density (all models merged)")
+        _draw(ax, rows, "p99_ms", "p99", style="o-", colour=0)
+        _draw(ax, rows, "p50_ms", "p50", style="s--", colour=1)
+        bad = [r for r in rows if r.get("unreliable") and r.get("p99_ms") is not None]
+        if bad:
+            ax.plot([r["density"] for r in bad], [r["p99_ms"] for r in bad], "x", color="red",
+                    markersize=12, label="load generator CPU-bound")  # fmt: skip
+        if slo_p99_ms is not None:
+            ax.axhline(slo_p99_ms, color="red", linestyle=":", label=f"SLO p99 {slo_p99_ms:g} ms")
+        ax.set_ylabel("latency (ms)")
+        ax.set_ylim(bottom=0)
+        _legend(ax)
+        out["p99_vs_density.png"] = png(fig)
+    if any(r.get("qps") is not None for r in rows):
+        fig, ax = figure("Throughput vs packing density")
+        _draw(ax, rows, "qps", "QPS", style="o-", colour=0)
+        ax.set_ylabel("requests/s (all models)")
+        ax.set_ylim(bottom=0)
+        _legend(ax, *_right(ax, rows, "scaling_efficiency", "scaling efficiency", 1))
+        out["qps_vs_density.png"] = png(fig)
+    if any(r.get(k) is not None for r in rows for k in GPU_KEYS):
+        fig, ax = figure("GPU vs packing density")
+        _draw(ax, rows, "gpu_util_mean", "util mean", style="o-", colour=0)
+        _draw(ax, rows, "gpu_util_max", "util max", style="s--", colour=1)
+        ax.set_ylabel("GPU utilization (%)")
+        ax.set_ylim(0, 105)
+        _legend(ax, *_right(ax, rows, "gpu_mem_used_mib", "GPU memory used (MiB)", 2))
+        out["gpu_vs_density.png"] = png(fig)
+    return out

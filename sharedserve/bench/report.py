@@ -1,0 +1,316 @@
+"""Report writers: JSON, CSV, Markdown, PNG plots and a self-contained HTML page.
+
+``report.json`` is the contract (rows as built by ``summary.build_row``); every other file is a
+view of it, written so that a report from a sweep cut short (zero or one row, null columns)
+still reads well. Markdown and HTML are rendered from one list of blocks so they say the same.
+The plots are drawn by ``sharedserve.bench.plots``.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sharedserve.bench.plots import GPU_KEYS, PLOT_NAMES, draw_plots
+from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, PER_MODEL_KEYS, ROW_KEYS
+
+__all__ = ["PER_MODEL_COLUMNS", "ROW_COLUMNS", "write_report"]
+
+ROW_COLUMNS = tuple(k for k in ROW_KEYS if k != "per_model")
+"""First columns of ``report.csv``: the scalar fields of a row. Any other scalar key the rows
+carry follows, in the order first seen."""
+PER_MODEL_COLUMNS = ("density", "pattern", *PER_MODEL_KEYS)
+"""First columns of ``report_per_model.csv`` (one line per model per row); other keys follow."""
+
+_TABLE = [  # (row key, heading) of the Markdown / HTML results table
+    ("density", "density"), ("pattern", "pattern"), ("requests", "requests"),
+    ("errors", "errors"), ("dropped", "dropped"), ("qps", "QPS"), ("p50_ms", "p50 ms"),
+    ("p90_ms", "p90 ms"), ("p99_ms", "p99 ms"), ("p999_ms", "p99.9 ms"), ("max_ms", "max ms"),
+    ("scaling_efficiency", "scaling eff."), ("gpu_util_mean", "GPU util mean %"),
+    ("gpu_util_max", "GPU util max %"), ("gpu_mem_used_mib", "GPU mem MiB"),
+    ("cpu_util_mean", "server CPU cores"), ("loadgen_cpu_util", "loadgen CPU"),
+    ("slo_met", "SLO met"),
+]  # fmt: skip
+_MODEL_HEADINGS = {  # per-model keys whose table heading is not the key itself
+    "name": "model", "qps": "QPS", "p50_ms": "p50 ms", "p99_ms": "p99 ms",
+    "gpu_mem_mib": "GPU mem MiB", "gpu_memory_fraction": "GPU mem cap",  # added by the sweep
+}  # fmt: skip
+
+
+def _write_atomic(path: Path, data: bytes) -> Path:
+    # A reader (a dashboard, the next sweep) never sees half a file, even after a Ctrl-C.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _columns(base: tuple[str, ...], lines: list[dict[str, Any]]) -> tuple[str, ...]:
+    """``base``, then every other scalar key in ``lines`` in the order first seen: the sweep adds
+    figures of its own (a model's GPU memory), and a report should not silently drop them."""
+    extra = dict.fromkeys(
+        k for line in lines for k, v in line.items()
+        if k not in base and not isinstance(v, (list, dict))
+    )  # fmt: skip
+    return (*base, *extra)
+
+
+def _model_lines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"density": r.get("density"), "pattern": r.get("pattern"), **m}
+        for r in rows
+        for m in r.get("per_model") or []
+    ]
+
+
+def _csv(header: tuple[str, ...], lines: list[dict[str, Any]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([_cell(line.get(k)) for k in header] for line in lines)
+    return buf.getvalue().encode()
+
+
+def _num(value: Any) -> str:
+    """A table cell: '-' for no data, floats without trailing zeros."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _loadgen(row: dict[str, Any]) -> str:
+    cpu = row.get("loadgen_cpu_util")
+    text = "-" if cpu is None else f"{cpu * 100:.0f}%"
+    return f"{text} (unreliable)" if row.get("unreliable") else text
+
+
+# Blocks: what the Markdown and HTML renderers both draw from.
+@dataclass(frozen=True)
+class _Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass(frozen=True)
+class _Text:
+    text: str
+    banner: bool = False
+
+
+@dataclass(frozen=True)
+class _Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class _Bullets:
+    items: list[str]
+
+
+@dataclass(frozen=True)
+class _Image:
+    name: str
+    alt: str
+
+
+_Block = _Heading | _Text | _Table | _Bullets | _Image
+
+
+def _mapping(data: Any) -> list[str]:
+    if not isinstance(data, dict) or not data:
+        return ["(none recorded)"]
+    return [
+        f"{k}: {v if isinstance(v, str) else json.dumps(v, default=str)}" for k, v in data.items()
+    ]
+
+
+def _notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    notes = []
+    limit = f"{LOADGEN_CPU_LIMIT * 100:.0f}% of a core"
+    bad = [f"density {r.get('density')} ({r.get('pattern')})" for r in rows if r.get("unreliable")]
+    if bad:
+        notes.append(
+            f"Unreliable rows (the load generator used more than {limit}, so it, not the "
+            f"servers, may have been the bottleneck; never recommended): {', '.join(bad)}."
+        )
+    elif any(r.get("loadgen_cpu_util") is not None for r in rows):
+        notes.append(f"No row was limited by the load generator (all under {limit}).")
+    gpu = "GPU columns are null without a real GPU: simulated GPUs are never reported as measured."
+    if rows and not any(r.get(k) is not None for r in rows for k in GPU_KEYS):
+        gpu += " No real GPU was sampled in this report, so there is no GPU plot."
+    notes.append(gpu)
+    notes.append(str(report.get("latency_resolution") or "Latency resolution not recorded."))
+    notes.append(
+        "QPS counts every request completed in the measured window, failed ones included; "
+        "scaling efficiency is QPS / (density x QPS at density 1) for the same pattern."
+    )
+    if any(r.get("pattern") == "poisson" for r in rows):
+        notes.append(
+            "Poisson (open loop) latencies count from each request's scheduled send time; "
+            "requests dropped because too many were in flight count as failures for the SLO."
+        )
+    return notes
+
+
+def _blocks(report: dict[str, Any], plots: list[str]) -> list[_Block]:
+    rows: list[dict[str, Any]] = list(report.get("rows") or [])
+    slo = report.get("slo_p99_ms")
+    rec = report.get("recommendation") or {}
+    blocks: list[_Block] = [_Heading("sharedserve bench report", 1)]
+    if report.get("partial"):
+        blocks.append(
+            _Text(
+                "PARTIAL: the sweep has not finished (interrupted, or still running); only the "
+                "rows below were measured.",
+                True,
+            )
+        )
+    density = rec.get("density")
+    blocks += [
+        _Heading("Recommendation"),
+        _Text(f"Recommended density: {density if density is not None else 'none'}."),
+        _Text(f"Reason: {rec.get('reason', 'no recommendation was made')}."),
+        _Text(f"SLO: p99 <= {slo:g} ms per model." if slo is not None else "SLO: none given."),
+        _Heading("Results"),
+    ]
+    if rows:
+        table = [[_loadgen(r) if k == "loadgen_cpu_util" else _num(r.get(k)) for k, _ in _TABLE]
+                 for r in rows]  # fmt: skip
+        blocks.append(_Table([h for _, h in _TABLE], table))
+    else:
+        blocks.append(_Text("No density was measured."))
+    models = _model_lines(rows)
+    if models:
+        columns = _columns(PER_MODEL_COLUMNS, models)
+        table = [[_num(m.get(k)) for k in columns] for m in models]
+        headers = [_MODEL_HEADINGS.get(k, k) for k in columns]
+        blocks += [_Heading("Per model"), _Table(headers, table)]
+    if plots:
+        blocks.append(_Heading("Plots"))
+        blocks += [_Image(name, name.removesuffix(".png").replace("_", " ")) for name in plots]
+    blocks += [
+        _Heading("Notes"),
+        _Bullets(_notes(report, rows)),
+        _Heading("Environment"),
+        _Bullets(_mapping(report.get("environment"))),
+        _Heading("Settings"),
+        _Bullets(_mapping(report.get("settings"))),
+    ]
+    return blocks
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(blocks: list[_Block]) -> str:
+    out = []
+    for b in blocks:
+        if isinstance(b, _Heading):
+            out.append(f"{'#' * b.level} {b.text}")
+        elif isinstance(b, _Text):
+            out.append(f"> **{b.text}**" if b.banner else b.text)
+        elif isinstance(b, _Table):
+            lines = [b.headers, ["---"] * len(b.headers), *b.rows]
+            out.append("\n".join("| " + " | ".join(map(_md_cell, ln)) + " |" for ln in lines))
+        elif isinstance(b, _Bullets):
+            out.append("\n".join(f"- {item}" for item in b.items))
+        else:
+            out.append(f"![{b.alt}]({b.name})")
+    return "\n\n".join(out) + "\n"
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 80em; color: #222; }
+table { border-collapse: collapse; font-size: 0.9em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
+th { background: #f3f3f3; }
+.banner { background: #fde8e8; border: 2px solid #c00; padding: 0.75em; font-weight: bold; }
+img { max-width: 100%; display: block; margin: 1em 0; }
+"""
+
+
+def _html(blocks: list[_Block], images: dict[str, bytes]) -> str:
+    esc = html.escape
+    out = []
+    for b in blocks:
+        if isinstance(b, _Heading):
+            out.append(f"<h{b.level}>{esc(b.text)}</h{b.level}>")
+        elif isinstance(b, _Text):
+            out.append(
+                f'<p class="banner">{esc(b.text)}</p>' if b.banner else f"<p>{esc(b.text)}</p>"
+            )
+        elif isinstance(b, _Table):
+            head = "".join(f"<th>{esc(h)}</th>" for h in b.headers)
+            body = "".join(
+                "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in b.rows
+            )
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif isinstance(b, _Bullets):
+            out.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in b.items) + "</ul>")
+        else:
+            data = base64.b64encode(images[b.name]).decode("ascii")
+            out.append(f'<img alt="{esc(b.alt)}" src="data:image/png;base64,{data}">')
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>sharedserve bench report</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        + "\n".join(out)
+        + "\n</body>\n</html>\n"
+    )
+
+
+def write_report(out_dir: Path, report: dict[str, Any]) -> list[Path]:
+    """Write every report file into ``out_dir`` (created if needed); return the paths written.
+
+    ``report.json`` is ``report`` as is (anything not JSON-native, such as a Path in the settings,
+    as its string); ``report.csv`` has one line per row (``ROW_COLUMNS``, empty cells for null)
+    and ``report_per_model.csv`` one per model per row; ``report.md`` and ``report.html`` say the
+    same, the HTML with its plots embedded so it is one self-contained file. A plot is drawn
+    only when it has data: no GPU plot without GPU figures, none at all without rows.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = list(report.get("rows") or [])
+    text = json.dumps(report, indent=2, default=str) + "\n"
+    written = [_write_atomic(out_dir / "report.json", text.encode())]
+    written.append(_write_atomic(out_dir / "report.csv", _csv(_columns(ROW_COLUMNS, rows), rows)))
+    models = _model_lines(rows)
+    per_model = _csv(_columns(PER_MODEL_COLUMNS, models), models)
+    written.append(_write_atomic(out_dir / "report_per_model.csv", per_model))
+    images = draw_plots(rows, report.get("slo_p99_ms"))
+    for name in PLOT_NAMES:
+        # A plot left by an earlier report in this directory must not pass for this one's.
+        if name in images:
+            written.append(_write_atomic(out_dir / name, images[name]))
+        else:
+            (out_dir / name).unlink(missing_ok=True)
+    blocks = _blocks(report, list(images))
+    written.append(_write_atomic(out_dir / "report.md", _markdown(blocks).encode()))
+    written.append(_write_atomic(out_dir / "report.html", _html(blocks, images).encode()))
+    return written

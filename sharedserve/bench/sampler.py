@@ -1,0 +1,146 @@
+"""Samples GPU and CPU use while a density is under load, summarised over the measured window.
+
+A background thread samples every ``interval_s`` (wall-clock timestamps, the clock the load
+generator stamps its window with): GPU utilisation and memory used on the packed GPU, each
+replica's GPU memory, and each replica's CPU time from ``/proc/PID/stat``. Only a real GPU
+(NVML) gives GPU figures; without one, or with simulated GPUs, every GPU field stays None.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sharedserve.bench.summary import Samples
+from sharedserve.errors import GpuError
+from sharedserve.gpu.backend import GpuBackend
+
+__all__ = ["Sample", "Sampler", "process_cpu_seconds", "summarize"]
+
+log = logging.getLogger(__name__)
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of ``pid`` in seconds; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; everything after its ")" is fixed-format.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float
+    """Wall-clock time (``time.time()``)."""
+    gpu_util: float | None
+    gpu_mem_used_mib: float | None
+    process_gpu_mib: dict[int, int | None] = field(default_factory=dict)
+    process_cpu_s: dict[int, float | None] = field(default_factory=dict)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize(samples: list[Sample], start: float, end: float) -> Samples:
+    """Window figures from the samples taken in [start, end] (CPU from the nearest bounds)."""
+    inside = [s for s in samples if start <= s.at <= end]
+    util = [s.gpu_util for s in inside if s.gpu_util is not None]
+    memory = [s.gpu_mem_used_mib for s in inside if s.gpu_mem_used_mib is not None]
+    cpu = None
+    if len(inside) >= 2:
+        first, last = inside[0], inside[-1]
+        pids = first.process_cpu_s.keys() & last.process_cpu_s.keys()
+        deltas = [
+            last.process_cpu_s[p] - first.process_cpu_s[p]  # type: ignore[operator]
+            for p in pids
+            if first.process_cpu_s[p] is not None and last.process_cpu_s[p] is not None
+        ]
+        if deltas and last.at > first.at:
+            cpu = round(sum(deltas) / (last.at - first.at), 3)
+    return Samples(
+        gpu_util_mean=None if not util else round(sum(util) / len(util), 2),
+        gpu_util_max=max(util) if util else None,
+        gpu_mem_used_mib=max(memory) if memory else None,
+        cpu_util_mean=cpu,
+    )
+
+
+def process_gpu_peak(samples: list[Sample], start: float, end: float) -> dict[int, int | None]:
+    """Each process's highest GPU memory in the window, in MiB (None where never reported)."""
+    peak: dict[int, int | None] = {}
+    for sample in samples:
+        if start <= sample.at <= end:
+            for pid, mib in sample.process_gpu_mib.items():
+                if mib is not None:
+                    peak[pid] = max(mib, peak.get(pid) or 0)
+                else:
+                    peak.setdefault(pid, None)
+    return peak
+
+
+class Sampler:
+    """Background sampling of one GPU and some processes."""
+
+    def __init__(
+        self,
+        backend: GpuBackend | None,
+        gpu_uuid: str | None,
+        pids: list[int],
+        interval_s: float = 0.5,
+    ) -> None:
+        # A simulated GPU has no utilisation or memory to sample: never invent figures.
+        self._backend = backend if backend is not None and not backend.simulated else None
+        self._gpu = gpu_uuid
+        self._pids = list(pids)
+        self._interval = interval_s
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+
+    def set_pids(self, pids: list[int]) -> None:
+        self._pids = list(pids)  # replicas restarted by the packer get new pids
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> list[Sample]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+    def _gpu_figures(
+        self, pids: list[int]
+    ) -> tuple[float | None, float | None, dict[int, int | None]]:
+        if self._backend is None or self._gpu is None:
+            return None, None, {}
+        try:
+            util = self._backend.utilization_percent(self._gpu)
+            used = self._backend.memory_used_mib(self._gpu)
+            per_process = {p: self._backend.process_memory_mib(self._gpu, p) for p in pids}
+        except GpuError as e:
+            log.warning("GPU sample failed: %s", e.message)
+            return None, None, {}
+        return (
+            (None if util is None else float(util)),
+            (None if used is None else float(used)),
+            per_process,
+        )
+
+    def _run(self) -> None:
+        while True:
+            pids = self._pids
+            util, used, per_process = self._gpu_figures(pids)
+            cpu = {p: process_cpu_seconds(p) for p in pids}
+            self.samples.append(Sample(time.time(), util, used, per_process, cpu))
+            if self._stop.wait(self._interval):
+                return

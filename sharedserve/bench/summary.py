@@ -1,0 +1,323 @@
+"""Report math: one row per (density, pattern) run, scaling efficiency, and the recommendation.
+
+A row is a plain JSON-safe dict because it *is* the ``report.json`` contract (issue 6); its keys
+are listed in ``ROW_KEYS`` and ``PER_MODEL_KEYS``. Figures with no data behind them (percentiles
+of a run with no successful request, GPU figures without a real GPU) are ``None``, never 0, so a
+reader cannot mistake "not measured" for "idle" or "instant".
+
+Pure: standard library and the histogram only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.config import LoadPattern
+
+__all__ = [
+    "LOADGEN_CPU_LIMIT",
+    "PER_MODEL_KEYS",
+    "ROW_KEYS",
+    "Pattern",
+    "Samples",
+    "TargetResult",
+    "build_row",
+    "finalize_rows",
+    "recommend",
+]
+
+#: Above this share of one core the load generator (one Locust process is single-threaded) is
+#: likely the bottleneck, and the latencies measure it as much as the servers. Locust itself
+#: warns at 90%; we stop trusting a row a little earlier.
+LOADGEN_CPU_LIMIT = 0.8
+
+ROW_KEYS = (
+    "density",
+    "pattern",
+    "duration_s",
+    "requests",
+    "errors",
+    "dropped",
+    "error_rate",
+    "qps",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "p999_ms",
+    "max_ms",
+    "scaling_efficiency",
+    "gpu_util_mean",
+    "gpu_util_max",
+    "gpu_mem_used_mib",
+    "cpu_util_mean",
+    "loadgen_cpu_util",
+    "unreliable",
+    "slo_met",
+    "per_model",
+)
+"""Every key of a row, in the order reports show them."""
+
+PER_MODEL_KEYS = ("name", "requests", "errors", "qps", "p50_ms", "p99_ms")
+"""Every key of an entry of a row's ``per_model`` list."""
+
+
+# One enum for the flag, the settings and the rows.
+Pattern = LoadPattern
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """What the load generator measured for one model server over the measured window."""
+
+    name: str
+    """The target's name (``tiny-3``)."""
+    requests: int
+    """Requests completed in the window, failed ones included."""
+    errors: int
+    """Of ``requests``, those that failed (transport error, non-2xx, gRPC error, timeout)."""
+    dropped: int
+    """Requests never sent because too many were already in flight (open loop only)."""
+    histogram: LatencyHistogram
+    """Latencies of the successful requests, in microseconds."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.errors <= self.requests or self.dropped < 0:
+            raise ValueError(
+                f"target {self.name}: need 0 <= errors <= requests and dropped >= 0, got "
+                f"requests={self.requests} errors={self.errors} dropped={self.dropped}"
+            )
+
+
+@dataclass(frozen=True)
+class Samples:
+    """What the sampler saw over the measured window. Every GPU field is None without a real GPU
+    (a simulated inventory is never reported as measured)."""
+
+    gpu_util_mean: float | None
+    """GPU utilization in percent (NVML ``utilization.gpu``, 0-100), mean over the window."""
+    gpu_util_max: float | None
+    """GPU utilization in percent, highest sample in the window."""
+    gpu_mem_used_mib: float | None
+    """GPU memory in use in MiB (whole device, every process), highest sample in the window."""
+    cpu_util_mean: float | None
+    """CPU of the model server processes in cores (summed over processes), mean over the window."""
+
+
+def _ms(micros: float) -> float:
+    return round(micros / 1000.0, 3)
+
+
+def _r3(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 3)
+
+
+def _latencies(hist: LatencyHistogram) -> dict[str, float | None]:
+    if hist.count == 0:
+        return dict.fromkeys(("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms"))
+    return {
+        "p50_ms": _ms(hist.percentile_us(50)),
+        "p90_ms": _ms(hist.percentile_us(90)),
+        "p99_ms": _ms(hist.percentile_us(99)),
+        "p999_ms": _ms(hist.percentile_us(99.9)),
+        "max_ms": _ms(hist.max_us),
+    }
+
+
+def _pct(rate: float) -> str:
+    return f"{rate * 100:.3g}%"
+
+
+def _model_miss(
+    model: dict[str, Any], dropped: int, slo_p99_ms: float, max_error_rate: float
+) -> str | None:
+    """Why one model missed the SLO, in words; None when it met it.
+
+    Dropped requests count as failures: an open loop drops only when requests pile up, which is
+    the overload the SLO is there to catch, and the latencies they would have had are unmeasured.
+    """
+    name, requests, errors = model["name"], model["requests"], model["errors"]
+    if requests == 0:
+        return f"model {name} completed no requests"
+    failed = (errors + dropped) / (requests + dropped)
+    if failed >= max_error_rate:
+        parts = [f"{errors} errors"] if errors else []
+        parts += [f"{dropped} dropped"] if dropped else []
+        return f"model {name} failed {_pct(failed)} ({' + '.join(parts)})"
+    if model["p99_ms"] is None:
+        return f"model {name} had no successful request"
+    if model["p99_ms"] > slo_p99_ms:
+        return f"model {name} p99 {model['p99_ms']:g} ms"
+    return None
+
+
+def build_row(
+    *,
+    density: int,
+    pattern: Pattern,
+    window_s: float,
+    targets: list[TargetResult],
+    samples: Samples,
+    loadgen_cpu_util: float | None,
+    slo_p99_ms: float | None,
+    max_error_rate: float = 0.001,
+) -> dict[str, Any]:
+    """One report row for a run of ``density`` models under ``pattern``.
+
+    ``qps`` is throughput: every request completed in the window, failed ones included, per
+    second of ``window_s`` (the measured window's length in seconds); dropped requests were never
+    sent and are not in it. Row percentiles come from all targets' histograms merged. ``slo_met``
+    is None without an SLO, else whether every model's p99 is <= ``slo_p99_ms`` and its failures
+    (errors and dropped requests, over completed plus dropped) are under ``max_error_rate``.
+    ``scaling_efficiency`` is None until ``finalize_rows`` fills it.
+    """
+    if density < 1 or window_s <= 0 or not targets:
+        raise ValueError(
+            f"need density >= 1, window_s > 0 and at least one target, got density={density} "
+            f"window_s={window_s} targets={len(targets)}"
+        )
+    merged = LatencyHistogram()
+    per_model = []
+    for t in targets:
+        merged.merge(t.histogram)
+        lat = _latencies(t.histogram)
+        per_model.append(
+            {
+                "name": t.name,
+                "requests": t.requests,
+                "errors": t.errors,
+                "qps": round(t.requests / window_s, 3),
+                "p50_ms": lat["p50_ms"],
+                "p99_ms": lat["p99_ms"],
+            }
+        )
+    slo_met = None
+    if slo_p99_ms is not None:
+        slo_met = all(
+            _model_miss(m, t.dropped, slo_p99_ms, max_error_rate) is None
+            for m, t in zip(per_model, targets, strict=True)
+        )
+    requests = sum(t.requests for t in targets)
+    errors = sum(t.errors for t in targets)
+    row: dict[str, Any] = {
+        "density": density,
+        "pattern": Pattern(pattern).value,
+        "duration_s": _r3(window_s),
+        "requests": requests,
+        "errors": errors,
+        "dropped": sum(t.dropped for t in targets),
+        "error_rate": round(errors / requests, 6) if requests else None,
+        "qps": round(requests / window_s, 3),
+        **_latencies(merged),
+        "scaling_efficiency": None,
+        "gpu_util_mean": _r3(samples.gpu_util_mean),
+        "gpu_util_max": _r3(samples.gpu_util_max),
+        "gpu_mem_used_mib": _r3(samples.gpu_mem_used_mib),
+        "cpu_util_mean": _r3(samples.cpu_util_mean),
+        "loadgen_cpu_util": _r3(loadgen_cpu_util),
+        "unreliable": loadgen_cpu_util is not None and loadgen_cpu_util > LOADGEN_CPU_LIMIT,
+        "slo_met": slo_met,
+        "per_model": per_model,
+    }
+    return {key: row[key] for key in ROW_KEYS}
+
+
+def finalize_rows(rows: list[dict[str, Any]]) -> None:
+    """Fill each row's ``scaling_efficiency``, in place.
+
+    It is ``qps / (density * qps at density 1)`` for the same pattern: 1.0 means N models get N
+    times the throughput of one, 0.5 that packing halved each one's share. None without a density
+    1 row of that pattern (or when it served nothing).
+    """
+    base: dict[str, float] = {}
+    for row in rows:
+        if row["density"] == 1 and row.get("qps") is not None:
+            base.setdefault(row["pattern"], row["qps"])
+    for row in rows:
+        one = base.get(row["pattern"])
+        qps = row.get("qps")
+        row["scaling_efficiency"] = (
+            round(qps / (row["density"] * one), 3) if one and qps is not None else None
+        )
+
+
+def _row_misses(row: dict[str, Any], slo_p99_ms: float, max_error_rate: float) -> list[str]:
+    """Why a row missed, model by model. Per-model dropped counts are not in the row, so the
+    row's are judged as a whole."""
+    misses = []
+    dropped = row.get("dropped") or 0
+    for model in row.get("per_model") or []:
+        miss = _model_miss(model, 0, slo_p99_ms, max_error_rate)
+        if miss:
+            misses.append(miss)
+    # A single model's drops can sink it while the row's share stays small: name them then too.
+    attempted = (row.get("requests") or 0) + dropped
+    if dropped and (dropped / attempted >= max_error_rate or not misses):
+        misses.append(f"{dropped} of {attempted} requests dropped (too many in flight)")
+    if not misses:
+        misses.append("the SLO was not evaluated" if row.get("slo_met") is None else "SLO missed")
+    if len(misses) > 3:
+        misses = [*misses[:3], f"and {len(misses) - 3} more"]
+    return misses
+
+
+def _label(rows: Iterable[dict[str, Any]], row: dict[str, Any]) -> str:
+    patterns = {r["pattern"] for r in rows}
+    return f"density {row['density']}" + (f" ({row['pattern']})" if len(patterns) > 1 else "")
+
+
+def recommend(
+    rows: list[dict[str, Any]], slo_p99_ms: float | None, max_error_rate: float = 0.001
+) -> dict[str, Any]:
+    """The density to run: ``{"density": int | None, "reason": str}``.
+
+    The largest density whose every row (one per pattern measured) has ``slo_met`` True and is
+    not ``unreliable``. The reason says what the SLO was, which density above it missed and why,
+    and which rows were set aside because the load generator was CPU-bound.
+    """
+    if slo_p99_ms is None:
+        return {"density": None, "reason": "no SLO given (--slo-p99-ms)"}
+    if not rows:
+        return {"density": None, "reason": "no density was measured"}
+    slo = f"p99 <= {slo_p99_ms:g} ms with < {_pct(max_error_rate)} errors"
+    ordered = sorted(rows, key=lambda r: (r["density"], r["pattern"]))
+    unreliable = [r for r in ordered if r.get("unreliable")]
+    failed = [r for r in ordered if r.get("slo_met") is not True]
+    good = sorted(
+        {r["density"] for r in ordered}
+        - {r["density"] for r in unreliable}
+        - {r["density"] for r in failed}
+    )
+    best = good[-1] if good else None
+
+    def why(row: dict[str, Any]) -> str:
+        return f"{_label(rows, row)} missed it: " + ", ".join(
+            _row_misses(row, slo_p99_ms, max_error_rate)
+        )
+
+    notes = []
+    if best is None:
+        reason = f"no density met {slo}"
+        if failed:
+            notes.append(why(failed[0]))
+    else:
+        reason = f"density {best} is the largest whose every model met {slo}"
+        above = [r for r in failed if r["density"] > best]
+        below = [r for r in failed if r["density"] < best]
+        if above:
+            notes.append(why(above[0]))
+        elif not any(r["density"] > best for r in ordered):
+            notes.append("no larger density was measured")
+        if below:
+            notes.append(f"though smaller {why(below[0])}, so the runs may be noisy")
+    for row in unreliable:
+        if best is None or row["density"] > best:
+            cpu = _pct(row["loadgen_cpu_util"]) if row.get("loadgen_cpu_util") is not None else "?"
+            notes.append(
+                f"{_label(rows, row)} is not recommended: the load generator used {cpu} of a core "
+                f"(over {_pct(LOADGEN_CPU_LIMIT)}), so it, not the servers, may have been the "
+                "bottleneck"
+            )
+    return {"density": best, "reason": "; ".join([reason, *notes])}

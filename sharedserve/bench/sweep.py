@@ -1,0 +1,274 @@
+"""The density sweep: for each density, pack that many replicas, drive load, sample, report.
+
+Locust never runs in this process (it monkey-patches with gevent on import): each measurement
+starts ``python -m sharedserve.bench.loadgen master`` (plus local workers when one process
+cannot offer the load) and reads the result file it writes. This process packs, supervises,
+samples and reports. The report is rewritten after every density, so an interrupted sweep
+keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from sharedserve.bench.environment import describe_environment
+from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.report import write_report
+from sharedserve.bench.sampler import Sampler, process_gpu_peak, summarize
+from sharedserve.bench.summary import TargetResult, build_row, finalize_rows, recommend
+from sharedserve.config import BenchSettings, LoadPattern
+from sharedserve.errors import SharedServeError
+from sharedserve.gpu.backend import open_gpu_backend
+from sharedserve.pack import Pack, Target, read_targets
+from sharedserve.pack.probe import free_port
+
+__all__ = ["loadgen_processes", "run_bench"]
+
+log = logging.getLogger(__name__)
+
+# What one gevent process comfortably offers before its own CPU becomes the limit: it sustains
+# some 20,000 req/s on a core against a no-op endpoint (benchmarks/loadgen_capacity.md), so a
+# quarter of that leaves room for real payloads. Rows whose load generator still ran above 80%
+# of a core are flagged in the report.
+_USERS_PER_PROCESS = 64
+_RPS_PER_PROCESS = 5000.0
+
+
+def loadgen_processes(settings: BenchSettings, density: int) -> int:
+    """Local Locust workers for this density: 0 when the master process alone can run the users."""
+    if settings.loadgen_workers is not None:
+        return settings.loadgen_workers
+    if settings.external_workers:
+        return 0  # remote workers were sized for the load (Kubernetes); the master only leads
+    parallel = settings.pattern is LoadPattern.PARALLEL
+    users = settings.concurrency * density if parallel else density
+    needed = math.ceil(users / _USERS_PER_PROCESS)
+    if settings.pattern is LoadPattern.POISSON:
+        needed = max(needed, math.ceil(settings.rate * density / _RPS_PER_PROCESS))
+    return 0 if needed <= 1 else min(needed, os.cpu_count() or 1)
+
+
+def _spec(settings: BenchSettings, targets: list[Target], workers: int) -> dict[str, Any]:
+    return {
+        "targets": [
+            {"name": t.name, "model": t.model, "rest": t.rest, "grpc": t.grpc} for t in targets
+        ],
+        "pattern": settings.pattern.value,
+        "concurrency": settings.concurrency,
+        "rate": settings.rate,
+        "max_in_flight": settings.max_in_flight,
+        "protocol": settings.protocol,
+        "warmup_s": settings.warmup_s,
+        "duration_s": settings.duration_s,
+        "expect_workers": workers,
+        "connect_timeout_s": 120.0,
+        "seed": settings.seed,
+    }
+
+
+class _Loadgen:
+    """The master process (and its local workers) of one measurement."""
+
+    def __init__(self, settings: BenchSettings, targets: list[Target], tag: str) -> None:
+        directory = settings.out_dir / "loadgen"
+        directory.mkdir(parents=True, exist_ok=True)
+        local = loadgen_processes(settings, len(targets))
+        workers = local + settings.external_workers
+        self.result_path = directory / f"{tag}-result.json"
+        self.result_path.unlink(missing_ok=True)
+        spec_path = directory / f"{tag}-spec.json"
+        spec_path.write_text(json.dumps(_spec(settings, targets, workers), indent=2))
+        if settings.external_workers:
+            host, port = "*", settings.master_bind_port  # remote workers must reach us
+        else:
+            host, port = "127.0.0.1", free_port()
+        self.log_path = directory / f"{tag}.log"
+        self._log = self.log_path.open("wb")
+        module = [sys.executable, "-m", "sharedserve.bench.loadgen"]
+        command = [*module, "master", "--spec", str(spec_path), "--result", str(self.result_path)]
+        self.processes = [self._spawn([*command, "--bind", f"{host}:{port}"])]
+        for _ in range(local):
+            self.processes.append(self._spawn([*module, "worker", "--master", f"127.0.0.1:{port}"]))
+        if local or settings.external_workers:
+            log.info(
+                "load generator: master + %d local + %d remote workers",
+                local,
+                settings.external_workers,
+            )
+
+    def _spawn(self, command: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    @property
+    def master(self) -> subprocess.Popen[bytes]:
+        return self.processes[0]
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._log.close()
+
+    def result(self) -> dict[str, Any]:
+        code = self.master.returncode
+        if code != 0 or not self.result_path.exists():
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise SharedServeError(
+                f"the load generator failed (exit {code}); its log ends:\n{tail}"
+            )
+        data: dict[str, Any] = json.loads(self.result_path.read_text())
+        if data["setup_errors"] and not any(t["requests"] for t in data["targets"].values()):
+            raise SharedServeError("no request was sent: " + "; ".join(data["setup_errors"][:5]))
+        return data
+
+
+def _measure(
+    settings: BenchSettings, targets: list[Target], tag: str, pack: Pack | None, sampler: Sampler
+) -> dict[str, Any]:
+    loadgen = _Loadgen(settings, targets, tag)
+    deadline = time.monotonic() + settings.warmup_s + settings.duration_s + 300
+    sampler.start()
+    try:
+        while loadgen.master.poll() is None:
+            if time.monotonic() > deadline:
+                raise SharedServeError(f"the load generator did not finish; see {loadgen.log_path}")
+            if pack is not None:
+                pack.poll()
+                sampler.set_pids([t.pid for t in pack.targets() if t.pid is not None])
+            time.sleep(0.2)
+    finally:
+        samples = sampler.stop()
+        loadgen.stop()
+    result = loadgen.result()
+    window = result["window"]
+    per_target = [
+        TargetResult(
+            name=name,
+            requests=part["requests"],
+            errors=part["errors"],
+            dropped=part["dropped"],
+            histogram=LatencyHistogram.from_dict(part["histogram"]),
+        )
+        for name, part in result["targets"].items()
+    ]
+    row = build_row(
+        density=len(targets),
+        pattern=settings.pattern,
+        window_s=window["end"] - window["start"],
+        targets=per_target,
+        samples=summarize(samples, window["start"], window["end"]),
+        loadgen_cpu_util=result["loadgen_cpu_util"],
+        slo_p99_ms=settings.slo_p99_ms,
+    )
+    peaks = process_gpu_peak(samples, window["start"], window["end"])
+    pids = {t.name: t.pid for t in (pack.targets() if pack else targets)}
+    caps = {t.name: t.gpu_memory_fraction for t in targets}
+    for model in row["per_model"]:
+        pid = pids.get(model["name"])
+        model["gpu_mem_mib"] = None if pid is None else peaks.get(pid)
+        model["gpu_memory_fraction"] = caps.get(model["name"])
+    return row
+
+
+def _report(
+    settings: BenchSettings, rows: list[dict[str, Any]], environment: dict[str, Any], partial: bool
+) -> dict[str, Any]:
+    finalize_rows(rows)
+    return {
+        "rows": rows,
+        "recommendation": recommend(rows, settings.slo_p99_ms),
+        "environment": environment,
+        "partial": partial,
+        "slo_p99_ms": settings.slo_p99_ms,
+        "settings": {
+            "pattern": settings.pattern.value,
+            "protocol": settings.protocol,
+            "concurrency": settings.concurrency
+            if settings.pattern is LoadPattern.PARALLEL
+            else None,
+            "rate": settings.rate if settings.pattern is LoadPattern.POISSON else None,
+            "duration_s": settings.duration_s,
+            "warmup_s": settings.warmup_s,
+            "densities": list(settings.densities),
+            "targets_file": None if settings.targets_file is None else str(settings.targets_file),
+        },
+        "latency_resolution": LatencyHistogram.RESOLUTION,
+    }
+
+
+def run_bench(
+    settings: BenchSettings,
+    *,
+    on_density: Callable[[int], None] = lambda d: None,
+    on_row: Callable[[dict[str, Any]], None] = lambda r: None,
+) -> dict[str, Any]:
+    """Measure every density (or the given targets); write and return the report.
+
+    KeyboardInterrupt stops the running density, writes the rows so far marked partial, and
+    propagates.
+    """
+    settings.validate()
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    fake = None if settings.pack is None else settings.pack.fake_gpus
+    backend = open_gpu_backend(fake)
+    environment = describe_environment(backend, settings.command)
+    rows: list[dict[str, Any]] = []
+    try:
+        if settings.targets_file is not None:
+            targets = read_targets(settings.targets_file)
+            on_density(len(targets))
+            gpu = next((t.gpu for t in targets if t.gpu), None)
+            pids = [t.pid for t in targets if t.pid is not None]
+            rows.append(
+                _measure(
+                    settings, targets, f"targets-{len(targets)}", None, Sampler(backend, gpu, pids)
+                )
+            )
+            on_row(rows[-1])
+        else:
+            assert settings.pack is not None
+            for density in settings.densities:
+                on_density(density)
+                pack_settings = replace(
+                    settings.pack,
+                    replicas=density,
+                    targets_out=settings.out_dir / f"targets-density-{density}.json",
+                    log_dir=settings.out_dir / "logs" / f"density-{density}",
+                )
+                pack = Pack(pack_settings)
+                try:
+                    targets = pack.start()
+                    gpu = targets[0].gpu
+                    sampler = Sampler(backend, gpu, [t.pid for t in targets if t.pid is not None])
+                    rows.append(_measure(settings, targets, f"density-{density}", pack, sampler))
+                finally:
+                    pack.stop()
+                on_row(rows[-1])
+                write_report(settings.out_dir, _report(settings, rows, environment, partial=True))
+    except KeyboardInterrupt:
+        write_report(settings.out_dir, _report(settings, rows, environment, partial=True))
+        raise
+    finally:
+        if backend is not None:
+            backend.close()
+    report = _report(settings, rows, environment, partial=False)
+    write_report(settings.out_dir, report)
+    return report

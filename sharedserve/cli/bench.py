@@ -1,0 +1,225 @@
+"""``sharedserve bench`` and ``bench-worker``: the density sweep and its remote load generators."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sharedserve.cli._app import app
+from sharedserve.cli.pack import check_server_args, replica_environment
+from sharedserve.config import BenchSettings, LoadPattern, PackSettings
+from sharedserve.errors import ConfigError
+
+__all__: list[str] = []
+
+
+def _densities(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--densities must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(f"--densities must be positive integers, got {text!r}")
+    return values
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+_COLUMNS = {
+    "density": "density",
+    "qps": "QPS",
+    "p50_ms": "p50 ms",
+    "p99_ms": "p99 ms",
+    "p999_ms": "p99.9 ms",
+    "errors": "errors",
+    "dropped": "dropped",
+    "scaling_efficiency": "scaling",
+    "gpu_util_mean": "GPU %",
+    "cpu_util_mean": "CPU cores",
+    "loadgen_cpu_util": "loadgen",
+    "slo_met": "SLO",
+}
+
+
+def _table(report: dict[str, Any]) -> Table:
+    table = Table(title="sharedserve bench" + (" (PARTIAL)" if report["partial"] else ""))
+    for header in _COLUMNS.values():
+        table.add_column(header, justify="right")
+    for row in report["rows"]:
+        cells = [_fmt(row[key]) for key in _COLUMNS]
+        if row.get("unreliable"):
+            cells[list(_COLUMNS).index("loadgen_cpu_util")] += " (!)"
+        table.add_row(*cells)
+    return table
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option(help="Directory for report.json/.csv/.md/.html and plots.")],
+    model: Annotated[
+        Path | None, typer.Option(help="Sweep density with `pack` replicas of this model.")
+    ] = None,
+    targets: Annotated[
+        Path | None, typer.Option(help="Measure running endpoints (pack's targets file) instead.")
+    ] = None,
+    densities: Annotated[
+        str, typer.Option(help="Replica counts to sweep, e.g. 1,2,4,8.")
+    ] = "1,2,4,8",
+    pattern: Annotated[
+        LoadPattern,
+        typer.Option(help="sequential: 1 in flight per model; parallel: K; poisson: open loop."),
+    ] = LoadPattern.SEQUENTIAL,
+    concurrency: Annotated[int, typer.Option(help="Users per model for parallel.")] = 10,
+    rate: Annotated[float, typer.Option(help="Requests/s per model for poisson.")] = 10.0,
+    max_in_flight: Annotated[
+        int,
+        typer.Option(help="Poisson: requests in flight per model past which new ones are dropped."),
+    ] = 100,
+    duration: Annotated[float, typer.Option(help="Seconds measured per density.")] = 30.0,
+    warmup: Annotated[float, typer.Option(help="Seconds of load before measuring.")] = 5.0,
+    slo_p99_ms: Annotated[
+        float | None,
+        typer.Option(help="P99 objective per model in ms; enables the recommendation."),
+    ] = None,
+    protocol: Annotated[str, typer.Option(help="rest or grpc.")] = "rest",
+    gpu: Annotated[str | None, typer.Option(help="GPU to pack onto: index or UUID.")] = None,
+    gpu_memory_fraction: Annotated[
+        float | None, typer.Option(help="Cap per replica [default: pack's even split].")
+    ] = None,
+    gpu_memory_mib: Annotated[int | None, typer.Option(help="Cap per replica in MiB.")] = None,
+    cpu_limit: Annotated[float | None, typer.Option(help="CPU quota per replica in cores.")] = None,
+    fake_gpus: Annotated[
+        Path | None, typer.Option(help="Simulated GPU inventory (JSON), for tests.")
+    ] = None,
+    loadgen_workers: Annotated[
+        int | None,
+        typer.Option(help="Local Locust workers [default: sized to the load; 0 = master only]."),
+    ] = None,
+    expect_workers: Annotated[
+        int, typer.Option(help="Remote `bench-worker` processes to wait for (Kubernetes).")
+    ] = 0,
+    master_bind_port: Annotated[
+        int, typer.Option(help="Port the Locust master listens on for remote workers.")
+    ] = 5557,
+    seed: Annotated[int, typer.Option(help="Seed of request data and Poisson arrivals.")] = 0,
+) -> None:
+    """Measure P99, QPS and GPU/CPU use per packing density; recommend the densest within SLO.
+
+    With --model, each density in --densities gets that many `pack` replicas (GPU cap, CPU
+    cgroup, env contract as `pack` gives them), load from Locust for --warmup then --duration
+    seconds, sampling aligned to the measured window, then the replicas are stopped. With
+    --targets, the endpoints already running (a `pack` targets file, or a Kubernetes deployment
+    written in that format) are measured as one row.
+
+    Latencies are recorded per request from Locust's request event into an HDR-style histogram
+    at microsecond resolution. GPU columns are null unless a real GPU was sampled. A row whose
+    load generator ran above 80% CPU is flagged: the load generator, not the models, may have
+    been the limit. Ctrl-C keeps the rows measured so far in a report marked partial.
+
+    Options after the known ones are passed to every `serve` replica, e.g. --enable-batching.
+    """
+    from sharedserve.bench.sweep import run_bench
+    from sharedserve.limits.gpu import parse_cap_request
+
+    if (model is None) == (targets is None):
+        raise ConfigError("give --model (a density sweep) or --targets (running endpoints)")
+    pack_settings = None
+    if model is not None:
+        pack_settings = PackSettings(
+            model_dir=model,
+            replicas=1,
+            gpu=gpu,
+            cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib, None, None),
+            cpu_limit_cores=cpu_limit,
+            server_args=check_server_args(list(ctx.args)),
+            fake_gpus=fake_gpus,
+            environment=replica_environment(),
+        )
+    elif ctx.args:
+        raise ConfigError(f"unexpected arguments with --targets: {' '.join(ctx.args)}")
+    settings = BenchSettings(
+        out_dir=out,
+        densities=_densities(densities),
+        pack=pack_settings,
+        targets_file=targets,
+        pattern=pattern,
+        concurrency=concurrency,
+        rate=rate,
+        max_in_flight=max_in_flight,
+        protocol=protocol,
+        duration_s=duration,
+        warmup_s=warmup,
+        slo_p99_ms=slo_p99_ms,
+        loadgen_workers=loadgen_workers,
+        external_workers=expect_workers,
+        master_bind_port=master_bind_port,
+        seed=seed,
+        # Without the executable's path: the report may be shared.
+        command=("sharedserve", *sys.argv[1:]),
+    )
+    settings.validate()
+    console = Console(stderr=True)
+    steps = 1 if targets is not None else len(settings.densities)
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task("densities", total=steps)
+
+        def on_density(density: int) -> None:
+            progress.update(task, description=f"density {density}")
+
+        def on_row(row: dict[str, Any]) -> None:
+            progress.advance(task)
+            console.log(f"density {row['density']}: {row['qps']:.1f} qps, p99 {row['p99_ms']} ms")
+
+        try:
+            report = run_bench(settings, on_density=on_density, on_row=on_row)
+        except KeyboardInterrupt:
+            console.print(f"interrupted: the rows measured so far are in {out} (marked partial)")
+            raise typer.Exit(130) from None
+    Console().print(_table(report))
+    recommendation = report["recommendation"]
+    Console().print(
+        f"recommendation: {_fmt(recommendation['density'])} — {recommendation['reason']}"
+    )
+    Console().print(f"report: {out / 'report.html'}")
+
+
+@app.command("bench-worker")
+def bench_worker(
+    master: Annotated[
+        str, typer.Option(help="HOST:PORT of the `sharedserve bench` Locust master.")
+    ],
+) -> None:
+    """A remote Locust worker for `sharedserve bench --expect-workers N` (e.g. a Kubernetes pod).
+
+    It needs no other flags: the master sends it the targets and the load pattern. It exits when
+    the master's measurement ends.
+    """
+    host, _, port = master.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--master must be HOST:PORT, got {master!r}")
+    # Become the load generator process: Locust's gevent patching must not touch this CLI.
+    args = [sys.executable, "-m", "sharedserve.bench.loadgen", "worker", "--master", master]
+    os.execv(sys.executable, args)

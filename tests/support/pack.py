@@ -1,0 +1,63 @@
+"""Run the real ``sharedserve pack`` as a child process and read its targets file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.support.servers import SHAREDSERVE, clean_env
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes; its parent (the packer) has exited.
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class PackRun:
+    """A ``sharedserve pack`` child process and its targets file."""
+
+    def __init__(self, tmp: Path, model: Path, *args: str) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.targets_path = tmp / "targets.json"
+        self.log_path = tmp / "pack.log"
+        self._log = self.log_path.open("wb")
+        command = [*SHAREDSERVE, "pack", "--model", str(model), "--targets-out"]
+        command += [str(self.targets_path), "--log-dir", str(tmp / "logs"), *args]
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=clean_env()
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def targets(self) -> dict:
+        return json.loads(self.targets_path.read_text())
+
+    def wait_targets(self, timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"pack exited early:\n{self.log()}"
+            if self.targets_path.exists():
+                return self.targets()
+            time.sleep(0.2)
+        raise AssertionError(f"no targets file within {timeout} s:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode

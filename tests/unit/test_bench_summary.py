@@ -1,0 +1,336 @@
+"""Report math: rows, the SLO verdict, scaling efficiency and the recommendation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.summary import (
+    LOADGEN_CPU_LIMIT,
+    PER_MODEL_KEYS,
+    ROW_KEYS,
+    Pattern,
+    Samples,
+    TargetResult,
+    build_row,
+    finalize_rows,
+    recommend,
+)
+
+# The report.json contract of issue 6, written out independently of the module's constant.
+CONTRACT = {
+    "density", "pattern", "requests", "errors", "dropped", "qps", "p50_ms", "p90_ms", "p99_ms",
+    "p999_ms", "max_ms", "scaling_efficiency", "gpu_util_mean", "gpu_util_max",
+    "gpu_mem_used_mib", "cpu_util_mean", "loadgen_cpu_util", "slo_met", "per_model",
+    "duration_s", "error_rate", "unreliable",
+}  # fmt: skip
+NO_SAMPLES = Samples(None, None, None, None)
+
+
+def target(name: str, latencies_ms: list[float], errors: int = 0, dropped: int = 0) -> TargetResult:
+    hist = LatencyHistogram()
+    for ms in latencies_ms:
+        hist.record(round(ms * 1000))
+    return TargetResult(name, len(latencies_ms) + errors, errors, dropped, hist)
+
+
+def row(targets: list[TargetResult], slo: float | None = 50.0, **kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "density": len(targets),
+        "pattern": Pattern.SEQUENTIAL,
+        "window_s": 10.0,
+        "samples": NO_SAMPLES,
+        "loadgen_cpu_util": 0.2,
+        "slo_p99_ms": slo,
+    }
+    return build_row(targets=targets, **{**args, **kw})
+
+
+def test_row_has_exactly_the_contract_keys_and_is_json_safe() -> None:
+    r = row([target("tiny-0", [1.0, 2.0]), target("tiny-1", [3.0])])
+    assert set(r) == CONTRACT == set(ROW_KEYS)
+    assert list(r) == list(ROW_KEYS)
+    assert all(set(m) == set(PER_MODEL_KEYS) for m in r["per_model"])
+    assert json.loads(json.dumps(r)) == r
+
+
+def test_row_figures() -> None:
+    fast = target("tiny-0", [float(i) for i in range(1, 101)], errors=2)  # 1..100 ms
+    slow = target("tiny-1", [200.0, 400.5], dropped=3)
+    samples = Samples(gpu_util_mean=41.23456, gpu_util_max=97.0, gpu_mem_used_mib=2048.0,
+                      cpu_util_mean=1.5)  # fmt: skip
+    r = row([fast, slow], pattern=Pattern.POISSON, window_s=4.0, samples=samples, slo=None)
+    assert r["density"] == 2 and r["pattern"] == "poisson" and r["duration_s"] == 4.0
+    assert (r["requests"], r["errors"], r["dropped"]) == (104, 2, 3)
+    assert r["qps"] == 26.0  # all completed requests, failed ones included, per second
+    assert r["error_rate"] == round(2 / 104, 6)
+    # Merged histogram of 102 latencies: 1..100, 200, 400.5 ms (all within 0.1%).
+    assert r["p50_ms"] == pytest.approx(51.0, rel=1e-3)
+    assert r["p90_ms"] == pytest.approx(92.0, rel=1e-3)
+    assert r["p99_ms"] == pytest.approx(200.0, rel=1e-3)
+    assert r["p999_ms"] == r["max_ms"] == 400.5
+    assert r["gpu_util_mean"] == 41.235 and r["cpu_util_mean"] == 1.5
+    assert r["slo_met"] is None and r["scaling_efficiency"] is None
+    assert r["per_model"][0] == {
+        "name": "tiny-0", "requests": 102, "errors": 2, "qps": 25.5,
+        "p50_ms": pytest.approx(50.0, rel=1e-3), "p99_ms": pytest.approx(99.0, rel=1e-3),
+    }  # fmt: skip
+    assert r["per_model"][1]["p99_ms"] == 400.5  # never above the exact max
+    for key in ("p50_ms", "p99_ms", "max_ms", "qps"):
+        assert r[key] == round(r[key], 3)
+
+
+def test_no_data_is_null_not_zero() -> None:
+    r = row([target("tiny-0", [], errors=5)], loadgen_cpu_util=None)
+    nulls = "p50_ms p90_ms p99_ms p999_ms max_ms gpu_util_mean gpu_util_max gpu_mem_used_mib"
+    for key in [*nulls.split(), "cpu_util_mean", "loadgen_cpu_util"]:
+        assert r[key] is None, key
+    assert r["per_model"][0]["p50_ms"] is None and r["per_model"][0]["p99_ms"] is None
+    assert r["error_rate"] == 1.0 and r["unreliable"] is False and r["slo_met"] is False
+    empty = row([target("tiny-0", [])])
+    assert empty["error_rate"] is None and empty["qps"] == 0.0 and empty["slo_met"] is False
+
+
+@pytest.mark.parametrize(
+    ("targets", "slo", "expected"),
+    [
+        ([target("a", [10.0] * 100)], None, None),
+        ([target("a", [10.0] * 100)], 50.0, True),
+        ([target("a", [50.0] * 100)], 50.0, True),  # p99 equal to the SLO meets it
+        ([target("a", [10.0] * 98 + [60.0] * 2)], 50.0, False),  # p99 60 ms
+        ([target("a", [10.0] * 100), target("b", [10.0] * 98 + [60.0] * 2)], 50.0, False),
+        ([target("a", [10.0] * 9999, errors=9)], 50.0, True),  # 0.09% errors
+        ([target("a", [10.0] * 9990, errors=10)], 50.0, False),  # 0.1% errors is not < 0.1%
+        ([target("a", [10.0] * 9999, dropped=11)], 50.0, False),  # drops count as failures
+        ([target("a", [10.0] * 9999, dropped=1)], 50.0, True),
+        ([target("a", [10.0] * 100), target("b", [])], 50.0, False),  # a model served nothing
+        ([target("a", [], errors=3)], 50.0, False),
+    ],
+)
+def test_slo_verdict(targets: list[TargetResult], slo: float | None, expected: bool | None) -> None:
+    assert row(targets, slo=slo)["slo_met"] is expected
+
+
+def test_max_error_rate_is_a_parameter() -> None:
+    t = [target("a", [10.0] * 99, errors=1)]
+    assert row(t)["slo_met"] is False
+    assert row(t, max_error_rate=0.05)["slo_met"] is True
+
+
+@pytest.mark.parametrize(
+    ("cpu", "unreliable"),
+    [(None, False), (0.1, False), (LOADGEN_CPU_LIMIT, False), (0.81, True), (1.02, True)],
+)
+def test_unreliable_when_the_load_generator_is_cpu_bound(
+    cpu: float | None, unreliable: bool
+) -> None:
+    assert row([target("a", [1.0])], loadgen_cpu_util=cpu)["unreliable"] is unreliable
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"density": 0}, {"window_s": 0.0}, {"window_s": -1.0}, {"targets": []}],
+)
+def test_build_row_rejects_bad_arguments(kw: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="need density"):
+        row(kw.pop("targets", [target("a", [1.0])]), **kw)
+
+
+@pytest.mark.parametrize(("requests", "errors", "dropped"), [(1, 2, 0), (1, -1, 0), (1, 0, -1)])
+def test_target_result_rejects_impossible_counts(requests: int, errors: int, dropped: int) -> None:
+    with pytest.raises(ValueError, match="errors <= requests"):
+        TargetResult("a", requests, errors, dropped, LatencyHistogram())
+
+
+def fake_row(
+    density: int, qps: float | None, pattern: str = "sequential", **kw: Any
+) -> dict[str, Any]:
+    """A hand-made row with only what finalize_rows and recommend read."""
+    base = {"density": density, "pattern": pattern, "qps": qps, "requests": 1000, "dropped": 0,
+            "slo_met": True, "unreliable": False, "loadgen_cpu_util": 0.3, "per_model": [],
+            "scaling_efficiency": None}  # fmt: skip
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ([], []),
+        ([fake_row(1, 100.0), fake_row(2, 180.0), fake_row(4, 200.0)], [1.0, 0.9, 0.5]),
+        ([fake_row(2, 180.0), fake_row(4, 200.0)], [None, None]),  # no density-1 row
+        ([fake_row(1, 0.0), fake_row(2, 10.0)], [None, None]),  # density 1 served nothing
+        ([fake_row(1, 100.0), fake_row(2, None)], [1.0, None]),
+        ([fake_row(4, 120.0), fake_row(1, 90.0)], [0.333, 1.0]),  # order does not matter
+        (
+            [
+                fake_row(1, 100.0),
+                fake_row(1, 50.0, "poisson"),
+                fake_row(2, 150.0),
+                fake_row(2, 100.0, "poisson"),
+                fake_row(2, 40.0, "parallel"),
+            ],
+            [1.0, 1.0, 0.75, 1.0, None],
+        ),
+    ],
+)
+def test_finalize_rows_fills_scaling_efficiency(
+    rows: list[dict[str, Any]], expected: list[float | None]
+) -> None:
+    finalize_rows(rows)
+    assert [r["scaling_efficiency"] for r in rows] == expected
+
+
+def model(name: str, p99: float | None, requests: int = 1000, errors: int = 0) -> dict[str, Any]:
+    return {"name": name, "requests": requests, "errors": errors, "qps": 10.0, "p50_ms": 1.0,
+            "p99_ms": p99}  # fmt: skip
+
+
+OK = [model("tiny-0", 20.0)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "slo", "density", "phrases"),
+    [
+        ([fake_row(1, 1.0)], None, None, ["no SLO given (--slo-p99-ms)"]),
+        ([], 50.0, None, ["no density was measured"]),
+        (
+            [
+                fake_row(1, 1.0, per_model=OK),
+                fake_row(2, 1.0, per_model=OK),
+                fake_row(4, 1.0, per_model=OK),
+                fake_row(
+                    8, 1.0, slo_met=False, per_model=[model("tiny-0", 20.0), model("tiny-3", 81.2)]
+                ),
+            ],
+            50.0,
+            4,
+            [
+                "density 4 is the largest whose every model met p99 <= 50 ms with < 0.1% errors; "
+                "density 8 missed it: model tiny-3 p99 81.2 ms"
+            ],
+        ),
+        (
+            [fake_row(1, 1.0), fake_row(2, 1.0)],
+            50.0,
+            2,
+            ["density 2 is the largest", "no larger density was measured"],
+        ),
+        (
+            [
+                fake_row(1, 1.0, slo_met=False, per_model=[model("tiny-0", 70.0)]),
+                fake_row(2, 1.0, slo_met=False, per_model=[model("tiny-0", 90.0)]),
+            ],
+            50.0,
+            None,
+            [
+                "no density met p99 <= 50 ms with < 0.1% errors",
+                "density 1 missed it",
+                "tiny-0 p99 70 ms",
+            ],
+        ),
+        (  # errors, a silent model, and drops are each named
+            [
+                fake_row(1, 1.0),
+                fake_row(
+                    2,
+                    1.0,
+                    slo_met=False,
+                    dropped=40,
+                    per_model=[model("a", 5.0, errors=30), model("b", None, requests=0)],
+                ),
+            ],
+            50.0,
+            1,
+            [
+                "density 2 missed it: model a failed 3% (30 errors)",
+                "model b completed no requests",
+                "40 of 1040 requests dropped",
+            ],
+        ),
+        (  # a few drops of one model sink the row even below the row-wide threshold
+            [
+                fake_row(1, 1.0),
+                fake_row(2, 1.0, slo_met=False, dropped=1, requests=5000, per_model=OK),
+            ],
+            50.0,
+            1,
+            ["1 of 5001 requests dropped"],
+        ),
+        (  # unreliable rows are set aside even when they met the SLO
+            [
+                fake_row(1, 1.0),
+                fake_row(2, 1.0),
+                fake_row(4, 1.0, unreliable=True, loadgen_cpu_util=0.93),
+            ],
+            50.0,
+            2,
+            [
+                "density 2 is the largest",
+                "density 4 is not recommended: the load generator used 93% of a core (over 80%)",
+            ],
+        ),
+        (
+            [fake_row(1, 1.0, unreliable=True, loadgen_cpu_util=0.95)],
+            50.0,
+            None,
+            ["no density met", "density 1 is not recommended"],
+        ),
+        (  # largest, even above a density that missed; the miss is reported as noise
+            [
+                fake_row(1, 1.0),
+                fake_row(2, 1.0, slo_met=False, per_model=[model("x", 51.0)]),
+                fake_row(4, 1.0),
+            ],
+            50.0,
+            4,
+            ["density 4 is the largest", "though smaller density 2 missed it: model x p99 51 ms"],
+        ),
+        (  # with two patterns, a density needs every pattern's row to meet it
+            [
+                fake_row(1, 1.0),
+                fake_row(1, 1.0, "poisson"),
+                fake_row(2, 1.0),
+                fake_row(2, 1.0, "poisson", slo_met=False, per_model=[model("y", 60.0)]),
+            ],
+            50.0,
+            1,
+            ["density 2 (poisson) missed it: model y p99 60 ms"],
+        ),
+        (
+            [
+                fake_row(1, 1.0),
+                fake_row(2, 1.0, slo_met=False, per_model=[model(f"m{i}", 99.0) for i in range(6)]),
+            ],
+            50.0,
+            1,
+            ["model m2 p99 99 ms, and 3 more"],
+        ),
+        ([fake_row(1, 1.0, slo_met=None)], 50.0, None, ["the SLO was not evaluated"]),
+        ([fake_row(1, 1.0), fake_row(2, 1.0)], 12.5, 2, ["p99 <= 12.5 ms"]),
+    ],
+)
+def test_recommend(
+    rows: list[dict[str, Any]], slo: float | None, density: int | None, phrases: list[str]
+) -> None:
+    result = recommend(rows, slo)
+    assert set(result) == {"density", "reason"}
+    assert result["density"] == density
+    for phrase in phrases:
+        assert phrase in result["reason"]
+
+
+def test_recommend_on_built_rows_and_error_rate_parameter() -> None:
+    rows = [
+        row([target("m0", [5.0] * 1000)]),
+        row([target(f"m{i}", [5.0] * 995, errors=5) for i in range(2)]),
+    ]
+    finalize_rows(rows)
+    assert recommend(rows, 50.0)["density"] == 1
+    assert "model m0 failed 0.5% (5 errors)" in recommend(rows, 50.0)["reason"]
+    assert rows[1]["slo_met"] is False
+    relaxed = [row(r, max_error_rate=0.01) for r in ([target("m0", [5.0])],)]
+    assert relaxed[0]["slo_met"] is True
+    assert "< 1% errors" in recommend(relaxed, 50.0, max_error_rate=0.01)["reason"]
