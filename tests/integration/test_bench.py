@@ -93,21 +93,22 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
     out = tmp_path / "report"
     command = [
         *SHAREDSERVE, "bench", "--model", str(models_dir / "tiny"), "--densities", "1,2",
-        "--duration", "2", "--warmup", "0", "--out", str(out), "--pattern", "parallel",
+        "--duration", "4", "--warmup", "0", "--out", str(out), "--pattern", "parallel",
         "--concurrency", "2", "--protocol", "grpc",
     ]  # fmt: skip
     log = (tmp_path / "bench.log").open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
     try:
         deadline = time.monotonic() + 120
-        while not (out / "report.json").exists():
+        density_2 = out / "targets-density-2.json"
+        # Interrupt once density 1 is reported and density 2's replicas are up and under load.
+        while not ((out / "report.json").exists() and density_2.exists()):
             assert process.poll() is None, (tmp_path / "bench.log").read_text()
             assert time.monotonic() < deadline
-            time.sleep(0.2)
-        # Density 2's replicas are starting or under load now.
-        time.sleep(2)
+            time.sleep(0.1)
+        pids = [t["pid"] for t in json.loads(density_2.read_text())["targets"]]
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 130
+        assert process.wait(timeout=60) == 130, (tmp_path / "bench.log").read_text()
     finally:
         if process.poll() is None:
             process.kill()
@@ -117,10 +118,8 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
     assert [r["density"] for r in report["rows"]] == [1]
     assert report["rows"][0]["requests"] > 0 and report["rows"][0]["errors"] == 0
     assert "PARTIAL" in (out / "report.md").read_text()
-    pids = [
-        json.loads(p.read_text())["targets"][0]["pid"] for p in out.glob("targets-density-*.json")
-    ]
-    assert not any(alive(pid) for pid in pids)
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+    assert not density_2.exists()
     assert not list(Path("/sys/fs/cgroup/cpu").glob("sharedserve-pack-*"))
 
 
