@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shlex
 import shutil
@@ -33,10 +32,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 import grpc
+from machine import machine_lines  # benchmarks/machine.py, beside this script
 
 from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
 from sharedserve.allocator.api import deviceplugin_pb2 as pb
@@ -198,27 +197,6 @@ def measure(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def environment() -> list[str]:
-    def first(path: str, prefix: str) -> str:
-        lines = Path(path).read_text().splitlines() if Path(path).is_file() else []
-        return next((ln.split(prefix, 1)[1] for ln in lines if ln.startswith(prefix)), "?")
-
-    def version(package: str) -> str:
-        try:
-            return f"{package} {metadata.version(package)}"
-        except metadata.PackageNotFoundError:
-            return f"{package} (not installed)"
-
-    cpu = first("/proc/cpuinfo", "model name").strip(" \t:")
-    mem = first("/proc/meminfo", "MemTotal:")
-    return [
-        f"- CPU: {cpu}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
-        f"{int(mem.split()[0]) / 2**20:.1f} GiB RAM; no GPU (the GPUs are simulated)",
-        f"- OS: {first('/etc/os-release', 'PRETTY_NAME=').strip(chr(34))}, {platform.platform()}",
-        f"- Python {platform.python_version()}; {', '.join(map(version, PACKAGES))}",
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="measured calls per case")
@@ -237,7 +215,7 @@ def main() -> None:
         "",
         f"    {command}",
         "",
-        *environment(),
+        *machine_lines(PACKAGES, "no GPU (the GPUs are simulated)"),
         "",
         f"The real `sharedserve allocator` process (`--replicas {REPLICAS} --policy "
         f"{args.policy}`, default logging: one INFO line per Allocate) with a simulated "

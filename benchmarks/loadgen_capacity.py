@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from machine import machine_lines  # noqa: E402  (benchmarks/machine.py)
 
 from sharedserve.bench.histogram import LatencyHistogram  # noqa: E402
 from sharedserve.pack.probe import free_port  # noqa: E402
@@ -84,9 +83,8 @@ def main() -> None:
         "Command: `.venv/bin/python benchmarks/loadgen_capacity.py --out benchmarks/loadgen_capacity.md`"
         f" (`--duration {args.duration:g} --users {args.users}`)",
         "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"Python {platform.python_version()}, locust {version('locust')}, "
-        f"gevent {version('gevent')}, geventhttpclient {version('geventhttpclient')}.",
+        *machine_lines(("sharedserve", "locust", "gevent", "geventhttpclient")),
+        "",
         "The stub server (tests/support/stub_server.py) runs in its own process on the same "
         "machine and shares its CPUs with the load generator.",
         "",

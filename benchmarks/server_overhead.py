@@ -23,7 +23,6 @@ import gc
 import http.client
 import json
 import os
-import platform
 import re
 import shlex
 import socket
@@ -36,11 +35,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine import machine_lines  # benchmarks/machine.py, beside this script
 
 MODELS = {"tiny": ("x", (8,)), "mobilenet_v2": ("images", (224, 224, 3))}
 CONCURRENCY = (1, 8)
@@ -355,27 +354,6 @@ def targets(cells: list[Cell]) -> list[str]:
     return lines
 
 
-def environment() -> list[str]:
-    def first(path: str, prefix: str) -> str:
-        lines = Path(path).read_text().splitlines() if Path(path).is_file() else []
-        return next((ln.split(prefix, 1)[1] for ln in lines if ln.startswith(prefix)), "?")
-
-    def version(package: str) -> str:
-        try:
-            return f"{package} {metadata.version(package)}"
-        except metadata.PackageNotFoundError:
-            return f"{package} (not installed)"
-
-    cpu = first("/proc/cpuinfo", "model name").strip(" \t:")
-    mem = first("/proc/meminfo", "MemTotal:")
-    return [
-        f"- CPU: {cpu}, {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), "
-        f"{int(mem.split()[0]) / 2**20:.1f} GiB RAM; no GPU",
-        f"- OS: {first('/etc/os-release', 'PRETTY_NAME=').strip(chr(34))}, {platform.platform()}",
-        f"- Python {platform.python_version()}; {', '.join(map(version, PACKAGES))}",
-    ]
-
-
 def report(cells: list[Cell], args: argparse.Namespace, command: str) -> str:
     head = "| model | path | batching | clients | p50 ms | p99 ms | QPS | requests | p50 "
     head += "overhead ms | rows/model call |"
@@ -386,7 +364,7 @@ def report(cells: list[Cell], args: argparse.Namespace, command: str) -> str:
         "",
         f"    {command}",
         "",
-        *environment(),
+        *machine_lines(PACKAGES),
         "",
         f"Batch 1, closed loop; each row is {args.duration:g} s of requests measured in "
         f"{args.rounds} slices alternating with the other paths ({args.warmup:g} s warm-up "

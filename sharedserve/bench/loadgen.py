@@ -246,11 +246,6 @@ def user_classes(spec: dict[str, Any]) -> list[type[User]]:
     return classes
 
 
-def _users(spec: dict[str, Any]) -> int:
-    per = spec["concurrency"] if spec["pattern"] == "parallel" else 1
-    return per * len(spec["targets"])
-
-
 # --- running a measurement -----------------------------------------------------------------------
 
 _SPEC, _READY, _WINDOW, _RESULT = "ss_spec", "ss_ready", "ss_window", "ss_result"
@@ -308,7 +303,8 @@ def _merge(
 
 
 def run_master(spec: dict[str, Any], result_path: Path, bind_host: str, bind_port: int) -> int:
-    env = Environment(user_classes=user_classes(spec), events=events)
+    classes = user_classes(spec)
+    env = Environment(user_classes=classes, events=events)
     _attach(env)
     results: list[dict[str, Any]] = []
     workers = spec["expect_workers"]
@@ -335,7 +331,7 @@ def run_master(spec: dict[str, Any], result_path: Path, bind_host: str, bind_por
                 master.quit()
                 return 3
             gevent.sleep(0.05)
-    users = _users(spec)
+    users = sum(c.fixed_count for c in classes)
     runner.start(users, spawn_rate=max(1, users))
     window = _window(runner, spec, results)
     runner.quit()

@@ -14,14 +14,13 @@ import html
 import io
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sharedserve.bench.plots import GPU_KEYS, PLOT_NAMES, draw_plots
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, PER_MODEL_KEYS, ROW_KEYS
+from sharedserve.files import write_atomic
 
 __all__ = ["PER_MODEL_COLUMNS", "ROW_COLUMNS", "write_report"]
 
@@ -44,19 +43,6 @@ _MODEL_HEADINGS = {  # per-model keys whose table heading is not the key itself
     "name": "model", "qps": "QPS", "p50_ms": "p50 ms", "p99_ms": "p99 ms",
     "gpu_mem_mib": "GPU mem MiB", "gpu_memory_fraction": "GPU mem cap",  # added by the sweep
 }  # fmt: skip
-
-
-def _write_atomic(path: Path, data: bytes) -> Path:
-    # A reader (a dashboard, the next sweep) never sees half a file, even after a Ctrl-C.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _cell(value: Any) -> str:
@@ -298,19 +284,19 @@ def write_report(out_dir: Path, report: dict[str, Any]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = list(report.get("rows") or [])
     text = json.dumps(report, indent=2, default=str) + "\n"
-    written = [_write_atomic(out_dir / "report.json", text.encode())]
-    written.append(_write_atomic(out_dir / "report.csv", _csv(_columns(ROW_COLUMNS, rows), rows)))
+    written = [write_atomic(out_dir / "report.json", text.encode())]
+    written.append(write_atomic(out_dir / "report.csv", _csv(_columns(ROW_COLUMNS, rows), rows)))
     models = _model_lines(rows)
     per_model = _csv(_columns(PER_MODEL_COLUMNS, models), models)
-    written.append(_write_atomic(out_dir / "report_per_model.csv", per_model))
+    written.append(write_atomic(out_dir / "report_per_model.csv", per_model))
     images = draw_plots(rows, report.get("slo_p99_ms"))
     for name in PLOT_NAMES:
         # A plot left by an earlier report in this directory must not pass for this one's.
         if name in images:
-            written.append(_write_atomic(out_dir / name, images[name]))
+            written.append(write_atomic(out_dir / name, images[name]))
         else:
             (out_dir / name).unlink(missing_ok=True)
     blocks = _blocks(report, list(images))
-    written.append(_write_atomic(out_dir / "report.md", _markdown(blocks).encode()))
-    written.append(_write_atomic(out_dir / "report.html", _html(blocks, images).encode()))
+    written.append(write_atomic(out_dir / "report.md", _markdown(blocks).encode()))
+    written.append(write_atomic(out_dir / "report.html", _html(blocks, images).encode()))
     return written

@@ -15,13 +15,12 @@ format by hand, with ``pid`` and ``cgroup`` null.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sharedserve.errors import ConfigError
+from sharedserve.files import write_atomic
 
 __all__ = ["Target", "read_targets", "write_targets"]
 
@@ -54,15 +53,7 @@ def write_targets(path: Path, targets: list[Target], *, simulated_gpus: bool = F
     """Replace ``path`` with the targets, atomically."""
     body = {"targets": [asdict(t) for t in targets], "simulated_gpus": simulated_gpus}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(body, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, (json.dumps(body, indent=2) + "\n").encode())
 
 
 _TYPES: dict[str, tuple[type, ...]] = {

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sharedserve.bench.sampler import process_cpu_seconds
 from tests.support.pack import PackRun, alive
 
 GPU_UUID = "GPU-0a1b2c3d-0000-0000-0000-000000000000"
@@ -183,11 +184,6 @@ def test_a_replica_given_up_leaves_the_rest_serving(models_dir: Path, tmp_path: 
         assert run.stop() == 0, run.log()
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_quota_is_enforced_on_a_cpu_bound_replica(models_dir: Path, tmp_path: Path) -> None:
     run = PackRun(tmp_path, models_dir / "tiny", "--replicas", "1", "--cpu-limit", "0.25")
     try:
@@ -207,9 +203,9 @@ def test_quota_is_enforced_on_a_cpu_bound_replica(models_dir: Path, tmp_path: Pa
         with ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(hammer) for _ in range(6)]
             time.sleep(1.0)  # let the server saturate its quota first
-            cpu0, wall0 = _cpu_seconds(target["pid"]), time.monotonic()
+            cpu0, wall0 = process_cpu_seconds(target["pid"]), time.monotonic()
             time.sleep(4.0)
-            cpu1, wall1 = _cpu_seconds(target["pid"]), time.monotonic()
+            cpu1, wall1 = process_cpu_seconds(target["pid"]), time.monotonic()
             sent = sum(f.result() for f in futures)
         used = (cpu1 - cpu0) / (wall1 - wall0)
         assert sent > 0
