@@ -25,9 +25,9 @@ demo: $(VENV)/.installed-run
 	$(BIN)/sharedserve demo
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check sharedserve tests
-	$(BIN)/ruff format --check sharedserve tests
-	$(BIN)/mypy sharedserve
+	$(BIN)/ruff check sharedserve tests benchmarks
+	$(BIN)/ruff format --check sharedserve tests benchmarks
+	$(BIN)/mypy sharedserve benchmarks
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 

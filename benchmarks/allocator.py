@@ -111,7 +111,7 @@ def measure(args: argparse.Namespace) -> list[str]:
     try:
         with grpc.insecure_channel(f"unix://{socket}") as channel:
             grpc.channel_ready_future(channel).result(timeout=10)
-            stub = pb_grpc.DevicePluginStub(channel)
+            stub = pb_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
             started = time.perf_counter()
             stream = stub.ListAndWatch(pb.Empty())
             first = next(stream)

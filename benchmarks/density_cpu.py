@@ -1,11 +1,11 @@
 """Density sweep of mobilenet_v2 on this machine's CPUs, sequential and parallel, as one table.
 
 Runs `sharedserve bench` twice (the commands are printed into the result) and condenses the two
-report.json files into benchmarks/density_cpu.md. No GPU: every GPU column is null, and with all
-replicas sharing the same few cores the table shows CPU contention, not GPU sharing. It is the
-harness's end-to-end result on this machine, and the same command runs on a GPU host.
+report.json files into benchmarks/results/density_cpu.md. No GPU: every GPU column is null, and
+with all replicas sharing the same few cores the table shows CPU contention, not GPU sharing. It
+is the harness's end-to-end result on this machine, and the same command runs on a GPU host.
 
-    .venv/bin/python benchmarks/density_cpu.py --out benchmarks/density_cpu.md
+    .venv/bin/python benchmarks/density_cpu.py --out benchmarks/results/density_cpu.md
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def main() -> None:
     lines = [
         "# Density sweep: mobilenet_v2 on CPU (no GPU on this machine)",
         "",
-        "Made with `.venv/bin/python benchmarks/density_cpu.py --out benchmarks/density_cpu.md`, which "
-        "builds `mobilenet_v2` (random weights) and runs:",
+        "Made with `.venv/bin/python benchmarks/density_cpu.py --out "
+        "benchmarks/results/density_cpu.md`, which builds `mobilenet_v2` (random weights) and "
+        "runs:",
         "",
     ]
     for command, _ in runs:
@@ -96,13 +97,14 @@ def main() -> None:
         f"Machine: {env['cpu']}, {env['cpu_count']} CPUs, no GPU; Python {env['python']}; "
         + ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v),
         "",
-        f"Every replica gets a {args.cpu_limit:g}-core CFS quota (its own cgroup) on a machine with "
-        f"{env['cpu_count']} cores, so past density {env['cpu_count']} the replicas compete for "
-        "the same cores and the load generator shares them too: this measures CPU contention and "
-        "the harness itself, not GPU sharing. GPU columns are null because no GPU was sampled.",
+        f"Every replica gets a {args.cpu_limit:g}-core CFS quota (its own cgroup) on a machine "
+        f"with {env['cpu_count']} cores, so past density {env['cpu_count']} the replicas compete "
+        "for the same cores and the load generator shares them too: this measures CPU contention "
+        "and the harness itself, not GPU sharing. GPU columns are null because no GPU was "
+        "sampled.",
         "",
-        "| pattern | density | requests | errors | QPS | p50 ms | p99 ms | p99.9 ms | scaling | server CPU (cores) | loadgen CPU | SLO p99 <= "
-        f"{args.slo:g} ms | gpu util |",
+        "| pattern | density | requests | errors | QPS | p50 ms | p99 ms | p99.9 ms | scaling | "
+        f"server CPU (cores) | loadgen CPU | SLO p99 <= {args.slo:g} ms | gpu util |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, report in runs:
@@ -130,11 +132,10 @@ def main() -> None:
                 + " |"
             )
     lines.append("")
-    for command, report in runs:
+    for _, report in runs:
         rec = report["recommendation"]
-        lines.append(
-            f"- {report['settings']['pattern']}: recommended density {_fmt(rec['density'])} — {rec['reason']}"
-        )
+        pattern = report["settings"]["pattern"]
+        lines.append(f"- {pattern}: recommended density {_fmt(rec['density'])} — {rec['reason']}")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

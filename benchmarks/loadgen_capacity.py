@@ -6,7 +6,7 @@ requests/s, the process's CPU use, and requests/s per core of load-generator CPU
 goes through the same path as in `sharedserve bench`: a Locust user, geventhttpclient, Locust's
 request event, and our HDR histogram.
 
-    .venv/bin/python benchmarks/loadgen_capacity.py --out benchmarks/loadgen_capacity.md
+    .venv/bin/python benchmarks/loadgen_capacity.py --out benchmarks/results/loadgen_capacity.md
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def main() -> None:
     lines = [
         "# Load-generator capacity: one process, exact recording, no-op endpoint",
         "",
-        "Command: `.venv/bin/python benchmarks/loadgen_capacity.py --out benchmarks/loadgen_capacity.md`"
+        "Command: `.venv/bin/python benchmarks/loadgen_capacity.py --out "
+        "benchmarks/results/loadgen_capacity.md`"
         f" (`--duration {args.duration:g} --users {args.users}`)",
         "",
         *machine_lines(("sharedserve", "locust", "gevent", "geventhttpclient")),
@@ -88,7 +89,8 @@ def main() -> None:
         "The stub server (tests/support/stub_server.py) runs in its own process on the same "
         "machine and shares its CPUs with the load generator.",
         "",
-        "| users | requests | errors | req/s | loadgen CPU (cores) | req/s per loadgen core | p50 ms | p99 ms |",
+        "| users | requests | errors | req/s | loadgen CPU (cores) | req/s per loadgen core | "
+        "p50 ms | p99 ms |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:

@@ -37,8 +37,8 @@ __all__ = ["loadgen_processes", "run_bench"]
 log = logging.getLogger(__name__)
 
 # What one gevent process comfortably offers before its own CPU becomes the limit: it sustains
-# some 20,000 req/s on a core against a no-op endpoint (benchmarks/loadgen_capacity.md), so a
-# quarter of that leaves room for real payloads. Rows whose load generator still ran above 80%
+# some 20,000 req/s on a core against a no-op endpoint (benchmarks/results/loadgen_capacity.md),
+# so a quarter of that leaves room for real payloads. Rows whose load generator still ran above 80%
 # of a core are flagged in the report.
 _USERS_PER_PROCESS = 64
 _RPS_PER_PROCESS = 5000.0
