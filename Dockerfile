@@ -21,14 +21,13 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sharedserve ./sharedserve
 # The requirements file names the wheel with its extras, so the final stage needs no glob; the
-# constraints hold TensorFlow and TF Serving's API (which requires the same TensorFlow release)
-# at TF_VERSION. Locust and the report's plotting are core dependencies: every role is there.
+# constraints hold TensorFlow at TF_VERSION. Locust and the report's plotting are core
+# dependencies: every role is there.
 RUN python3 -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && wheel="$(find /wheels -name 'sharedserve-*.whl')" \
     && printf 'sharedserve[tensorflow] @ file://%s\ntensorflow[and-cuda]\n' "$wheel" \
         > /wheels/requirements.txt \
-    && printf 'tensorflow==%s\ntensorflow-serving-api==%s\n' "$TF_VERSION" "$TF_VERSION" \
-        > /wheels/constraints.txt
+    && printf 'tensorflow==%s\n' "$TF_VERSION" > /wheels/constraints.txt
 
 # -- final: Python, sharedserve and its dependencies; no compiler ------------------------------
 FROM python:${PYTHON_VERSION}-slim-bookworm

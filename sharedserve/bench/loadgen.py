@@ -132,22 +132,26 @@ class _Sender:
 
         # gRPC's own threads would block gevent's loop; this makes its I/O cooperative.
         grpc.experimental.gevent.init_gevent()
-        from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-
+        from sharedserve.server.api import PREDICT_METHOD
+        from sharedserve.server.api import tf_serving_pb2 as pb
         from sharedserve.server.tensor_proto import to_tensor_proto
 
-        request = predict_pb2.PredictRequest()
+        request = pb.PredictRequest()
         request.model_spec.name = target["model"]
         for name, array in arrays.items():
-            request.inputs[name].CopyFrom(to_tensor_proto(array))
+            to_tensor_proto(array, request.inputs[name])
         self._request = request
         channel = grpc.insecure_channel(target["grpc"])
-        self._stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        self._predict = channel.unary_unary(
+            PREDICT_METHOD,
+            request_serializer=pb.PredictRequest.SerializeToString,
+            response_deserializer=pb.PredictResponse.FromString,
+        )
 
     def send(self) -> tuple[Exception | None, int]:
         try:
             if self.protocol == "grpc":
-                reply = self._stub.Predict(self._request, timeout=_NETWORK_TIMEOUT_S)
+                reply = self._predict(self._request, timeout=_NETWORK_TIMEOUT_S)
                 return None, reply.ByteSize()
             response = self._http.post(self._path, self._body, {"Content-Type": "application/json"})
             body = response.read()

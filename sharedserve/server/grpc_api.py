@@ -1,9 +1,10 @@
 """TensorFlow Serving's gRPC API (PredictionService, ModelService) on grpc.aio.
 
-The servicers use the message and service definitions of the ``tensorflow-serving-api``
-package, so TF Serving's own client stubs work unchanged. They share the model, the predict path
-(batching included) and the error table (``errors.py``'s ``grpc_code``) with REST; nothing here
-decides a status on its own.
+The services are registered under TF Serving's own names (``tensorflow.serving.PredictionService``
+and so on) with sharedserve's wire-compatible messages (``api/tf_serving.proto``), so TF Serving's
+client stubs work unchanged and no TensorFlow is needed to serve a TorchScript model. They share
+the model, the predict path (batching included) and the error table (``errors.py``'s
+``grpc_code``) with REST; nothing here decides a status on its own.
 """
 
 from __future__ import annotations
@@ -15,18 +16,10 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
-from google.protobuf import wrappers_pb2
-from tensorflow.core.framework import tensor_shape_pb2
-from tensorflow.core.protobuf import meta_graph_pb2
-from tensorflow_serving.apis import (
-    get_model_metadata_pb2,
-    get_model_status_pb2,
-    model_service_pb2_grpc,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-)
 
 from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented
+from sharedserve.server.api import MODEL_SERVICE, PREDICTION_SERVICE
+from sharedserve.server.api import tf_serving_pb2 as pb
 from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature, TensorSpec, shape_matches
@@ -42,9 +35,10 @@ __all__ = ["create_grpc_server"]
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_STATE = {
-    state: get_model_status_pb2.ModelVersionStatus.State.Value(state.value) for state in ModelState
-}
+_STATE = {state: pb.ModelVersionStatus.State.Value(state.value) for state in ModelState}
+# GetModelMetadata packs the signatures into an Any named for TF Serving's message, which is what
+# clients unpack it as.
+_SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
 
 
 async def _guard(
@@ -101,16 +95,14 @@ def _dims(shape: tuple[int, ...] | None) -> str:
     return "unknown" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
 
 
-def _tensor_info(spec: TensorSpec) -> Any:
-    shape = tensor_shape_pb2.TensorShapeProto(unknown_rank=spec.shape is None)
+def _fill_tensor_info(info: Any, spec: TensorSpec) -> None:
+    info.name, info.dtype = spec.tensor_name, DTYPE_ENUM[spec.dtype]
+    info.tensor_shape.unknown_rank = spec.shape is None
     for d in spec.shape or ():
-        shape.dim.add(size=d)
-    return meta_graph_pb2.TensorInfo(
-        name=spec.tensor_name, dtype=DTYPE_ENUM[spec.dtype], tensor_shape=shape
-    )
+        info.tensor_shape.dim.add(size=d)
 
 
-class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
+class PredictionServicer:
     def __init__(self, model: ServedModel, predictor: Predictor) -> None:
         self._model, self._predictor = model, predictor
 
@@ -123,7 +115,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             if unknown:
                 raise InvalidInput(f"output_filter names unknown outputs {sorted(unknown)}")
             outputs = await self._predictor.predict(signature, inputs)
-            response = predict_pb2.PredictResponse()
+            response = pb.PredictResponse()
             self._fill_spec(response.model_spec, signature.name)
             for key, value in outputs.items():
                 if not request.output_filter or key in request.output_filter:
@@ -141,31 +133,24 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                     f"metadata_field must be ['signature_def'] (the only one offered), got {fields}"
                 )
             self._model.metadata_json()  # NotReady until AVAILABLE
-            signature_map = get_model_metadata_pb2.SignatureDefMap()
+            signature_map = pb.SignatureDefMap()
             for name, sig in self._model.backend.signatures().items():
                 signature_def = signature_map.signature_def[name]
                 signature_def.method_name = sig.method_name
                 for key, spec in sig.inputs.items():
-                    signature_def.inputs[key].CopyFrom(_tensor_info(spec))
+                    _fill_tensor_info(signature_def.inputs[key], spec)
                 for key, spec in sig.outputs.items():
-                    signature_def.outputs[key].CopyFrom(_tensor_info(spec))
-            response = get_model_metadata_pb2.GetModelMetadataResponse()
+                    _fill_tensor_info(signature_def.outputs[key], spec)
+            response = pb.GetModelMetadataResponse()
             self._fill_spec(response.model_spec, "")
-            response.metadata["signature_def"].Pack(signature_map)
+            packed = response.metadata["signature_def"]
+            packed.type_url = _SIGNATURE_DEF_MAP_URL
+            packed.value = signature_map.SerializeToString()
             return response
 
         return await _guard(context, self._predictor, "GetModelMetadata", call)
 
-    async def Classify(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
-        return await self._unimplemented(context, "Classify")
-
-    async def Regress(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
-        return await self._unimplemented(context, "Regress")
-
-    async def MultiInference(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
-        return await self._unimplemented(context, "MultiInference")
-
-    async def _unimplemented(self, context: grpc.aio.ServicerContext, method: str) -> Any:
+    async def unimplemented(self, context: grpc.aio.ServicerContext, method: str) -> Any:
         async def call() -> Any:
             raise Unimplemented(f"{method} is not supported by sharedserve; use Predict")
 
@@ -178,11 +163,11 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     def _fill_spec(self, spec: Any, signature_name: str) -> None:
         spec.name = self._model.name
-        spec.version.CopyFrom(wrappers_pb2.Int64Value(value=self._model.version))
+        spec.version.value = self._model.version
         spec.signature_name = signature_name
 
 
-class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
+class ModelServicer:
     def __init__(self, model: ServedModel, predictor: Predictor) -> None:
         self._model, self._predictor = model, predictor
 
@@ -191,7 +176,7 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):  # type: ignor
             spec = request.model_spec
             self._model.check(spec.name, _version(spec))
             status = self._model.status_json()["model_version_status"][0]
-            response = get_model_status_pb2.GetModelStatusResponse()
+            response = pb.GetModelStatusResponse()
             entry = response.model_version_status.add(
                 version=self._model.version, state=_STATE[self._model.state]
             )
@@ -215,10 +200,48 @@ def create_grpc_server(
         ("grpc.max_send_message_length", max_message_bytes),
     ]
     server = grpc.aio.server(options=options)
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionServicer(model, predictor), server
-    )
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(
-        ModelServicer(model, predictor), server
-    )
+    server.add_generic_rpc_handlers(_handlers(model, predictor))
     return server
+
+
+def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpcHandler, ...]:
+    """Both services under TF Serving's names.
+
+    Methods sharedserve does not offer answer UNIMPLEMENTED without parsing their requests.
+    """
+    prediction, models = PredictionServicer(model, predictor), ModelServicer(model, predictor)
+
+    def unary(behaviour: Callable[..., Any], request: Any = None) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour,
+            request_deserializer=None if request is None else request.FromString,
+            response_serializer=None if request is None else _serialize,
+        )
+
+    def unimplemented(method: str) -> grpc.RpcMethodHandler:
+        async def behaviour(_request: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await prediction.unimplemented(context, method)
+
+        return unary(behaviour)
+
+    return (
+        grpc.method_handlers_generic_handler(
+            PREDICTION_SERVICE,
+            {
+                "Predict": unary(prediction.Predict, pb.PredictRequest),
+                "GetModelMetadata": unary(prediction.GetModelMetadata, pb.GetModelMetadataRequest),
+                **{m: unimplemented(m) for m in ("Classify", "Regress", "MultiInference")},
+            },
+        ),
+        grpc.method_handlers_generic_handler(
+            MODEL_SERVICE,
+            {
+                "GetModelStatus": unary(models.GetModelStatus, pb.GetModelStatusRequest),
+                "HandleReloadConfigRequest": unimplemented("HandleReloadConfigRequest"),
+            },
+        ),
+    )
+
+
+def _serialize(message: Any) -> bytes:
+    return bytes(message.SerializeToString())

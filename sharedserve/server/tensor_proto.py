@@ -1,12 +1,11 @@
-"""TensorFlow ``TensorProto`` <-> numpy, without running TensorFlow ops.
+"""TensorFlow ``TensorProto`` <-> numpy, without TensorFlow.
 
-``tf.make_ndarray`` would do this, but it copies through Python lists for the typed ``*_val``
-fields. (The message classes live in the ``tensorflow`` package, so importing them still imports
-TensorFlow; a TorchScript-only server without TensorFlow needs protos of its own.)
-Here numeric tensors travel as ``tensor_content`` (raw little-endian bytes, one memcpy each way,
-what TF Serving's own clients send), and the typed fields are read with ``np.asarray`` on the
-repeated field, never an element loop. TF's rule that a single typed value fills the whole shape
-is honoured.
+The messages are sharedserve's wire-compatible copies (``api/tf_serving.proto``), so a
+TorchScript-only install serves gRPC without the ``tensorflow`` wheel. ``tf.make_ndarray`` would
+also copy through Python lists for the typed ``*_val`` fields. Here numeric tensors travel as
+``tensor_content`` (raw little-endian bytes, one memcpy each way, what TF Serving's own clients
+send), and the typed fields are read with ``np.asarray`` on the repeated field, never an element
+loop. TF's rule that a single typed value fills the whole shape is honoured.
 """
 
 from __future__ import annotations
@@ -14,15 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from tensorflow.core.framework import tensor_pb2, types_pb2
 
 from sharedserve.errors import InvalidInput, SharedServeError
+from sharedserve.server.api import tf_serving_pb2 as pb
 from sharedserve.server.signature import DTYPE_TO_NUMPY
 
 __all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
 
 #: DT_* name -> DataType enum value.
-DTYPE_ENUM: dict[str, int] = {name: types_pb2.DataType.Value(name) for name in DTYPE_TO_NUMPY}
+DTYPE_ENUM: dict[str, int] = {name: pb.DataType.Value(name) for name in DTYPE_TO_NUMPY}
 _ENUM_NAME = {value: name for name, value in DTYPE_ENUM.items()}
 # numpy dtype -> DT_* name for encoding outputs (strings go to string_val instead).
 _NUMPY_NAME = {dtype: name for name, dtype in DTYPE_TO_NUMPY.items() if name != "DT_STRING"}
@@ -48,7 +47,9 @@ _VALUE_FIELD = {
 def dtype_name(proto: Any) -> str:
     name = _ENUM_NAME.get(proto.dtype)
     if name is None:
-        raise InvalidInput(f"unsupported tensor dtype {types_pb2.DataType.Name(proto.dtype)}")
+        known = proto.dtype in pb.DataType.values()
+        shown = pb.DataType.Name(proto.dtype) if known else f"enum value {proto.dtype}"
+        raise InvalidInput(f"unsupported tensor dtype {shown}")
     return name
 
 
@@ -95,10 +96,10 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
 
 def to_tensor_proto(array: np.ndarray, proto: Any | None = None) -> Any:
     """Encode an array (numeric as tensor_content, strings as string_val) into ``proto``."""
-    proto = proto if proto is not None else tensor_pb2.TensorProto()
+    proto = proto if proto is not None else pb.TensorProto()
     array = np.asarray(array)
     if array.dtype.kind in "OSU":
-        proto.dtype = types_pb2.DT_STRING
+        proto.dtype = pb.DT_STRING
         proto.string_val.extend(
             v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)
         )

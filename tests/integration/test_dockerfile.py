@@ -86,9 +86,10 @@ def test_dockerfile_shape() -> None:
         assert instructions[index][1].split()[0] == "python:${PYTHON_VERSION}-slim-bookworm"
     builder, final = instructions[: stages[-1]], instructions[stages[-1] :]
     build_runs = " ".join(a for kind, a in builder if kind == "RUN")
-    # TensorFlow's GPU build, held with TF Serving's API at the pinned release.
+    # TensorFlow's GPU build, held at the pinned release; TF Serving's client package is not needed.
     assert "tensorflow[and-cuda]" in build_runs and "sharedserve-*.whl" in build_runs
-    assert "tensorflow==%s\\ntensorflow-serving-api==%s" in build_runs
+    assert "printf 'tensorflow==%s\\n' \"$TF_VERSION\" > /wheels/constraints.txt" in build_runs
+    assert "tensorflow-serving-api" not in build_runs
     kinds = [kind for kind, _ in final]
     assert "COPY" not in kinds, "the wheel comes in by a bind mount only"
     runs = " ".join(a for kind, a in final if kind == "RUN")

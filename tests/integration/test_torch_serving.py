@@ -1,7 +1,13 @@
-"""A TorchScript ``tiny`` built by the CLI, served over REST and gRPC by the real server."""
+"""A TorchScript ``tiny`` built by the CLI, served over REST and gRPC by the real server.
+
+Both the build and the server run with TensorFlow hidden, as in a ``[torch]``-only install; the
+test process keeps it, to be TF Serving's own gRPC client.
+"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import grpc
@@ -10,7 +16,7 @@ import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from tests.support.protos import predict_request
-from tests.support.servers import Server, run_cli
+from tests.support.servers import Server, run_cli, without_tensorflow
 
 X = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
 
@@ -18,10 +24,12 @@ X = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
 @pytest.fixture(scope="module")
 def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     out = tmp_path_factory.mktemp("torch-models")
-    result = run_cli("models", "build", "tiny", "--framework", "torch", "--out", str(out))
+    env = without_tensorflow(tmp_path_factory.mktemp("no-tensorflow"))
+    build = ("models", "build", "tiny", "--framework", "torch", "--out", str(out))
+    result = run_cli(*build, env=env)
     assert result.returncode == 0, result.stderr
     assert (out / "tiny" / "1" / "model.pt").is_file()
-    server = Server(out / "tiny", out / "serve.log", ["--cpu-limit", "1"])
+    server = Server(out / "tiny", out / "serve.log", ["--cpu-limit", "1"], env=env)
     server.wait_available("tiny")
     yield server
     assert server.stop() == 0, server.log()
@@ -40,6 +48,16 @@ def test_rest_predict_and_metadata(torch_server: Server) -> None:
     assert bad.status_code == 400
     limits = torch_server.client.get("/sharedserve/v1/limits").json()
     assert (limits["intra_op_threads"], limits["cpu_limit_source"]) == (1, "flag")
+
+
+def test_tensorflow_is_hidden_from_the_server(torch_server: Server) -> None:
+    # Guards the test itself: the hiding packages must be what the server would import.
+    probe = [sys.executable, "-c", "import tensorflow"]
+    hidden = subprocess.run(
+        probe, env=torch_server.env, capture_output=True, text=True, check=False
+    )
+    assert hidden.returncode == 1
+    assert "ModuleNotFoundError: tensorflow is hidden by the test" in hidden.stderr
 
 
 def test_grpc_predict_matches_rest(torch_server: Server) -> None:

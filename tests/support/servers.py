@@ -29,6 +29,21 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def without_tensorflow(root: Path, **extra: str) -> dict[str, str]:
+    """``clean_env`` for a child in which TensorFlow is missing, as in a ``[torch]``-only install.
+
+    Packages of the same names placed first on ``PYTHONPATH`` fail on import, as absent ones do.
+    """
+    for name in ("tensorflow", "tensorflow_serving", "keras"):
+        package = root / name
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text(
+            f"raise ModuleNotFoundError({name!r} + ' is hidden by the test', name={name!r})\n"
+        )
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    return clean_env(PYTHONPATH=path, **extra)
+
+
 class Server:
     """A ``sharedserve serve`` child process; ``base`` is its REST URL."""
 
@@ -48,8 +63,9 @@ class Server:
         command = [*prefix, *SHAREDSERVE, "serve", "--model", str(model), "--host", "127.0.0.1"]
         command += ["--rest-port", str(self.port), "--grpc-port", str(self.grpc_port), *args]
         self._log = log_path.open("wb")
+        self.env = env or clean_env()
         self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=env or clean_env()
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env
         )
         self.client = httpx.Client(base_url=self.base, timeout=60)
 
