@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import random
-import shlex
 import shutil
 import signal
 import statistics
@@ -31,11 +30,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 
 import grpc
-from machine import machine_lines  # benchmarks/machine.py, beside this script
+from machine import heading, publish  # benchmarks/machine.py, beside this script
 
 from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
 from sharedserve.allocator.api import deviceplugin_pb2 as pb
@@ -204,18 +202,15 @@ def main() -> None:
     parser.add_argument("--policy", choices=[p.value for p in Policy], default="bundle")
     parser.add_argument("--out", type=Path, help="also write the report here")
     args = parser.parse_args()
-    command = shlex.join([".venv/bin/python", "benchmarks/allocator.py", *sys.argv[1:]])
     load_before = os.getloadavg()[0]
     body = measure(args)
     load = f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after"
     report = [
-        "# Allocator: kubelet-facing latency and ListAndWatch size",
-        "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, from the repository root:",
-        "",
-        f"    {command}",
-        "",
-        *machine_lines(PACKAGES, "no GPU (the GPUs are simulated)"),
+        *heading(
+            "Allocator: kubelet-facing latency and ListAndWatch size",
+            PACKAGES,
+            "no GPU (the GPUs are simulated)",
+        ),
         "",
         f"The real `sharedserve allocator` process (`--replicas {REPLICAS} --policy "
         f"{args.policy}`, default logging: one INFO line per Allocate) with a simulated "
@@ -227,10 +222,7 @@ def main() -> None:
         *body,
         "",
     ]
-    text = "\n".join(report)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
+    publish("\n".join(report), args.out)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from machine import publish  # benchmarks/machine.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
 
@@ -136,10 +138,7 @@ def main() -> None:
         rec = report["recommendation"]
         pattern = report["settings"]["pattern"]
         lines.append(f"- {pattern}: recommended density {_fmt(rec['density'])} — {rec['reason']}")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    publish("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from machine import machine_lines  # noqa: E402  (benchmarks/machine.py)
+from machine import heading, publish  # noqa: E402  (benchmarks/machine.py)
 
 from sharedserve.bench.histogram import LatencyHistogram  # noqa: E402
 from sharedserve.pack.probe import free_port  # noqa: E402
@@ -78,13 +78,10 @@ def main() -> None:
         stub.terminate()
         stub.wait()
     lines = [
-        "# Load-generator capacity: one process, exact recording, no-op endpoint",
-        "",
-        "Command: `.venv/bin/python benchmarks/loadgen_capacity.py --out "
-        "benchmarks/results/loadgen_capacity.md`"
-        f" (`--duration {args.duration:g} --users {args.users}`)",
-        "",
-        *machine_lines(("sharedserve", "locust", "gevent", "geventhttpclient")),
+        *heading(
+            "Load-generator capacity: one process, exact recording, no-op endpoint",
+            ("sharedserve", "locust", "gevent", "geventhttpclient"),
+        ),
         "",
         "The stub server (tests/support/stub_server.py) runs in its own process on the same "
         "machine and shares its CPUs with the load generator.",
@@ -112,10 +109,7 @@ def main() -> None:
         "(sweep.py: 64 users or 5,000 req/s open loop per process) and flags any row whose "
         "load generator ran above 80% of a core.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    publish("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""The machine and versions a benchmark ran on, as Markdown bullets for its committed result."""
+"""The head of every committed benchmark result (command, machine, versions), and its output."""
 
 from __future__ import annotations
 
 import os
 import platform
+import shlex
+import sys
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
@@ -30,3 +33,26 @@ def machine_lines(packages: Iterable[str], gpu: str = "no GPU") -> list[str]:
         f"- OS: {_first('/etc/os-release', 'PRETTY_NAME=').strip(chr(34))}, {platform.platform()}",
         f"- Python {platform.python_version()}; {', '.join(map(_version, packages))}",
     ]
+
+
+def heading(title: str, packages: Iterable[str], gpu: str = "no GPU") -> list[str]:
+    """Title, date, the command as run from the repository root, then ``machine_lines``."""
+    script = os.path.relpath(sys.argv[0])
+    command = shlex.join([".venv/bin/python", script, *sys.argv[1:]])
+    return [
+        f"# {title}",
+        "",
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, from the repository root:",
+        "",
+        f"    {command}",
+        "",
+        *machine_lines(packages, gpu),
+    ]
+
+
+def publish(text: str, out: Path | None) -> None:
+    """Print the report, and write it to ``out`` when given."""
+    print(text)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)

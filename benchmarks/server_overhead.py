@@ -25,9 +25,7 @@ import argparse
 import gc
 import http.client
 import json
-import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -37,12 +35,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from machine import machine_lines  # benchmarks/machine.py, beside this script
+from machine import heading, publish  # benchmarks/machine.py, beside this script
 
 MODELS = {"tiny": ("x", (8,)), "mobilenet_v2": ("images", (224, 224, 3))}
 CONCURRENCY = (1, 8)
@@ -131,8 +128,8 @@ def in_process_worker(model_dir: Path) -> None:
     warm_up(backend)
     gc.freeze()  # as the server does once the model is loaded
     key, shape = MODELS[model_dir.name]
-    bare = bare_grpc_server(backend)  # held: a grpc.Server stops when it is collected
-    print(json.dumps(bare.port), flush=True)
+    _server, port = bare_grpc_server(backend)  # held: a grpc.Server stops when collected
+    print(json.dumps(port), flush=True)
     for line in sys.stdin:
         order = json.loads(line)
         inputs = {key: example_input(shape, order.get("rows", 1))}
@@ -153,8 +150,8 @@ def in_process_worker(model_dir: Path) -> None:
         print(json.dumps([len(body), *np.median(times, axis=0).tolist()]), flush=True)
 
 
-def bare_grpc_server(backend: Any) -> Any:
-    """The floor: grpcio's synchronous server around the same backend call, started.
+def bare_grpc_server(backend: Any) -> tuple[Any, int]:
+    """The floor: grpcio's synchronous server around the same backend call, started; its port.
 
     No validation, metrics, event loop, thread hand-off or batching: the handler runs the model in
     grpcio's own worker thread. What the real server costs beyond this row is sharedserve's share.
@@ -177,9 +174,9 @@ def bare_grpc_server(backend: Any) -> Any:
     options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max(CONCURRENCY)), options=options)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Bare(), server)
-    server.port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    return server
+    return server, int(port)
 
 
 def _model_call(backend: Any, inputs: dict[str, np.ndarray]) -> MakeCall:
@@ -409,17 +406,11 @@ def targets(cells: list[Cell]) -> list[str]:
     return lines
 
 
-def report(cells: list[Cell], args: argparse.Namespace, command: str) -> str:
+def report(cells: list[Cell], args: argparse.Namespace) -> str:
     head = "| model | path | batching | clients | p50 ms | p99 ms | QPS | requests | p50 "
     head += "overhead ms | rows/model call |"
     lines = [
-        "# Server overhead: REST and gRPC vs the in-process model call",
-        "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, from the repository root:",
-        "",
-        f"    {command}",
-        "",
-        *machine_lines(PACKAGES),
+        *heading("Server overhead: REST and gRPC vs the in-process model call", PACKAGES),
         "",
         f"Batch 1, closed loop; each row is {args.duration:g} s of requests measured in "
         f"{args.rounds} slices alternating with the other paths ({args.warmup:g} s warm-up "
@@ -472,7 +463,6 @@ def main() -> None:
     if args.in_process_worker:
         in_process_worker(args.in_process_worker)
         return
-    command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
     cells: list[Cell] = []
     with tempfile.TemporaryDirectory(prefix="sharedserve-bench-") as tmp:
         models = Path(tmp) / "models"
@@ -480,11 +470,7 @@ def main() -> None:
         subprocess.run([*build, str(models)], check=True, capture_output=True)
         for name in MODELS:
             cells += measure_model(name, models / name, args, Path(tmp) / "server.log")
-    text = report(cells, args, command)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    publish(report(cells, args), args.out)
 
 
 if __name__ == "__main__":

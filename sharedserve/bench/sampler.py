@@ -47,10 +47,6 @@ class Sample:
     process_cpu_s: dict[int, float | None] = field(default_factory=dict)
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def summarize(samples: list[Sample], start: float, end: float) -> Samples:
     """Window figures from the samples taken in [start, end] (CPU from the nearest bounds)."""
     inside = [s for s in samples if start <= s.at <= end]

@@ -211,37 +211,40 @@ def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpc
     """
     prediction, models = PredictionServicer(model, predictor), ModelServicer(model, predictor)
 
-    def unary(behaviour: Callable[..., Any], request: Any = None) -> grpc.RpcMethodHandler:
+    def unary(behaviour: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
         return grpc.unary_unary_rpc_method_handler(
             behaviour,
-            request_deserializer=None if request is None else request.FromString,
-            response_serializer=None if request is None else _serialize,
+            request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString,
         )
 
     def unimplemented(method: str) -> grpc.RpcMethodHandler:
         async def behaviour(_request: bytes, context: grpc.aio.ServicerContext) -> Any:
             return await prediction.unimplemented(context, method)
 
-        return unary(behaviour)
+        # No (de)serializers: the raw request bytes are never looked at, and no answer is sent.
+        return grpc.unary_unary_rpc_method_handler(behaviour)
 
     return (
         grpc.method_handlers_generic_handler(
             PREDICTION_SERVICE,
             {
-                "Predict": unary(prediction.Predict, pb.PredictRequest),
-                "GetModelMetadata": unary(prediction.GetModelMetadata, pb.GetModelMetadataRequest),
+                "Predict": unary(prediction.Predict, pb.PredictRequest, pb.PredictResponse),
+                "GetModelMetadata": unary(
+                    prediction.GetModelMetadata,
+                    pb.GetModelMetadataRequest,
+                    pb.GetModelMetadataResponse,
+                ),
                 **{m: unimplemented(m) for m in ("Classify", "Regress", "MultiInference")},
             },
         ),
         grpc.method_handlers_generic_handler(
             MODEL_SERVICE,
             {
-                "GetModelStatus": unary(models.GetModelStatus, pb.GetModelStatusRequest),
+                "GetModelStatus": unary(
+                    models.GetModelStatus, pb.GetModelStatusRequest, pb.GetModelStatusResponse
+                ),
                 "HandleReloadConfigRequest": unimplemented("HandleReloadConfigRequest"),
             },
         ),
     )
-
-
-def _serialize(message: Any) -> bytes:
-    return bytes(message.SerializeToString())
