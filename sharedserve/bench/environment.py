@@ -37,7 +37,7 @@ def _version(package: str) -> str | None:
 def describe_environment(backend: GpuBackend | None, command: tuple[str, ...]) -> dict[str, Any]:
     """The report's ``environment``; GPU fields are null without a real GPU."""
     gpus: list[dict[str, Any]] = []
-    driver = None
+    driver = cuda = None
     simulated = backend is not None and backend.simulated
     if backend is not None and not simulated:
         try:
@@ -45,7 +45,7 @@ def describe_environment(backend: GpuBackend | None, command: tuple[str, ...]) -
                 {"index": g.index, "name": g.name, "uuid": g.uuid, "memory_mib": g.memory_mib}
                 for g in backend.list_gpus()
             ]
-            driver = getattr(backend, "driver_version", lambda: None)()
+            driver, cuda = backend.driver_version(), backend.cuda_driver_version()
         except GpuError:
             gpus = []
     return {
@@ -53,6 +53,7 @@ def describe_environment(backend: GpuBackend | None, command: tuple[str, ...]) -
         "cpu_count": os.cpu_count(),
         "gpus": gpus or None,
         "gpu_driver": driver,
+        "cuda_driver": cuda,
         "gpus_simulated": simulated,
         "python": platform.python_version(),
         "platform": platform.platform(),

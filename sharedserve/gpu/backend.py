@@ -79,6 +79,14 @@ class GpuBackend(Protocol):
         """GPU memory in use by all processes, in MiB; None if unknown or simulated."""
         ...
 
+    def driver_version(self) -> str | None:
+        """The NVIDIA driver's version, e.g. ``580.159.04``; None when simulated."""
+        ...
+
+    def cuda_driver_version(self) -> str | None:
+        """The newest CUDA version the driver supports, e.g. ``13.0``; None when simulated."""
+        ...
+
     def close(self) -> None: ...
 
 

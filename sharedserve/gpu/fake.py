@@ -108,5 +108,11 @@ class FakeGpuBackend:
     def memory_used_mib(self, gpu_uuid: str) -> int | None:
         return None
 
+    def driver_version(self) -> str | None:
+        return None  # no driver behind a JSON file
+
+    def cuda_driver_version(self) -> str | None:
+        return None
+
     def close(self) -> None:
         pass

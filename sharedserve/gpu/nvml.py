@@ -116,6 +116,20 @@ class NvmlBackend:
         except pynvml.NVMLError as e:
             raise GpuError(f"NVML memory query on {gpu_uuid} failed: {e}") from e
 
+    def driver_version(self) -> str | None:
+        try:
+            return _text(pynvml.nvmlSystemGetDriverVersion())
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML driver version query failed: {e}") from e
+
+    def cuda_driver_version(self) -> str | None:
+        try:
+            version = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
+        except pynvml.NVMLError as e:
+            raise GpuError(f"NVML CUDA version query failed: {e}") from e
+        # NVML encodes 13.0 as 13000 (1000 x major + 10 x minor), as cudaDriverGetVersion does.
+        return f"{version // 1000}.{version % 1000 // 10}"
+
     def close(self) -> None:
         if self._open:
             self._open = False

@@ -14,35 +14,37 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["Metrics"]
+__all__ = ["GpuMemoryReading", "Metrics"]
 
 # Latency buckets from 1 ms to 10 s: model servers live between the two.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
+GpuMemoryReading = tuple[float | None, float | None, float | None]
+"""(bytes this process uses per NVML, its cap, bytes its framework's allocator holds)."""
+
+_GPU_MEMORY = (
+    ("sharedserve_gpu_memory_used_bytes", "GPU memory used by this process, from NVML"),
+    ("sharedserve_gpu_memory_cap_bytes", "GPU memory cap of this process"),
+    (
+        "sharedserve_gpu_memory_allocator_bytes",
+        "GPU memory the framework's allocator holds (what the cap governs); the rest of the "
+        "used figure is CUDA context and library workspaces",
+    ),
+)
+
+
 class _GpuMemory(Collector):
-    def __init__(self, model: str, read: Callable[[], tuple[float | None, float | None]]) -> None:
+    def __init__(self, model: str, read: Callable[[], GpuMemoryReading]) -> None:
         self._model, self._read = model, read
 
     def collect(self) -> Iterator[Any]:
-        used, cap = self._read()
-        if used is not None:
-            family = GaugeMetricFamily(
-                "sharedserve_gpu_memory_used_bytes",
-                "GPU memory used by this process, from NVML",
-                labels=["model"],
-            )
-            family.add_metric([self._model], used)
-            yield family
-        if cap is not None:
-            family = GaugeMetricFamily(
-                "sharedserve_gpu_memory_cap_bytes",
-                "GPU memory cap of this process",
-                labels=["model"],
-            )
-            family.add_metric([self._model], cap)
-            yield family
+        for (name, documentation), value in zip(_GPU_MEMORY, self._read(), strict=True):
+            if value is not None:
+                family = GaugeMetricFamily(name, documentation, labels=["model"])
+                family.add_metric([self._model], value)
+                yield family
 
 
 class Metrics:
@@ -87,8 +89,8 @@ class Metrics:
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         self._queue.labels(self.model).set_function(depth)
 
-    def track_gpu_memory(self, read: Callable[[], tuple[float | None, float | None]]) -> None:
-        """``read`` returns (bytes used by this process, cap in bytes), either None if unknown."""
+    def track_gpu_memory(self, read: Callable[[], GpuMemoryReading]) -> None:
+        """``read`` returns the three figures of ``GpuMemoryReading``, each None if unknown."""
         self.registry.register(_GpuMemory(self.model, read))
 
     def render(self) -> bytes:

@@ -27,11 +27,12 @@ from sharedserve.errors import SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
+from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import Backend, RuntimeConfig
 from sharedserve.server.grpc_api import create_grpc_server
-from sharedserve.server.metrics import Metrics
+from sharedserve.server.metrics import GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
-from sharedserve.server.model_source import Framework, ModelSource, find_model
+from sharedserve.server.model_source import find_model
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.rest import create_app
 
@@ -40,18 +41,6 @@ __all__ = ["limits_report", "run"]
 log = logging.getLogger(__name__)
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _make_backend(source: ModelSource) -> Backend:
-    if source.framework is Framework.TENSORFLOW:
-        from sharedserve.server.backends.tensorflow import TensorFlowBackend
-
-        return TensorFlowBackend(source.path)
-    if source.framework is Framework.TORCH:
-        from sharedserve.server.backends.torch import TorchBackend
-
-        return TorchBackend(source.path)
-    raise SharedServeError(f"no backend for {source.framework}")
 
 
 def _batching_report(batching: BatchingSettings | None) -> dict[str, Any]:
@@ -143,8 +132,8 @@ def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
 
 
 def _gpu_memory_reader(
-    backend: GpuBackend | None, cap: GpuCap
-) -> Callable[[], tuple[float | None, float | None]]:
+    backend: GpuBackend | None, cap: GpuCap, framework: Backend
+) -> Callable[[], GpuMemoryReading]:
     """Reads this process's GPU memory at scrape time through the backend opened at start-up.
 
     A simulated backend answers None itself, so no figure is ever made up here.
@@ -153,14 +142,16 @@ def _gpu_memory_reader(
     cap_bytes = None if cap.mib is None else float(cap.mib * mib)
     pid = os.getpid()
 
-    def read() -> tuple[float | None, float | None]:
+    def read() -> GpuMemoryReading:
+        pool = framework.allocator_reserved_bytes()
+        pool_bytes = None if pool is None else float(pool)
         if backend is None or cap.device is None:
-            return None, cap_bytes
+            return None, cap_bytes, pool_bytes
         try:
             used = backend.process_memory_mib(cap.device, pid)
         except SharedServeError:
             used = None
-        return (None if used is None else float(used * mib)), cap_bytes
+        return (None if used is None else float(used * mib)), cap_bytes, pool_bytes
 
     return read
 
@@ -173,7 +164,7 @@ def run(settings: ServerSettings) -> int:
     threads = thread_pool_sizes(cpu)
     source = find_model(settings.model_dir, settings.model_name)
     gpu_backend, gpu_cap = _gpu_cap(settings)
-    backend = _make_backend(source)
+    backend = make_backend(source)
     applied = backend.configure(RuntimeConfig(gpu_cap, *threads))
     cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
     log.info(
@@ -193,7 +184,7 @@ def run(settings: ServerSettings) -> int:
     if cap.enforced:
         # NVML stays open for the life of the process: a scrape is then one query, not an
         # initialisation of the driver library.
-        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap))
+        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap, backend))
     elif gpu_backend is not None:
         gpu_backend.close()
     predictor = Predictor(model, metrics, settings.batching)

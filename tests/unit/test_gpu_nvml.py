@@ -47,6 +47,8 @@ def nvml(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         "nvmlDeviceGetSupportedEventTypes": lambda h: pynvml.nvmlEventTypeAll,
         "nvmlDeviceRegisterEvents": lambda h, mask, s: None,
         "nvmlEventSetFree": lambda s: None,
+        "nvmlSystemGetDriverVersion": lambda: b"580.159.04",
+        "nvmlSystemGetCudaDriverVersion_v2": lambda: 13000,
     }
     for name, fake in calls.items():
         monkeypatch.setattr(pynvml, name, fake)
@@ -118,6 +120,17 @@ def test_metrics_readings(nvml: pytest.MonkeyPatch) -> None:
 
 def event(event_type: int, data: int) -> SimpleNamespace:
     return SimpleNamespace(device=("handle", UUID), eventType=event_type, eventData=data)
+
+
+def test_driver_and_cuda_versions(nvml: pytest.MonkeyPatch) -> None:
+    backend = NvmlBackend()
+    assert backend.driver_version() == "580.159.04"
+    assert backend.cuda_driver_version() == "13.0"
+    nvml.setattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", lambda: 12080)
+    assert backend.cuda_driver_version() == "12.8"
+    nvml.setattr(pynvml, "nvmlSystemGetDriverVersion", raises(pynvml.NVML_ERROR_UNKNOWN))
+    with pytest.raises(GpuError, match="driver version"):
+        backend.driver_version()
 
 
 def test_xid_watch(nvml: pytest.MonkeyPatch) -> None:

@@ -397,3 +397,8 @@ def test_find_model_refuses_a_directory_with_both_frameworks(tmp_path: Path) -> 
         (tmp_path / "m" / "1" / file).touch()
     with pytest.raises(ConfigError, match="both a SavedModel and a TorchScript model"):
         find_model(tmp_path / "m")
+
+
+def test_no_allocator_figure_off_the_gpu(tiny: TorchBackend) -> None:
+    # On the CPU there is no GPU pool to report: None, never a made-up zero.
+    assert tiny.allocator_reserved_bytes() is None

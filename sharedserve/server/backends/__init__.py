@@ -1,0 +1,25 @@
+"""One module per framework; ``make_backend`` picks by what the model directory holds.
+
+Frameworks are imported only when a backend is made, so importing this package is free.
+"""
+
+from __future__ import annotations
+
+from sharedserve.errors import SharedServeError
+from sharedserve.server.backends.base import Backend
+from sharedserve.server.model_source import Framework, ModelSource
+
+__all__ = ["make_backend"]
+
+
+def make_backend(source: ModelSource) -> Backend:
+    """The backend for this model version (not yet configured or loaded)."""
+    if source.framework is Framework.TENSORFLOW:
+        from sharedserve.server.backends.tensorflow import TensorFlowBackend
+
+        return TensorFlowBackend(source.path)
+    if source.framework is Framework.TORCH:
+        from sharedserve.server.backends.torch import TorchBackend
+
+        return TorchBackend(source.path)
+    raise SharedServeError(f"no backend for {source.framework}")

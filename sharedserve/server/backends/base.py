@@ -58,6 +58,12 @@ class Backend(Protocol):
         """Run one batch. Raises InvalidInput, ResourceExhausted or SharedServeError."""
         ...
 
+    def allocator_reserved_bytes(self) -> int | None:
+        """GPU memory the framework's allocator holds (what the cap governs); None off the GPU
+        or where the framework does not say. NVML's figure for the process minus this is what
+        the process holds outside the cap: CUDA context, library workspaces."""
+        ...
+
 
 def warm_up(backend: Backend) -> None:
     """Run every signature once on a batch of one, so the first request is not the slow one.

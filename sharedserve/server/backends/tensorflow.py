@@ -119,6 +119,11 @@ class TensorFlowBackend:
     def signatures(self) -> dict[str, Signature]:
         return self._signatures
 
+    def allocator_reserved_bytes(self) -> int | None:
+        # TensorFlow reports the bytes its allocator has handed out, not what it has taken from
+        # the device (with a memory_limit it may take all of it up front): no honest figure.
+        return None
+
     def predict(self, signature_name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tensorflow as tf
 

@@ -252,6 +252,13 @@ class TorchBackend:
                 raise InvalidInput(message) from e
             raise SharedServeError(f"model execution failed: {message}") from e
 
+    def allocator_reserved_bytes(self) -> int | None:
+        if self._device.type != "cuda":
+            return None
+        # Reserved, not allocated: the caching allocator keeps freed blocks, and the cap
+        # (set_per_process_memory_fraction) bounds what it reserves.
+        return int(torch.cuda.memory_reserved(self._device))
+
     def _tensor(self, spec: TensorSpec, inputs: dict[str, np.ndarray]) -> torch.Tensor:
         if spec.name not in inputs:
             raise InvalidInput(f"missing input {spec.name!r}")
