@@ -1,11 +1,13 @@
 """What does serving cost on top of the model call? REST and gRPC against the bare backend.
 
-Builds the example models ``tiny`` and ``mobilenet_v2`` into a temp dir and measures them at
-batch 1 on CPU, closed loop with 1 and 8 client threads, batching off then on:
+Builds example models (``--models``, default ``tiny`` and ``mobilenet_v2``; ``--framework tf`` or
+``torch``) into a temp dir and measures them at batch 1 on whatever device the framework picks
+(the CPU here; the GPU in the GPU proof kit), closed loop with 1 and 8 client threads, batching
+off then on:
 
-* ``in-process``: ``TensorFlowBackend.predict`` in a worker subprocess set up as the server sets
-  itself up (same TF thread pools, ``gc.freeze()`` after loading). A subprocess, so that neither
-  the client threads nor this process's own TensorFlow import share its GIL and heap;
+* ``in-process``: the backend's ``predict`` in a worker subprocess set up as the server sets
+  itself up (same thread pools, ``gc.freeze()`` after loading). A subprocess, so that neither
+  the client threads nor this process's own framework import share its GIL and heap;
 * ``REST``: a real ``sharedserve serve`` process; row-format JSON body encoded once; one
   keep-alive ``http.client`` connection per client thread;
 * ``gRPC``: the same server; ``PredictionServiceStub.Predict`` with a pre-built request holding
@@ -16,7 +18,9 @@ batch 1 on CPU, closed loop with 1 and 8 client threads, batching off then on:
 
 Each row is measured in ``--rounds`` slices alternating with the other paths, so that drift in a
 shared machine's speed lands on every path alike. p50/p99 are numpy's exact percentiles of every
-request's latency. Prints a Markdown report; ``--out`` also writes it to a file.
+request's latency. Prints a Markdown report; ``--out`` also writes it to a file, ``--json`` the
+figures. The gRPC clients and the bare server use sharedserve's own copy of TF Serving's messages,
+so the script runs where TensorFlow is not installed (``--framework torch``).
 """
 
 from __future__ import annotations
@@ -34,17 +38,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 
-MODELS = {"tiny": ("x", (8,)), "mobilenet_v2": ("images", (224, 224, 3))}
+# Input name and shape of a row, per example model (sharedserve.models.catalog).
+MODELS = {
+    "tiny": ("x", (8,)),
+    "mobilenet_v2": ("images", (224, 224, 3)),
+    "resnet50": ("images", (224, 224, 3)),
+}
 CONCURRENCY = (1, 8)
+CEILING_ROWS = 8  # the batch of the batching ceiling, = --max-batch-size with batching on
 PACKAGES = (
-    *("sharedserve", "tensorflow", "tensorflow-serving-api", "grpcio", "protobuf"),
+    *("sharedserve", "tensorflow", "torch", "grpcio", "protobuf"),
     *("fastapi", "starlette", "uvicorn", "httptools", "uvloop", "numpy", "orjson"),
 )
 MakeCall = Callable[[], Callable[[], object]]  # one call per client thread (own connection)
@@ -118,10 +128,11 @@ def in_process_worker(model_dir: Path) -> None:
     from sharedserve.limits.cpu import resolve_cpu_limit, thread_pool_sizes
     from sharedserve.limits.gpu import resolve_cap
     from sharedserve.server import codec
+    from sharedserve.server.backends import make_backend
     from sharedserve.server.backends.base import RuntimeConfig, warm_up
-    from sharedserve.server.backends.tensorflow import TensorFlowBackend
+    from sharedserve.server.model_source import find_model
 
-    backend = TensorFlowBackend(max(model_dir.iterdir(), key=lambda p: int(p.name)))
+    backend = make_backend(find_model(model_dir))
     cap = resolve_cap(GpuCapRequest(None, None, CapSource.NONE), None)
     backend.configure(RuntimeConfig(cap, *thread_pool_sizes(resolve_cpu_limit(None))))
     backend.load()
@@ -159,21 +170,28 @@ def bare_grpc_server(backend: Any) -> tuple[Any, int]:
     from concurrent import futures
 
     import grpc
-    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
+    from sharedserve.server.api import PREDICTION_SERVICE
+    from sharedserve.server.api import tf_serving_pb2 as pb
     from sharedserve.server.tensor_proto import from_tensor_proto, to_tensor_proto
 
-    class Bare(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
-        def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802
-            inputs = {k: from_tensor_proto(v) for k, v in request.inputs.items()}
-            response = predict_pb2.PredictResponse()
-            for k, v in backend.predict("serving_default", inputs).items():
-                to_tensor_proto(v, response.outputs[k])
-            return response
+    def predict(request: Any, context: Any) -> Any:
+        inputs = {k: from_tensor_proto(v) for k, v in request.inputs.items()}
+        response = pb.PredictResponse()
+        for k, v in backend.predict("serving_default", inputs).items():
+            to_tensor_proto(v, response.outputs[k])
+        return response
 
+    handler = grpc.unary_unary_rpc_method_handler(
+        predict,
+        request_deserializer=pb.PredictRequest.FromString,
+        response_serializer=pb.PredictResponse.SerializeToString,
+    )
     options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max(CONCURRENCY)), options=options)
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Bare(), server)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(PREDICTION_SERVICE, {"Predict": handler}),)
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     return server, int(port)
@@ -269,18 +287,24 @@ def rest_client(port: int, name: str, body: bytes) -> MakeCall:
 
 def grpc_client(port: int, name: str, key: str, array: np.ndarray) -> MakeCall:
     import grpc
-    from tensorflow.core.framework import types_pb2
-    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-    content, dims = array.astype("<f4").tobytes(), [{"size": d} for d in array.shape]
-    tensor = {"dtype": types_pb2.DT_FLOAT, "tensor_content": content, "tensor_shape": {"dim": dims}}
-    request = predict_pb2.PredictRequest(model_spec={"name": name}, inputs={key: tensor})
+    from sharedserve.server.api import PREDICT_METHOD
+    from sharedserve.server.api import tf_serving_pb2 as pb
+    from sharedserve.server.tensor_proto import to_tensor_proto
+
+    request = pb.PredictRequest()
+    request.model_spec.name = name
+    to_tensor_proto(array, request.inputs[key])  # binary tensor_content
     options = [("grpc.max_receive_message_length", -1), ("grpc.use_local_subchannel_pool", 1)]
 
     def make_call() -> Callable[[], object]:
         channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=options)
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return lambda: stub.Predict(request, timeout=60)
+        predict = channel.unary_unary(
+            PREDICT_METHOD,
+            request_serializer=pb.PredictRequest.SerializeToString,
+            response_deserializer=pb.PredictResponse.FromString,
+        )
+        return lambda: predict(request, timeout=60)
 
     return make_call
 
@@ -331,7 +355,7 @@ def measure_model(name: str, model_dir: Path, args: argparse.Namespace, log: Pat
     key, shape = MODELS[name]
     array = example_input(shape)
     worker, cells = InProcess(model_dir), []
-    batching_on = ["--enable-batching", "--max-batch-size", "8"]
+    batching_on = ["--enable-batching", "--max-batch-size", str(CEILING_ROWS)]
     batching_on += ["--batch-timeout-micros", str(args.batch_timeout_micros)]
     try:
         for batching, extra in (("off", []), ("on", batching_on)):
@@ -355,10 +379,13 @@ def measure_model(name: str, model_dir: Path, args: argparse.Namespace, log: Pat
                         n = len(latencies)
                         cells.append(Cell(name, path, mode, threads, p50, p99, qps, n, per_call))
                         print(_row(cells[-1], cells), flush=True)
-        if name == "mobilenet_v2":
-            args.decode = worker.ask(decode=True)
-            latencies, done = worker.ask(threads=1, rows=8, times=[args.warmup, args.duration])
-            args.ceiling = (float(np.median(latencies)) * 1e3, 8 * done / args.duration)
+        args.decode[name] = worker.ask(decode=True)
+        order = {"threads": 1, "rows": CEILING_ROWS, "times": [args.warmup, args.duration]}
+        latencies, done = worker.ask(**order)
+        args.ceiling[name] = (
+            float(np.median(latencies)) * 1e3,
+            CEILING_ROWS * done / args.duration,
+        )
     finally:
         worker.proc.kill()
         worker.proc.wait()
@@ -383,27 +410,88 @@ def _row(c: Cell, cells: list[Cell]) -> str:
     )
 
 
-def targets(cells: list[Cell]) -> list[str]:
-    lines = []
-    for model, path in (("mobilenet_v2", "gRPC"), ("tiny", "REST")):
+def targets(cells: list[Cell]) -> list[dict[str, Any]]:
+    """The targets that apply to the models measured: REST on ``tiny``, gRPC and batching on
+    the image models. Each: what, the figure, the target, whether it was met."""
+    found: list[dict[str, Any]] = []
+    for model in dict.fromkeys(c.model for c in cells):
         base = _find(cells, model, "in-process", "-", 1).p50_ms
+        path = "REST" if model == "tiny" else "gRPC"
         over = _find(cells, model, path, "off", 1).p50_ms - base
-        floor = ""
+        note = ""
         if path == "gRPC":
             bare = _find(cells, model, "bare gRPC", "off", 1).p50_ms - base
-            floor = f"; bare grpcio server {bare:+.2f} ms, sharedserve's share {over - bare:+.2f}"
-        lines.append(
-            f"- **{'PASS' if over <= 1.0 else 'MISS'}** {path} p50 overhead, {model}, 1 client, "
-            f"batching off: {over:.2f} ms (target <= 1.0 ms{floor})"
+            note = f"bare grpcio server {bare:+.2f} ms, sharedserve's share {over - bare:+.2f}"
+        what = f"{path} p50 overhead, {model}, 1 client, batching off"
+        found.append(
+            {
+                "what": what,
+                "value": f"{over:.2f} ms",
+                "target": "<= 1.0 ms",
+                "met": bool(over <= 1.0),
+            }
         )
-    off, on = (_find(cells, "mobilenet_v2", "gRPC", b, 8) for b in ("off", "on"))
-    ok = on.qps >= 1.5 * off.qps and on.p99_ms <= off.p99_ms
-    lines.append(
-        f"- **{'PASS' if ok else 'MISS'}** batching on vs off, gRPC, mobilenet_v2, 8 clients: "
-        f"{on.qps / off.qps:.2f}x QPS ({on.qps:.0f} vs {off.qps:.0f}), p99 {on.p99_ms:.1f} vs "
-        f"{off.p99_ms:.1f} ms (target >= 1.5x at no worse p99)"
-    )
-    return lines
+        if note:
+            found[-1]["note"] = note
+        if model == "tiny":
+            continue
+        off, on = (_find(cells, model, "gRPC", b, max(CONCURRENCY)) for b in ("off", "on"))
+        ratio = on.qps / off.qps
+        found.append(
+            {
+                "what": f"batching on vs off, gRPC, {model}, {max(CONCURRENCY)} clients",
+                "value": f"{ratio:.2f}x QPS ({on.qps:.0f} vs {off.qps:.0f}), p99 "
+                f"{on.p99_ms:.1f} vs {off.p99_ms:.1f} ms",
+                "target": ">= 1.5x QPS at no worse p99",
+                "met": bool(ratio >= 1.5 and on.p99_ms <= off.p99_ms),
+            }
+        )
+    return found
+
+
+def _target_line(t: dict[str, Any]) -> str:
+    note = f"; {t['note']}" if "note" in t else ""
+    verdict = "PASS" if t["met"] else "MISS"
+    return f"- **{verdict}** {t['what']}: {t['value']} (target {t['target']}{note})"
+
+
+def _extras(cells: list[Cell], args: argparse.Namespace) -> list[str]:
+    """Per image model: the REST decode share, and the batching ceiling beside the server."""
+    lines = []
+    for model, (size, parse, to_numpy) in args.decode.items():
+        if model == "tiny":
+            continue
+        rest = _find(cells, model, "REST", "off", 1).p50_ms
+        total = (parse + to_numpy) * 1e3
+        lines += [
+            f"{model} REST JSON decode of the {size / 2**20:.1f} MiB body (`codec`, timed in "
+            f"the in-process worker, median of 30): parse {parse * 1e3:.1f} ms + to numpy "
+            f"{to_numpy * 1e3:.1f} ms = {total:.1f} ms, **{100 * total / rest:.0f}%** of the "
+            f"REST p50 ({rest:.1f} ms, 1 client, batching off).",
+            "",
+        ]
+    head = "| model | in-process batch-8 call ms | ceiling rows/s | in-process 8 clients QPS "
+    head += "| gRPC off QPS | gRPC on QPS | on / ceiling |"
+    rows = []
+    for model, (per_call, rows_s) in args.ceiling.items():
+        n = max(CONCURRENCY)
+        batch_1 = _find(cells, model, "in-process", "-", n).qps
+        off, on = (_find(cells, model, "gRPC", b, n).qps for b in ("off", "on"))
+        rows.append(
+            f"| {model} | {per_call:.2f} | {rows_s:.0f} | {batch_1:.0f} | {off:.0f} | {on:.0f} | "
+            f"{on / rows_s:.2f} |"
+        )
+    return [
+        *lines,
+        f"Batching ceiling: one in-process call of {CEILING_ROWS} rows, back to back; no "
+        "server can serve more rows than this however little batching costs. Beside it what "
+        f"the server reached over gRPC with {max(CONCURRENCY)} clients, batching off and on.",
+        "",
+        head,
+        "|---" * (head.count("|") - 1) + "|",
+        *rows,
+        "",
+    ]
 
 
 def report(cells: list[Cell], args: argparse.Namespace) -> str:
@@ -412,10 +500,11 @@ def report(cells: list[Cell], args: argparse.Namespace) -> str:
     lines = [
         *heading("Server overhead: REST and gRPC vs the in-process model call", PACKAGES),
         "",
-        f"Batch 1, closed loop; each row is {args.duration:g} s of requests measured in "
-        f"{args.rounds} slices alternating with the other paths ({args.warmup:g} s warm-up "
-        f"first, {args.rewarm:g} s before each later slice). Batching on means `--enable-batching "
-        f"--max-batch-size 8 --batch-timeout-micros {args.batch_timeout_micros}`. p50/p99 are "
+        f"Framework `{args.framework}`. Batch 1, closed loop; each row is {args.duration:g} s of "
+        f"requests measured in {args.rounds} slices alternating with the other paths "
+        f"({args.warmup:g} s warm-up first, {args.rewarm:g} s before each later slice). Batching "
+        f"on means `--enable-batching --max-batch-size {CEILING_ROWS} --batch-timeout-micros "
+        f"{args.batch_timeout_micros}`. p50/p99 are "
         "exact (numpy percentiles of every request's latency); *p50 overhead* is the row's p50 "
         "minus the in-process p50 at the same client count; *rows/model call* is the mean batch "
         "the server ran while the row was measured (from its `/metrics`). *bare gRPC* is the "
@@ -427,32 +516,43 @@ def report(cells: list[Cell], args: argparse.Namespace) -> str:
         "|---" * (head.count("|") - 1) + "|",
         *(_row(c, cells) for c in cells),
         "",
+        *_extras(cells, args),
     ]
-    if getattr(args, "decode", None):
-        size, parse, to_numpy = args.decode
-        rest = _find(cells, "mobilenet_v2", "REST", "off", 1).p50_ms
-        total = (parse + to_numpy) * 1e3
-        per_call, rows_s = args.ceiling
-        batch_1 = _find(cells, "mobilenet_v2", "in-process", "-", 8).qps
-        grpc_off = _find(cells, "mobilenet_v2", "gRPC", "off", 8).qps
-        lines += [
-            f"mobilenet_v2 REST JSON decode of the {size / 2**20:.1f} MiB body (`codec`, timed in "
-            f"the in-process worker, median of 30): parse {parse * 1e3:.1f} ms + to numpy "
-            f"{to_numpy * 1e3:.1f} ms = {total:.1f} ms, **{100 * total / rest:.0f}%** of the "
-            f"REST p50 ({rest:.1f} ms, 1 client, batching off).",
-            "",
-            f"Batching ceiling: in-process, one call of 8 rows takes {per_call:.1f} ms, "
-            f"{rows_s:.0f} rows/s: {rows_s / batch_1:.2f}x the in-process QPS of 8 clients at "
-            f"batch 1, {rows_s / grpc_off:.2f}x the server's gRPC QPS at 8 clients with batching "
-            "off. Batching cannot serve more rows than this however little it costs itself.",
-            "",
-        ]
-    return "\n".join([*lines, "Targets:", "", *targets(cells), ""])
+    return "\n".join([*lines, "Targets:", "", *map(_target_line, targets(cells)), ""])
+
+
+def figures(cells: list[Cell], args: argparse.Namespace) -> dict[str, Any]:
+    """Everything measured, for ``--json``."""
+    return {
+        "framework": args.framework,
+        "settings": {
+            k: getattr(args, k)
+            for k in ("duration", "rounds", "warmup", "rewarm", "batch_timeout_micros")
+        },
+        "cells": [
+            {**asdict(c), "rows_per_call": None if np.isnan(c.rows_per_call) else c.rows_per_call}
+            for c in cells
+        ],
+        "decode": {
+            m: dict(zip(("bytes", "parse_s", "to_numpy_s"), v, strict=True))
+            for m, v in args.decode.items()
+        },
+        "ceiling": {
+            m: {"rows": CEILING_ROWS, "call_ms": v[0], "rows_per_s": v[1]}
+            for m, v in args.ceiling.items()
+        },
+        "targets": targets(cells),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the Markdown report here")
+    parser.add_argument("--json", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--models", default="tiny,mobilenet_v2", help=f"comma list of {', '.join(MODELS)}"
+    )
+    parser.add_argument("--framework", choices=("tf", "torch"), default="tf")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds measured per row")
     parser.add_argument("--rounds", type=int, default=4, help="slices each row is measured in")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before a row")
@@ -463,14 +563,22 @@ def main() -> None:
     if args.in_process_worker:
         in_process_worker(args.in_process_worker)
         return
+    names = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown or not names:
+        parser.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    args.decode, args.ceiling = {}, {}
     cells: list[Cell] = []
     with tempfile.TemporaryDirectory(prefix="sharedserve-bench-") as tmp:
         models = Path(tmp) / "models"
-        build = [sys.executable, "-m", "sharedserve", "models", "build", *MODELS, "--out"]
-        subprocess.run([*build, str(models)], check=True, capture_output=True)
-        for name in MODELS:
+        build = [sys.executable, "-m", "sharedserve", "models", "build", *names]
+        build += ["--framework", args.framework, "--out", str(models)]
+        subprocess.run(build, check=True, capture_output=True)
+        for name in names:
             cells += measure_model(name, models / name, args, Path(tmp) / "server.log")
     publish(report(cells, args), args.out)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures(cells, args), indent=1))
 
 
 if __name__ == "__main__":

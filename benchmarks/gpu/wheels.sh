@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Download, here, the wheels the GPU machine lacks, so the kit runs there with no registry.
+#
+#   benchmarks/gpu/wheels.sh [DIR]        DIR defaults to .whl at the repository root
+#
+# The GPU machine has Python 3.12 (x86-64, manylinux) with torch, numpy and nvidia-ml-py; it
+# reaches no package registry. This resolves sharedserve's runtime dependencies
+# (pyproject.toml's [project].dependencies) for that interpreter and platform, leaves out what the
+# machine's image already has (below; and whatever only those need), downloads one wheel per
+# package into DIR, refuses a total over 40 MiB, and prints the install line to put in front of a
+# command there. sharedserve itself does not travel as a wheel: run.sh puts the repository on
+# PYTHONPATH.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+dest=${1:-$root/.whl}
+python=${PYTHON:-python3}
+limit_mib=40
+# In the GPU machine's image already. torch alone is gigabytes; matplotlib (the bench's plots)
+# would bring ~24 MiB with pillow and fonttools, putting the total at ~47 MiB. Everything else
+# travels, whether the image has it or not: its versions there are unknown, and the generated
+# gRPC code refuses an older grpcio or protobuf at import.
+present='torch numpy nvidia-ml-py matplotlib'
+
+platforms=()
+for n in 39 35 34 31 28 27 24 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
+platforms+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+target=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3
+    --abi none "${platforms[@]}")
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The runtime requirements, less what is already there.
+"$python" - "$root/pyproject.toml" "$present" >"$work/requirements.txt" <<'EOF'
+import re, sys, tomllib
+present = set(sys.argv[2].split())
+for requirement in tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]:
+    name = re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0]
+    if name.lower() not in present:
+        print(requirement)
+EOF
+
+# Resolve for the GPU machine's interpreter without installing anything.
+"$python" -m pip install --quiet --dry-run --ignore-installed --target "$work/none" \
+    --report "$work/report.json" "${target[@]}" -r "$work/requirements.txt"
+"$python" - "$work/report.json" "$present" >"$work/pins.txt" <<'EOF'
+import json, sys
+present = set(sys.argv[2].split())
+for item in json.load(open(sys.argv[1]))["install"]:
+    meta = item["metadata"]
+    if meta["name"].lower().replace("_", "-") not in present:
+        print(f"{meta['name']}=={meta['version']}")
+EOF
+
+rm -rf "$dest"
+mkdir -p "$dest"
+"$python" -m pip download --quiet --no-deps --dest "$dest" "${target[@]}" -r "$work/pins.txt"
+
+count=$(find "$dest" -name '*.whl' | wc -l)
+bytes=$(du -cb "$dest"/*.whl | tail -1 | cut -f1)
+mib=$(( (bytes + (1 << 20) - 1) >> 20 ))
+echo "$count wheels, $mib MiB, in $dest" >&2
+if (( mib > limit_mib )); then
+    echo "error: $mib MiB is over the $limit_mib MiB a GPU run may carry; the largest:" >&2
+    du -b "$dest"/*.whl | sort -n | tail -5 >&2
+    exit 1
+fi
+rel=$(realpath --relative-to="$root" "$dest")
+echo "Carry '$rel' and start the command on the GPU machine with:" >&2
+echo "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade" \
+    "--target /tmp/site $rel/*.whl && export PYTHONPATH=/tmp/site || exit;"

@@ -1,0 +1,158 @@
+"""The GPU proof kit cannot rot: every stage's dry run, through run.sh, as on the GPU machine.
+
+The dry runs use a simulated GPU and small settings, in real processes (servers, Locust, the
+overhead script) with TensorFlow hidden, since the GPU machine has none. What a dry run must
+show: every check a simulated GPU can answer passes, every one it cannot is "not applicable"
+(never passed), and no GPU figure is made up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.servers import without_tensorflow
+
+KIT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
+
+
+def run_kit(*args: str, env: dict[str, str] | None = None, kit: Path = KIT) -> Any:
+    env = {**(env or without_tensorflow(Path("/nonexistent"))), "PYTHON": sys.executable}
+    return subprocess.run(
+        ["bash", str(kit / "run.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+
+
+def stage_names(kit: Path = KIT) -> list[str]:
+    listed = run_kit("--list", kit=kit).stdout.splitlines()
+    return [line.split()[0] for line in listed]
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    out = tmp_path_factory.mktemp("kit-out")
+    env = without_tensorflow(tmp_path_factory.mktemp("no-tensorflow"))
+    env["KIT_WORK"] = str(tmp_path_factory.mktemp("kit-work"))
+    return out, run_kit("--dry-run", "all", str(out), env=env)
+
+
+@pytest.mark.timeout(600)
+def test_every_stage_dry_runs_and_passes(dry_run: tuple[Path, Any]) -> None:
+    out, done = dry_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    names = stage_names()
+    assert names[:2] == ["caps", "context"] and set(names) >= {"sweep", "overhead", "mps"}
+    for name in names:
+        doc = json.loads((out / f"{name}.json").read_text())
+        assert doc["stage"] == name and doc["dry_run"] is True
+        assert doc["status"] == "pass", doc["checks"]
+        env = doc["environment"]
+        assert env["simulated_gpu"] is True
+        # No GPU figure is made up: no device, driver or CUDA from a JSON file.
+        assert env["device"] is None and env["driver"] is None and env["cuda_driver"] is None
+        assert env["torch"] and env["command"].startswith("benchmarks/gpu/run.sh --dry-run")
+        oks = [c["ok"] for c in doc["checks"]]
+        assert True in oks and False not in oks
+        assert None in oks  # the GPU-only checks are not applicable, never passed
+        text = (out / f"{name}.md").read_text()
+        assert "(DRY RUN)" in text and "**Status: pass**" in text
+
+
+@pytest.mark.timeout(600)
+def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
+    out, _ = dry_run
+    results = {n: json.loads((out / f"{n}.json").read_text())["results"] for n in stage_names()}
+    caps = results["caps"]
+    assert caps["neighbour_codes"].get("OK", 0) > 0 and caps["a_after_batch_1"] == "OK"
+    assert all(v is None for v in caps["nvml_peak_mib"].values())
+    assert results["context"]["suggested_context_reserve_mib"] is None
+    for run in results["sweep"]["runs"]:
+        for row in run["rows"]:
+            assert row["requests"] > 0 and row["errors"] == 0
+            assert row["gpu_util_mean"] is None and row["gpu_mem_used_mib"] is None
+    paths = {c["path"] for c in results["overhead"]["cells"]}
+    assert paths == {"in-process", "bare gRPC", "REST", "gRPC"}
+    assert results["overhead"]["framework"] == "torch"
+    assert results["overhead"]["ceiling"]["tiny"]["rows_per_s"] > 0
+    mps = results["mps"]["sides"]
+    assert [r["density"] for r in mps["mps"]] == [1, 2]
+    assert mps["mps"][1]["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    with tarfile.open(out / "logs.tar.gz") as logs:
+        members = logs.getnames()
+    assert any(m.endswith(".log") for m in members)
+    assert not any(m.endswith(".pt") for m in members)
+
+
+@pytest.mark.timeout(600)
+def test_a_finished_stage_is_not_run_again(dry_run: tuple[Path, Any]) -> None:
+    out, _ = dry_run
+    again = run_kit("--dry-run", "caps,sweep", str(out))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("done already") == 2
+
+
+def test_plan_packs_stages_into_few_commands() -> None:
+    plan = run_kit("--plan").stdout.strip().splitlines()
+    minutes = {
+        line.split()[0]: int(line.split("(")[1].split()[0])
+        for line in run_kit("--list").stdout.splitlines()
+    }
+    planned = []
+    for line in plan:
+        stages = re.search(r"run\.sh (\S+) ", line).group(1).split(",")  # type: ignore[union-attr]
+        assert len(stages) <= 3  # 2 files each and the logs: within 8 returned files
+        assert sum(minutes[s] for s in stages) <= 9
+        planned += stages
+    assert sorted(planned) == sorted(minutes)
+    assert len(plan) < len(minutes)
+
+
+def test_unknown_stage_and_usage() -> None:
+    done = run_kit("caps,warp", "/tmp/unused")
+    assert done.returncode == 2 and "no stage 'warp'" in done.stderr
+    assert run_kit("caps").returncode == 2
+    assert run_kit("--bogus").returncode == 2
+
+
+STAGE = '''"""A stage dropped in."""
+# minutes: {minutes}
+# order: {order}
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+(out / "{name}.json").write_text(json.dumps({{"status": "pass"}}))
+(out / "{name}.md").write_text("# {name}")
+'''
+
+
+def test_a_dropped_in_stage_joins_and_the_budget_splits_commands(tmp_path: Path) -> None:
+    kit = tmp_path / "benchmarks" / "gpu"
+    (kit / "stages").mkdir(parents=True)
+    shutil.copy(KIT / "run.sh", kit / "run.sh")
+    for name, order, minutes in (("second", 20, 4), ("first", 10, 4)):
+        text = STAGE.format(name=name, order=order, minutes=minutes)
+        (kit / "stages" / f"{name}.py").write_text(text)
+    assert stage_names(kit) == ["first", "second"]
+    out = tmp_path / "out"
+    env = {**without_tensorflow(tmp_path / "hide"), "KIT_BUDGET_S": "200"}
+    done = run_kit("all", str(out), env=env, kit=kit)
+    # The first stage runs whatever its length; the second's 4 minutes do not fit what is left
+    # of 200 s, so it waits for the next command.
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert (out / "first.json").exists() and not (out / "second.json").exists()
+    done = run_kit("all", str(out), env=env, kit=kit)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (out / "second.json").exists()
