@@ -159,12 +159,15 @@ class Stage:
             return "unavailable"
         return "fail" if any(c.ok is False for c in self.checks) else "pass"
 
-    def finish(self) -> None:
+    def finish(self, *, partial: bool = False) -> None:
+        """Write NAME.md and NAME.json. ``partial``: more is to come (a long stage writes what it
+        has as it goes, so a run cut off at its time limit still hands something back)."""
         env = self.environment()
         doc = {
             "stage": self.name,
             "title": self.title,
             "status": self.status(),
+            "partial": partial,
             "unavailable": self.unavailable,
             "dry_run": self.dry_run,
             "started_utc": datetime.fromtimestamp(self.started, timezone.utc).isoformat(),
@@ -175,7 +178,8 @@ class Stage:
         }
         (self.out / f"{self.name}.json").write_text(json.dumps(doc, indent=1, default=_plain))
         (self.out / f"{self.name}.md").write_text(self._markdown(doc))
-        print(f"[{self.name}] {doc['status']} in {doc['seconds']} s", flush=True)
+        if not partial:
+            print(f"[{self.name}] {doc['status']} in {doc['seconds']} s", flush=True)
 
     def _markdown(self, doc: dict[str, Any]) -> str:
         env = doc["environment"]
@@ -198,7 +202,8 @@ class Stage:
             f"- Packages: {packages}",
             "",
             f"**Status: {doc['status']}**"
-            + (f" ({doc['unavailable']})" if doc["unavailable"] else ""),
+            + (f" ({doc['unavailable']})" if doc["unavailable"] else "")
+            + (" (PARTIAL: the stage was still running)" if doc["partial"] else ""),
             "",
         ]
         if self.checks:
@@ -229,27 +234,34 @@ def _cpu_model() -> str | None:
 
 
 def _version(package: str) -> str | None:
+    if package == "sharedserve":
+        return _sharedserve_version()
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
-        if package == "sharedserve":
-            return _git_revision()
         return None
 
 
-def _git_revision() -> str | None:
-    """sharedserve runs from the checkout on the GPU machine (no install): its commit."""
+def _sharedserve_version() -> str:
+    """The checkout's version and commit: on the GPU machine it runs uninstalled, maybe without
+    its .git, so the version comes from pyproject.toml and the commit where git can tell."""
+    root = Path(__file__).resolve().parents[2]
+    version = "?"
+    if sys.version_info >= (3, 11):  # tomllib; the GPU machine has 3.12
+        import tomllib
+
+        version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
     try:
         found = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
-            cwd=Path(__file__).parent,
+            cwd=root,
             check=True,
         )
-        return f"git {found.stdout.strip()}"
+        return f"{version} (git {found.stdout.strip()})"
     except (OSError, subprocess.CalledProcessError):
-        return None
+        return str(version)
 
 
 # --- models and servers ---------------------------------------------------------------------
@@ -466,13 +478,20 @@ class MemoryWatch:
     def __init__(self, backend: Any, gpu_uuid: str, pids: list[int]) -> None:
         self._backend, self._uuid, self._pids = backend, gpu_uuid, pids
         self.peak_mib: dict[int, int | None] = dict.fromkeys(pids)
+        self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        from sharedserve.errors import GpuError
+
         while not self._stop.wait(0.05):
             for pid in self._pids:
-                used = self._backend.process_memory_mib(self._uuid, pid)
+                try:
+                    used = self._backend.process_memory_mib(self._uuid, pid)
+                except GpuError as e:  # one failed query is a gap, not the end of the watch
+                    self.errors.append(str(e))
+                    continue
                 if used is not None:
                     self.peak_mib[pid] = max(used, self.peak_mib[pid] or 0)
 

@@ -92,7 +92,7 @@ cd "$root" || exit 2
 
 start=$SECONDS ran=() failed=() left=()
 for s in $selected; do
-    if [[ -f $out/$s.json && $force == 0 ]]; then
+    if [[ -f $out/$s.json && $force == 0 ]] && ! grep -q '"partial": true' "$out/$s.json"; then
         echo "== $s: done already ($out/$s.json); --force runs it again"
         continue
     fi

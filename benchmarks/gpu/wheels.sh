@@ -25,7 +25,8 @@ present='torch numpy nvidia-ml-py matplotlib'
 platforms=()
 for n in 39 35 34 31 28 27 24 17; do platforms+=(--platform "manylinux_2_${n}_x86_64"); done
 platforms+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-target=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3
+py=${GPU_PYTHON_VERSION:-3.12}  # the GPU machine's; another only to rehearse elsewhere
+target=(--only-binary=:all: --python-version "$py" --implementation cp --abi "cp${py/./}" --abi abi3
     --abi none "${platforms[@]}")
 
 work=$(mktemp -d)

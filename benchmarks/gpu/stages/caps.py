@@ -68,6 +68,7 @@ def main() -> None:
                 "memory_mib_before": before,
                 "memory_mib_after": after,
                 "nvml_peak_mib": {a.name: watch.peak_mib[a.pid], b.name: watch.peak_mib[b.pid]},
+                "nvml_errors": watch.errors[:5],
             }
             judge(stage, results, a.name, b.name)
             for client in clients:

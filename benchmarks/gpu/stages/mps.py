@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kit
 
 from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
+from sharedserve.allocator.health import MPS_PID_FILE
 from sharedserve.allocator.inventory import Sizing, build_inventory
 
 CONTROL = "nvidia-cuda-mps-control"
@@ -65,9 +66,10 @@ class Daemon:
     def start(self) -> None:
         subprocess.run([CONTROL, "-d"], env=self.env, check=True, timeout=30)
         deadline = time.monotonic() + 15
-        while not (self.pipe / "control").exists():
+        # The file the allocator's health check waits for too.
+        while not (self.pipe / MPS_PID_FILE).is_file():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the MPS control daemon made no pipe in {self.pipe}")
+                raise RuntimeError(f"the MPS control daemon wrote no {MPS_PID_FILE} in {self.pipe}")
             time.sleep(0.2)
 
     def ask(self, command: str) -> str:

@@ -32,7 +32,7 @@ CONCURRENCY = 4
 BATCHING_DENSITY = 4
 BATCHING = ("--enable-batching", "--max-batch-size", "8", "--batch-timeout-micros", "1000")
 SLO_P99_MS = 100.0
-DEADLINE_S = 6.5 * 60
+DEADLINE_S = 6 * 60
 
 ROW_KEYS = (
     *("density", "requests", "errors", "qps", "p50_ms", "p99_ms", "p999_ms"),
@@ -62,18 +62,6 @@ def main() -> None:
         args = ["--pattern", "parallel", "--concurrency", str(2 * CONCURRENCY), *BATCHING]
         runs.append((model, "parallel+batching", [batching_density], args))
     results: list[dict[str, Any]] = []
-    for model, pattern, dens, args in runs:
-        label = f"{model} {pattern}"
-        if time.time() - stage.started > DEADLINE_S and not stage.dry_run:
-            results.append({"model": model, "pattern": pattern, "skipped": "time budget"})
-            stage.check(f"{label}: measured", False, "skipped: the stage ran out of time")
-            continue
-        out = stage.work / f"{model}-{pattern.replace('+', '-')}"
-        report = kit.run_bench(
-            stage, out, models / model, "--densities", ",".join(dens), *common, *args
-        )
-        results.append(summarize(model, pattern, report))
-        judge(stage, label, dens, report)
     stage.results = {
         "gpu": gpu.uuid,
         "densities": densities,
@@ -88,7 +76,20 @@ def main() -> None:
         },
         "runs": results,
     }
-    report_md(stage, results)
+    for model, pattern, dens, args in runs:
+        label = f"{model} {pattern}"
+        if time.time() - stage.started > DEADLINE_S and not stage.dry_run:
+            results.append({"model": model, "pattern": pattern, "skipped": "time budget"})
+            stage.check(f"{label}: measured", False, "skipped: the stage ran out of time")
+            continue
+        out = stage.work / f"{model}-{pattern.replace('+', '-')}"
+        report = kit.run_bench(
+            stage, out, models / model, "--densities", ",".join(dens), *common, *args
+        )
+        results.append(summarize(model, pattern, report))
+        judge(stage, label, dens, report)
+        report_md(stage, results)
+        stage.finish(partial=True)  # cut off at the command's limit, the rows so far survive
     stage.finish()
 
 
@@ -164,6 +165,7 @@ def report_md(stage: kit.Stage, results: list[dict[str, Any]]) -> None:
             f"({rec['reason']})"
         )
     settings = stage.results["settings"]
+    stage.sections.clear()
     stage.section(
         f"`sharedserve bench` over {settings['protocol']}, {settings['warmup_s']:g} s warm-up and "
         f"{settings['duration_s']:g} s measured per density, {settings['cpu_limit']} core per "
