@@ -15,7 +15,7 @@ import argparse
 import http.client
 import json
 import os
-import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,6 @@ DRY_RUN_GPU = {
     "numa_node": 0,
     "healthy": True,
 }
-PACKAGES = ("sharedserve", "torch", "numpy", "grpcio", "protobuf", "nvidia-ml-py", "locust")
 _MIB = 1 << 20
 
 
@@ -105,35 +103,34 @@ class Stage:
             backend.close()
 
     def environment(self) -> dict[str, Any]:
+        """The bench reports' environment (CPU, GPU, driver, CUDA, packages), plus torch's CUDA
+        and the checkout's commit; GPU fields are null on a dry run."""
+        from sharedserve.bench.environment import describe_environment
+
+        command = os.environ.get("KIT_COMMAND") or shlex.join([sys.argv[0], *sys.argv[1:]])
         backend = self.gpu_backend()
         try:
-            gpu = min(backend.list_gpus(), key=lambda g: g.index)
-            driver, cuda = backend.driver_version(), backend.cuda_driver_version()
+            env = describe_environment(backend, tuple(shlex.split(command)))
         finally:
             backend.close()
-        torch_version = torch_cuda = None
+        gpu = (env["gpus"] or [{}])[0]
+        torch_cuda = None
         try:
             import torch
 
-            torch_version, torch_cuda = torch.__version__, torch.version.cuda
+            torch_cuda = torch.version.cuda
         except ImportError:
             pass
+        env["packages"]["sharedserve"] = _sharedserve_version()
         return {
-            "device": None if self.dry_run else gpu.name,
-            "device_uuid": None if self.dry_run else gpu.uuid,
-            "device_memory_mib": None if self.dry_run else gpu.memory_mib,
-            "driver": driver,
-            "cuda_driver": cuda,
-            "torch": torch_version,
+            "device": gpu.get("name"),
+            "device_uuid": gpu.get("uuid"),
+            "device_memory_mib": gpu.get("memory_mib"),
+            "driver": env.pop("gpu_driver"),
+            "simulated_gpu": env.pop("gpus_simulated"),
+            "torch": env["packages"].get("torch"),
             "torch_cuda": torch_cuda,
-            "simulated_gpu": self.dry_run,
-            "python": platform.python_version(),
-            "cpu": _cpu_model(),
-            "cpu_count": os.cpu_count(),
-            "platform": platform.platform(),
-            "packages": {p: _version(p) for p in PACKAGES},
-            "command": os.environ.get("KIT_COMMAND")
-            or " ".join(["benchmarks/gpu/stages/" + self.name + ".py", *sys.argv[1:]]),
+            **env,
         }
 
     # --- recording ------------------------------------------------------------------------
@@ -221,25 +218,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def _version(package: str) -> str | None:
-    if package == "sharedserve":
-        return _sharedserve_version()
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _sharedserve_version() -> str:
@@ -449,21 +427,23 @@ def example_inputs(model: str, rows: int, seed: int = 0) -> dict[str, np.ndarray
     return {key: np.random.default_rng(seed).random((rows, *shape), dtype=np.float32)}
 
 
-class Background:
-    """Batch-1 requests back to back in a thread: does a neighbour keep serving?"""
+class _Loop:
+    """``step`` in a thread every ``period`` seconds, for as long as the ``with`` block lasts."""
 
-    def __init__(self, client: GrpcClient, model: str) -> None:
-        self._client, self._request = client, client.request(example_inputs(model, 1))
-        self.codes: dict[str, int] = {}
+    period = 0.0
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            code, _ = self._client.predict(self._request, timeout=30)
-            self.codes[code] = self.codes.get(code, 0) + 1
+        while not self._stop.wait(self.period):
+            self.step()
 
-    def __enter__(self) -> Background:
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
         self._thread.start()
         return self
 
@@ -472,36 +452,41 @@ class Background:
         self._thread.join(60)
 
 
-class MemoryWatch:
+class Background(_Loop):
+    """Batch-1 requests back to back in a thread: does a neighbour keep serving?"""
+
+    def __init__(self, client: GrpcClient, model: str) -> None:
+        super().__init__()
+        self._client, self._request = client, client.request(example_inputs(model, 1))
+        self.codes: dict[str, int] = {}
+
+    def step(self) -> None:
+        code, _ = self._client.predict(self._request, timeout=30)
+        self.codes[code] = self.codes.get(code, 0) + 1
+
+
+class MemoryWatch(_Loop):
     """NVML's per-process memory of some pids, sampled every 50 ms in a thread: the peaks."""
 
+    period = 0.05
+
     def __init__(self, backend: Any, gpu_uuid: str, pids: list[int]) -> None:
+        super().__init__()
         self._backend, self._uuid, self._pids = backend, gpu_uuid, pids
         self.peak_mib: dict[int, int | None] = dict.fromkeys(pids)
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
+    def step(self) -> None:
         from sharedserve.errors import GpuError
 
-        while not self._stop.wait(0.05):
-            for pid in self._pids:
-                try:
-                    used = self._backend.process_memory_mib(self._uuid, pid)
-                except GpuError as e:  # one failed query is a gap, not the end of the watch
-                    self.errors.append(str(e))
-                    continue
-                if used is not None:
-                    self.peak_mib[pid] = max(used, self.peak_mib[pid] or 0)
-
-    def __enter__(self) -> MemoryWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        for pid in self._pids:
+            try:
+                used = self._backend.process_memory_mib(self._uuid, pid)
+            except GpuError as e:  # one failed query is a gap, not the end of the watch
+                self.errors.append(str(e))
+                continue
+            if used is not None:
+                self.peak_mib[pid] = max(used, self.peak_mib[pid] or 0)
 
 
 def run_bench(
