@@ -4,10 +4,8 @@ The kubelet has already chosen the vGPUs; this maps them to physical GPUs and sa
 container may use of each (DESIGN.md's env contract). Nothing is recorded: the answer is a
 function of the IDs alone, so a restarted plugin answers exactly as the old one did.
 
-Multi-GPU grants (only with ``--allow-multi-gpu``) list one value per GPU, comma-separated, in
-the order of ``NVIDIA_VISIBLE_DEVICES`` (NVML index order): ``SHAREDSERVE_GPU_MEMORY_FRACTION=
-0.25,0.5`` with ``SHAREDSERVE_GPU_MEMORY_MIB=4096,8192`` is a quarter of the first GPU and half of
-the second. Single-GPU grants are plain numbers, which is what ``sharedserve serve`` reads.
+The variables and their formatting are ``sharedserve.contract``'s, which ``sharedserve serve``
+reads back; multi-GPU grants (only with ``--allow-multi-gpu``) list one value per GPU there.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sharedserve.allocator.inventory import Inventory, PhysicalGpu
+from sharedserve.contract import GpuShare, Grant, MpsLimits
 from sharedserve.errors import InvalidInput
 
 __all__ = ["ContainerGrant", "GpuGrant", "GrantOptions", "MountSpec", "container_grant", "plan"]
@@ -90,39 +89,22 @@ def plan(
     return sorted(grants, key=lambda g: g.gpu.index)
 
 
-def _joined(values: Sequence[object]) -> str:
-    return ",".join(str(v) for v in values)
-
-
 def container_grant(grants: Sequence[GpuGrant], options: GrantOptions) -> ContainerGrant:
     """The env contract (DESIGN.md), plus MPS and CDI when configured."""
-    envs = {
-        "NVIDIA_VISIBLE_DEVICES": _joined([g.gpu.uuid for g in grants]),
-        "SHAREDSERVE_VGPU_IDS": _joined([vid for g in grants for vid in g.vgpu_ids]),
-        # repr() is the shortest string that reads back as the same float: 1/3 is sent as
-        # 0.3333333333333333, never rounded up past the share granted.
-        "SHAREDSERVE_GPU_MEMORY_FRACTION": _joined([repr(g.fraction) for g in grants]),
-        "SHAREDSERVE_GPU_MEMORY_MIB": _joined([g.memory_mib for g in grants]),
-    }
+    mps = None
     mounts: tuple[MountSpec, ...] = ()
     if options.mps_pipe_dir is not None:
         pipe_dir = str(options.mps_pipe_dir)
-        envs["CUDA_MPS_PIPE_DIRECTORY"] = pipe_dir
         # One percentage per client, whatever the number of GPUs: the smallest share, so that
         # no GPU gives the pod more of its SMs than the pod's share of it.
         share = min(g.fraction for g in grants)
-        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, int(100 * share)))
-        # Device numbers here are the client's CUDA ordinals: inside the container only the
-        # granted GPUs exist, numbered from 0 in PCI bus order (which CUDA_DEVICE_ORDER makes
-        # CUDA follow), so the host's NVML index would name the wrong device or none.
-        envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = _joined(
-            [f"{ordinal}={g.memory_mib}M" for ordinal, g in enumerate(grants)]
-        )
-        envs["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        mps = MpsLimits(pipe_dir, max(1, int(100 * share)))
         # The pipes are how clients reach the node's MPS control daemon; they must be writable.
         mounts = (MountSpec(pipe_dir, pipe_dir, read_only=False),)
         if options.mps_shm_dir is not None:
             mounts += (MountSpec("/dev/shm", str(options.mps_shm_dir), read_only=False),)
+    shares = tuple(GpuShare(g.gpu.uuid, g.fraction, g.memory_mib, g.vgpu_ids) for g in grants)
+    envs = Grant(shares, mps).to_env()
     cdi: tuple[str, ...] = ()
     if options.cdi_kind is not None:
         cdi = tuple(f"{options.cdi_kind}={g.gpu.uuid}" for g in grants)

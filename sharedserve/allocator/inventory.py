@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from sharedserve.contract import VGPU_SEPARATOR, vgpu_id
 from sharedserve.errors import ConfigError, InvalidInput
 
 __all__ = [
@@ -33,7 +34,6 @@ MAX_DEVICE_ID_LENGTH = 63
 #: More vGPUs per GPU than anyone can pack models into; it also bounds ListAndWatch messages
 #: (8 GPUs x 1024 vGPUs is ~0.5 MB, an eighth of the kubelet's 4 MiB gRPC message limit).
 MAX_REPLICAS = 1024
-_SEPARATOR = "::"
 
 
 class GpuLike(Protocol):
@@ -101,10 +101,6 @@ class VGpu:
     """Position on its GPU, 0..replicas-1."""
 
 
-def vgpu_id(uuid: str, slot: int) -> str:
-    return f"{uuid}{_SEPARATOR}{slot}"
-
-
 def replicas_for(memory_mib: int, sizing: Sizing) -> int:
     """vGPUs a GPU with ``memory_mib`` advertises (capped at MAX_REPLICAS)."""
     if sizing.vgpu_memory_mib is None:
@@ -165,7 +161,7 @@ def build_inventory(gpus: Iterable[GpuLike], sizing: Sizing) -> Inventory:
     for gpu in gpus:
         if gpu.uuid in seen:
             raise ConfigError(f"GPU {gpu.uuid} is listed twice")
-        if _SEPARATOR in gpu.uuid or not gpu.uuid:
+        if VGPU_SEPARATOR in gpu.uuid or not gpu.uuid:
             raise ConfigError(f"GPU UUID {gpu.uuid!r} cannot name vGPUs")
         seen.add(gpu.uuid)
         replicas = replicas_for(gpu.memory_mib, sizing)

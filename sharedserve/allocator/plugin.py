@@ -21,6 +21,7 @@ from sharedserve.allocator.api import deviceplugin_pb2_grpc as pb_grpc
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import Inventory
 from sharedserve.allocator.placement import Policy, preferred_allocation
+from sharedserve.contract import GPU_MEMORY_MIB, NVIDIA_VISIBLE_DEVICES, VGPU_IDS
 from sharedserve.errors import SharedServeError
 
 __all__ = ["OPTIONS", "DeviceBoard", "DevicePluginServicer", "UsageView", "add_to_server"]
@@ -164,9 +165,9 @@ class DevicePluginServicer:
                 )
                 log.info(
                     "Allocate %s -> GPU(s) %s, memory %s MiB",
-                    grant.envs["SHAREDSERVE_VGPU_IDS"],
-                    grant.envs["NVIDIA_VISIBLE_DEVICES"],
-                    grant.envs["SHAREDSERVE_GPU_MEMORY_MIB"],
+                    grant.envs[VGPU_IDS],
+                    grant.envs[NVIDIA_VISIBLE_DEVICES],
+                    grant.envs[GPU_MEMORY_MIB],
                 )
         except SharedServeError as e:
             log.warning("Allocate refused: %s", e.message)

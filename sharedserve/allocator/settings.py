@@ -10,6 +10,7 @@ from sharedserve.allocator.allocation import GrantOptions
 from sharedserve.allocator.health_state import DEFAULT_IGNORED_XIDS
 from sharedserve.allocator.inventory import Sizing
 from sharedserve.allocator.placement import Policy
+from sharedserve.contract import VGPU_RESOURCE
 from sharedserve.errors import ConfigError
 
 __all__ = [
@@ -26,7 +27,7 @@ API_VERSION = "v1beta1"
 #: Where the kubelet's device manager listens and looks for plugin sockets.
 DEFAULT_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET = "kubelet.sock"
-DEFAULT_RESOURCE_NAME = "sharedserve.io/vgpu"
+DEFAULT_RESOURCE_NAME = VGPU_RESOURCE
 #: The MPS control daemon's default pipe directory (nvidia-cuda-mps-control).
 DEFAULT_MPS_PIPE_DIR = Path("/tmp/nvidia-mps")
 # sockaddr_un.sun_path is 108 bytes on Linux, the terminating NUL included.

@@ -12,6 +12,7 @@ import typer
 
 from sharedserve.cli._app import app
 from sharedserve.config import PackSettings
+from sharedserve.contract import CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES
 from sharedserve.errors import ConfigError
 
 __all__ = ["check_server_args", "replica_environment"]
@@ -28,7 +29,7 @@ _PACK_OWNED = {
     "--cpu-limit",
     "--fake-gpus",
 }
-_CONTRACT_VARS = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+_CONTRACT_VARS = {CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES}
 
 
 def check_server_args(args: list[str]) -> tuple[str, ...]:

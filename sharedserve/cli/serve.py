@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from sharedserve import contract
 from sharedserve.cli._app import MODEL_NAMES, app, models_app
 from sharedserve.config import (
     DEFAULT_MAX_BODY_BYTES,
@@ -134,8 +135,8 @@ def serve(
     cap = parse_cap_request(
         gpu_memory_fraction,
         gpu_memory_mib,
-        os.environ.get("SHAREDSERVE_GPU_MEMORY_FRACTION"),
-        os.environ.get("SHAREDSERVE_GPU_MEMORY_MIB"),
+        os.environ.get(contract.GPU_MEMORY_FRACTION),
+        os.environ.get(contract.GPU_MEMORY_MIB),
     )
     settings = ServerSettings(
         model_dir=model,
@@ -144,7 +145,9 @@ def serve(
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=max_body_bytes),
         batching=batching,
         gpu=GpuSettings(
-            cap=cap, visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), fake_gpus=fake_gpus
+            cap=cap,
+            visible_devices=os.environ.get(contract.CUDA_VISIBLE_DEVICES),
+            fake_gpus=fake_gpus,
         ),
         cpu_limit_cores=cpu_limit,
     )

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sharedserve import contract
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.quantity import parse_cpu, parse_memory
 from sharedserve.k8s.yamltext import dump_all
@@ -36,7 +37,7 @@ __all__ = [
     "render_model_yaml",
 ]
 
-VGPU_RESOURCE = "sharedserve.io/vgpu"
+VGPU_RESOURCE = contract.VGPU_RESOURCE
 REST_PORT = 8501
 GRPC_PORT = 8500
 MODELS_MOUNT = "/models"

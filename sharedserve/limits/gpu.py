@@ -11,10 +11,16 @@ fixes its device configuration on first use and refuses later changes.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, replace
 
 from sharedserve.config import CapSource, GpuCapRequest
+from sharedserve.contract import (
+    GPU_MEMORY_FRACTION,
+    GPU_MEMORY_MIB,
+    Grant,
+    parse_fraction,
+    parse_mib,
+)
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import GpuInfo
 
@@ -49,51 +55,41 @@ class GpuCap:
     """True only once a framework has been configured with the cap on a real GPU."""
 
 
-def _parse_fraction(value: object, what: str) -> float:
-    try:
-        fraction = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} must be a number in (0, 1], got {value!r}") from None
-    if not 0.0 < fraction <= 1.0 or math.isnan(fraction):
-        raise ConfigError(f"{what} must be in (0, 1], got {value!r}")
-    return fraction
-
-
-def _parse_mib(value: object, what: str) -> int:
-    try:
-        mib = int(str(value).strip())
-    except ValueError:
-        raise ConfigError(f"{what} must be a whole number of MiB, got {value!r}") from None
-    if mib <= 0:
-        raise ConfigError(f"{what} must be positive, got {value!r}")
-    return mib
-
-
 def parse_cap_request(
     flag_fraction: float | None,
     flag_mib: int | None,
     env_fraction: str | None,
     env_mib: str | None,
 ) -> GpuCapRequest:
-    """Validate and combine flags and env contract values (empty strings count as unset)."""
+    """Validate and combine flags and env contract values (empty strings count as unset).
+
+    The env values are read by the contract's own reader (``Grant.from_env``). A grant of
+    several GPUs is served on the first, with that GPU's cap: the server uses one GPU, CUDA's
+    device 0, which is the first of the grant (NVML index order).
+    """
     if flag_fraction is not None and flag_mib is not None:
         raise ConfigError("give --gpu-memory-fraction or --gpu-memory-mib, not both")
     if flag_fraction is not None or flag_mib is not None:
         return GpuCapRequest(
             fraction=None
             if flag_fraction is None
-            else _parse_fraction(flag_fraction, "--gpu-memory-fraction"),
-            mib=None if flag_mib is None else _parse_mib(flag_mib, "--gpu-memory-mib"),
+            else parse_fraction(flag_fraction, "--gpu-memory-fraction"),
+            mib=None if flag_mib is None else parse_mib(flag_mib, "--gpu-memory-mib"),
             source=CapSource.FLAG,
         )
-    env_fraction = env_fraction.strip() if env_fraction else None
-    env_mib = env_mib.strip() if env_mib else None
-    if env_mib:
-        return GpuCapRequest(None, _parse_mib(env_mib, "SHAREDSERVE_GPU_MEMORY_MIB"), CapSource.ENV)
-    if env_fraction:
-        fraction = _parse_fraction(env_fraction, "SHAREDSERVE_GPU_MEMORY_FRACTION")
-        return GpuCapRequest(fraction, None, CapSource.ENV)
-    return GpuCapRequest(None, None, CapSource.NONE)
+    grant = Grant.from_env({GPU_MEMORY_FRACTION: env_fraction or "", GPU_MEMORY_MIB: env_mib or ""})
+    if not grant.gpus:
+        return GpuCapRequest(None, None, CapSource.NONE)
+    if len(grant.gpus) > 1:
+        log.warning(
+            "the env contract grants %d GPUs; sharedserve serve uses one: serving on the first "
+            "(CUDA device 0) with its cap, the others go unused",
+            len(grant.gpus),
+        )
+    first = grant.gpus[0]
+    if first.mib is not None:
+        return GpuCapRequest(None, first.mib, CapSource.ENV)
+    return GpuCapRequest(first.fraction, None, CapSource.ENV)
 
 
 def select_visible_gpu(gpus: list[GpuInfo], visible_devices: str | None) -> GpuInfo | None:

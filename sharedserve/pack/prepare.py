@@ -13,7 +13,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sharedserve import contract
 from sharedserve.config import PackSettings
+from sharedserve.contract import Grant, vgpu_id
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
@@ -117,19 +119,15 @@ def _server_command(settings: PackSettings, name: str, ports: tuple[int, int]) -
 
 
 def _contract_env(settings: PackSettings, share: GpuShare, index: int) -> dict[str, str]:
-    """The env contract (DESIGN.md), as the allocator would set it for one vGPU."""
-    env = dict(settings.environment)
-    # Indices in NVML order, which is what --gpu and the targets file use.
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if share.gpu is not None:
-        # No container runtime reads NVIDIA_VISIBLE_DEVICES on a bare host; CUDA does read this.
-        env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] = share.gpu.uuid
-        env["SHAREDSERVE_VGPU_IDS"] = f"{share.gpu.uuid}::{index}"
-    if share.fraction is not None:
-        env["SHAREDSERVE_GPU_MEMORY_FRACTION"] = f"{share.fraction:g}"
-    if share.mib is not None:
-        env["SHAREDSERVE_GPU_MEMORY_MIB"] = str(share.mib)
-    return env
+    """The env contract (DESIGN.md), as the allocator would set it for one vGPU.
+
+    A bare-host grant: no container runtime reads NVIDIA_VISIBLE_DEVICES here, so CUDA is told
+    too, with indices in NVML (PCI bus) order, which is what --gpu and the targets file use.
+    """
+    uuid = None if share.gpu is None else share.gpu.uuid
+    ids = () if uuid is None else (vgpu_id(uuid, index),)
+    grant = Grant((contract.GpuShare(uuid, share.fraction, share.mib, ids),), bare_host=True)
+    return {**settings.environment, **grant.to_env()}
 
 
 def prepare_pack(settings: PackSettings) -> PackPlan:

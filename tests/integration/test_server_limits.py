@@ -7,6 +7,7 @@ creates and puts the server into before it starts.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -124,3 +125,27 @@ def test_cpu_flag_overrides_cgroup(
     assert limits["cpu_limit_source"] == "flag"
     assert (limits["intra_op_threads"], limits["inter_op_threads"]) == (2, 2)
     assert "throttl" in log.lower()  # the flag exceeds the real quota: the log warns
+
+
+def test_multi_gpu_grant_serves_on_the_first_gpu(models_dir: Path, tmp_path: Path) -> None:
+    # What the allocator writes with --allow-multi-gpu: one value per GPU, in index order.
+    inventory = tmp_path / "gpus.json"
+    inventory.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {"uuid": "GPU-first", "index": 0, "name": "Tesla T4", "memory_mib": 16384},
+                    {"uuid": "GPU-second", "index": 1, "name": "A100", "memory_mib": 81920},
+                ]
+            }
+        )
+    )
+    env = clean_env(
+        NVIDIA_VISIBLE_DEVICES="GPU-first,GPU-second",
+        SHAREDSERVE_GPU_MEMORY_FRACTION="0.25,0.5",
+        SHAREDSERVE_GPU_MEMORY_MIB="4096,40960",
+    )
+    limits, log = serve_and_get_limits(models_dir, tmp_path, ["--fake-gpus", str(inventory)], env)
+    assert (limits["gpu_memory_mib"], limits["gpu_memory_fraction"]) == (4096, 0.25)
+    assert limits["gpu_memory_total_mib"] == 16384
+    assert "grants 2 GPUs" in log and "the others go unused" in log

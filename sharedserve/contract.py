@@ -1,0 +1,218 @@
+"""THE env contract between whoever grants a GPU share and the model server (DESIGN.md). Pure.
+
+Every writer (the allocator's ``Allocate``, the packer, the DRA driver to come) builds a
+``Grant`` and calls ``to_env()``; the one reader, ``sharedserve serve``, calls ``from_env()``.
+Why one module: writers that each formatted numbers their own way once produced a contract the
+server refused. Numbers are written one way here (``repr`` for fractions, the shortest text that
+reads back as the same float, so 1/3 is never rounded up past the share granted; integers for
+MiB) and read back by the same module.
+
+A grant names one GPU or several. With several, each per-GPU variable holds one value per GPU,
+comma-separated, in the order of ``NVIDIA_VISIBLE_DEVICES`` (NVML index order):
+``SHAREDSERVE_GPU_MEMORY_FRACTION=0.25,0.5`` is a quarter of the first GPU and half of the
+second. ``sharedserve serve`` uses one GPU: given several it serves on the first (CUDA's device
+0 inside the container) with that GPU's cap, and says that the others go unused
+(``limits.gpu.parse_cap_request``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sharedserve.errors import ConfigError
+
+__all__ = [
+    "CUDA_DEVICE_ORDER",
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_MEMORY_FRACTION",
+    "GPU_MEMORY_MIB",
+    "MPS_ACTIVE_THREAD_PERCENTAGE",
+    "MPS_PINNED_DEVICE_MEM_LIMIT",
+    "MPS_PIPE_DIRECTORY",
+    "NVIDIA_VISIBLE_DEVICES",
+    "VGPU_IDS",
+    "VGPU_RESOURCE",
+    "VGPU_SEPARATOR",
+    "GpuShare",
+    "Grant",
+    "MpsLimits",
+    "parse_fraction",
+    "parse_mib",
+    "vgpu_id",
+]
+
+VGPU_RESOURCE = "sharedserve.io/vgpu"
+"""The extended resource a pod requests: one vGPU is one share of one physical GPU."""
+
+NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+"""The physical GPUs by UUID; the NVIDIA container runtime exposes only these."""
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+"""What CUDA itself reads on a bare host, where no container runtime applies the above."""
+CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+VGPU_IDS = "SHAREDSERVE_VGPU_IDS"
+GPU_MEMORY_FRACTION = "SHAREDSERVE_GPU_MEMORY_FRACTION"
+GPU_MEMORY_MIB = "SHAREDSERVE_GPU_MEMORY_MIB"
+MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
+MPS_ACTIVE_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_PINNED_DEVICE_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+_PCI_BUS_ID = "PCI_BUS_ID"
+VGPU_SEPARATOR = "::"
+"""Between a GPU's UUID and a vGPU's slot; a UUID holding it cannot name vGPUs."""
+
+
+def vgpu_id(uuid: str, slot: int) -> str:
+    """The ID of vGPU ``slot`` of GPU ``uuid``: ``GPU-8f1c...::3``."""
+    return f"{uuid}{VGPU_SEPARATOR}{slot}"
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """One GPU of a grant and how much of its memory the process may use."""
+
+    uuid: str | None
+    """The GPU's UUID; None where there is no real GPU to name (a packer without one)."""
+    fraction: float | None = None
+    """Share of the GPU's memory, in (0, 1]."""
+    mib: int | None = None
+    """The same cap in MiB; wins over the fraction when both are known."""
+    vgpu_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MpsLimits:
+    """CUDA MPS settings of a grant (MPS mode only)."""
+
+    pipe_directory: str
+    active_thread_percentage: int
+    """Share of the SMs, 1-100; one figure per process whatever its GPUs."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a process is given: GPUs in NVML index order, and MPS limits when MPS is on."""
+
+    gpus: tuple[GpuShare, ...]
+    mps: MpsLimits | None = None
+    bare_host: bool = False
+    """Also set ``CUDA_VISIBLE_DEVICES`` and PCI bus order: no container runtime will apply
+    ``NVIDIA_VISIBLE_DEVICES`` (the packer)."""
+
+    def to_env(self) -> dict[str, str]:
+        """The variables, formatted the one way ``from_env`` reads them back."""
+        env: dict[str, str] = {}
+        uuids = [g.uuid for g in self.gpus]
+        if self.gpus and None not in uuids:
+            env[NVIDIA_VISIBLE_DEVICES] = ",".join(u for u in uuids if u)
+            if self.bare_host:
+                env[CUDA_VISIBLE_DEVICES] = env[NVIDIA_VISIBLE_DEVICES]
+        ids = [i for g in self.gpus for i in g.vgpu_ids]
+        if ids:
+            env[VGPU_IDS] = ",".join(ids)
+        fractions = [g.fraction for g in self.gpus]
+        if self.gpus and None not in fractions:
+            env[GPU_MEMORY_FRACTION] = ",".join(repr(float(f)) for f in fractions if f)
+        mibs = [g.mib for g in self.gpus]
+        if self.gpus and None not in mibs:
+            env[GPU_MEMORY_MIB] = ",".join(str(m) for m in mibs)
+        if self.mps is not None:
+            env[MPS_PIPE_DIRECTORY] = self.mps.pipe_directory
+            env[MPS_ACTIVE_THREAD_PERCENTAGE] = str(self.mps.active_thread_percentage)
+            # Device numbers are the client's CUDA ordinals: inside the container only the
+            # granted GPUs exist, numbered from 0 in PCI bus order (CUDA_DEVICE_ORDER below).
+            limits = [f"{ordinal}={g.mib}M" for ordinal, g in enumerate(self.gpus) if g.mib]
+            env[MPS_PINNED_DEVICE_MEM_LIMIT] = ",".join(limits)
+        if self.mps is not None or self.bare_host:
+            env[CUDA_DEVICE_ORDER] = _PCI_BUS_ID
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Grant:
+        """Read a grant; blank variables count as unset. ConfigError names the variable at
+        fault. No variable at all is a grant of no GPU (``gpus == ()``)."""
+        uuids = _list(env, NVIDIA_VISIBLE_DEVICES)
+        fractions = [
+            parse_fraction(v, GPU_MEMORY_FRACTION) for v in _list(env, GPU_MEMORY_FRACTION)
+        ]
+        mibs = [parse_mib(v, GPU_MEMORY_MIB) for v in _list(env, GPU_MEMORY_MIB)]
+        named = {
+            name: len(values)
+            for name, values in (
+                (NVIDIA_VISIBLE_DEVICES, uuids),
+                (GPU_MEMORY_FRACTION, fractions),
+                (GPU_MEMORY_MIB, mibs),
+            )
+            if values
+        }
+        if len(set(named.values())) > 1:
+            counts = ", ".join(f"{name} has {n}" for name, n in named.items())
+            raise ConfigError(f"the env contract's per-GPU lists differ in length: {counts}")
+        count = max(named.values(), default=0)
+        ids = _list(env, VGPU_IDS)
+        gpus = tuple(
+            GpuShare(
+                uuid=uuids[i] if uuids else None,
+                fraction=fractions[i] if fractions else None,
+                mib=mibs[i] if mibs else None,
+                vgpu_ids=_ids_of(ids, uuids[i] if uuids else None, count),
+            )
+            for i in range(count)
+        )
+        mps = None
+        pipe = env.get(MPS_PIPE_DIRECTORY, "").strip()
+        if pipe:
+            mps = MpsLimits(pipe, _percentage(env.get(MPS_ACTIVE_THREAD_PERCENTAGE, "")))
+        visible = env.get(CUDA_VISIBLE_DEVICES, "").strip()
+        bare = bool(uuids) and visible == ",".join(uuids)
+        return cls(gpus, mps, bare_host=bare)
+
+
+def _list(env: Mapping[str, str], name: str) -> list[str]:
+    text = env.get(name, "").strip()
+    if not text:
+        return []
+    values = [v.strip() for v in text.split(",")]
+    if not all(values):
+        raise ConfigError(f"{name} has an empty entry: {text!r}")
+    return values
+
+
+def _ids_of(ids: list[str], uuid: str | None, count: int) -> tuple[str, ...]:
+    """The vGPU IDs of one GPU of the grant: all of them when it has one GPU."""
+    if count == 1:
+        return tuple(ids)
+    return tuple(v for v in ids if uuid is not None and v.startswith(uuid + VGPU_SEPARATOR))
+
+
+def parse_fraction(value: object, what: str) -> float:
+    """A share of a GPU in (0, 1]; ConfigError names ``what`` (a flag or a variable)."""
+    try:
+        fraction = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a number in (0, 1], got {value!r}") from None
+    if math.isnan(fraction) or not 0.0 < fraction <= 1.0:
+        raise ConfigError(f"{what} must be in (0, 1], got {value!r}")
+    return fraction
+
+
+def parse_mib(value: object, what: str) -> int:
+    """A positive whole number of MiB; ConfigError names ``what``."""
+    try:
+        mib = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be a whole number of MiB, got {value!r}") from None
+    if mib <= 0:
+        raise ConfigError(f"{what} must be positive, got {value!r}")
+    return mib
+
+
+def _percentage(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100:
+        raise ConfigError(f"{MPS_ACTIVE_THREAD_PERCENTAGE} must be 1..100, got {text!r}")
+    return value
