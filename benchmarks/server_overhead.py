@@ -175,10 +175,12 @@ def bare_grpc_server(backend: Any) -> tuple[Any, int]:
     from sharedserve.server.api import tf_serving_pb2 as pb
     from sharedserve.server.tensor_proto import from_tensor_proto, to_tensor_proto
 
+    signature = backend.signatures()["serving_default"]
+
     def predict(request: Any, context: Any) -> Any:
         inputs = {k: from_tensor_proto(v) for k, v in request.inputs.items()}
         response = pb.PredictResponse()
-        for k, v in backend.predict("serving_default", inputs).items():
+        for k, v in backend.predict(signature, inputs).items():
             to_tensor_proto(v, response.outputs[k])
         return response
 
@@ -198,7 +200,8 @@ def bare_grpc_server(backend: Any) -> tuple[Any, int]:
 
 
 def _model_call(backend: Any, inputs: dict[str, np.ndarray]) -> MakeCall:
-    return lambda: lambda: backend.predict("serving_default", inputs)
+    signature = backend.signatures()["serving_default"]
+    return lambda: lambda: backend.predict(signature, inputs)
 
 
 class InProcess:

@@ -36,7 +36,7 @@ import numpy as np
 import orjson
 
 from sharedserve.errors import InvalidInput, SharedServeError
-from sharedserve.server.signature import Signature, TensorSpec, shape_matches
+from sharedserve.server.signature import Signature, TensorSpec
 
 __all__ = [
     "PredictRequest",
@@ -90,7 +90,9 @@ def read_signature_name(payload: dict[str, Any]) -> str | None:
 
 
 def decode_predict_request(payload: dict[str, Any], signature: Signature) -> PredictRequest:
-    """Turn a parsed predict body into arrays for ``signature``'s inputs."""
+    """Turn a parsed predict body into arrays, each of its input's dtype where ``signature``
+    has that input. Names and shapes are not judged here: ``validate.check_inputs`` does that
+    for every protocol."""
     has_rows, has_columns = "instances" in payload, "inputs" in payload
     if has_rows == has_columns:
         raise InvalidInput(
@@ -101,7 +103,12 @@ def decode_predict_request(payload: dict[str, Any], signature: Signature) -> Pre
         values, fmt = _row_values(payload["instances"], signature), RequestFormat.ROW
     else:
         values, fmt = _columnar_values(payload["inputs"], signature), RequestFormat.COLUMNAR
-    inputs = {name: _decode_tensor(spec, values[name]) for name, spec in signature.inputs.items()}
+    inputs = {
+        name: _decode_tensor(spec, value)
+        if (spec := signature.inputs.get(name))
+        else _decode_untyped(value)
+        for name, value in values.items()
+    }
     return PredictRequest(read_signature_name(payload), inputs, fmt)
 
 
@@ -146,24 +153,28 @@ def _row_values(instances: Any, signature: Signature) -> dict[str, Any]:
         raise InvalidInput(f"'instances' must be a list, got {_json_type(instances)}")
     if not instances:
         raise InvalidInput("'instances' must be a non-empty list")
-    specs = signature.inputs
     if not _is_named(instances[0]):
         # Like TF Serving, the first element decides: a plain value means "the only input".
         return {_only_input(signature, "'instances' is a list of values"): instances}
+    names = list(instances[0])
     for i, instance in enumerate(instances):
         if not _is_named(instance):
             raise InvalidInput(
                 f"instances[{i}] is {_json_type(instance)}, but instances[0] is an object of "
                 "named inputs; every instance must be one"
             )
-        _check_names(instance, specs, f"instances[{i}]")
-    return {name: [instance[name] for instance in instances] for name in specs}
+        if instance.keys() != instances[0].keys():
+            missing = [n for n in names if n not in instance]
+            if missing:
+                raise InvalidInput(f"instances[{i}] is missing input {missing[0]!r}")
+            extra = next(n for n in instance if n not in instances[0])
+            raise InvalidInput(f"instances[{i}] names input {extra!r}, which instances[0] lacks")
+    return {name: [instance[name] for instance in instances] for name in names}
 
 
 def _columnar_values(inputs: Any, signature: Signature) -> dict[str, Any]:
     if not _is_named(inputs):
         return {_only_input(signature, "'inputs' is a single value"): inputs}
-    _check_names(inputs, signature.inputs, "'inputs'")
     return dict(inputs)
 
 
@@ -174,18 +185,6 @@ def _only_input(signature: Signature, what: str) -> str:
             f"({', '.join(sorted(signature.inputs))}); name each input in a JSON object"
         )
     return next(iter(signature.inputs))
-
-
-def _check_names(given: dict[str, Any], specs: dict[str, TensorSpec], where: str) -> None:
-    unknown = sorted(set(given) - set(specs))
-    if unknown:
-        raise InvalidInput(
-            f"{where} names unknown input {unknown[0]!r}; "
-            f"the signature's inputs are {', '.join(sorted(specs))}"
-        )
-    missing = [name for name in specs if name not in given]
-    if missing:
-        raise InvalidInput(f"{where} is missing input {missing[0]!r}")
 
 
 def _is_b64(value: Any) -> bool:
@@ -202,14 +201,16 @@ def _is_named(value: Any) -> bool:
 
 def _decode_tensor(spec: TensorSpec, value: Any) -> np.ndarray:
     if spec.dtype == "DT_STRING":
-        arr = _decode_strings(spec.name, value)
-    else:
-        arr = _decode_numeric(spec, value)
-    if spec.shape is not None and not shape_matches(spec.shape, arr.shape):
-        raise InvalidInput(
-            f"input {spec.name!r}: expected shape {_dims(spec.shape)}, got {_dims(arr.shape)}"
-        )
-    return arr
+        return _decode_strings(spec.name, value)
+    return _decode_numeric(spec, value)
+
+
+def _decode_untyped(value: Any) -> np.ndarray:
+    """An input the signature does not have: numpy's guess, only for the validator to refuse."""
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged; it is refused by name anyway
+        return np.empty(0, dtype=object)
 
 
 def _decode_numeric(spec: TensorSpec, value: Any) -> np.ndarray:
@@ -323,10 +324,6 @@ def _text_or_b64(name: str, value: Any, always_b64: bool) -> Any:
         except UnicodeDecodeError:
             pass  # not text: fall back to b64 so the body stays valid JSON
     return {"b64": base64.b64encode(value).decode("ascii")}
-
-
-def _dims(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _json_type(value: Any) -> str:

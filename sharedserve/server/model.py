@@ -99,7 +99,7 @@ class ServedModel:
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.state is not ModelState.AVAILABLE:
             raise NotReady(self._not_ready_message())
-        return self.backend.predict(signature.name, inputs)
+        return self.backend.predict(signature, inputs)
 
     def _not_ready_message(self) -> str:
         if self.state is ModelState.END and self.error:

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharedserve.errors import (
@@ -84,26 +84,24 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _decode(model: ServedModel, body: bytes) -> tuple[Signature, codec.PredictRequest]:
-    payload = codec.parse_json_body(body)
-    signature = model.signature(codec.read_signature_name(payload))
-    return signature, codec.decode_predict_request(payload, signature)
+class _JsonPredict:
+    """A REST predict for the predictor: JSON is heavy to decode and encode, so off the loop."""
 
+    heavy = True
 
-def _predict_in_thread(predictor: Predictor, body: bytes) -> bytes:
-    # Without batching, decode, model call and encode share one worker-thread hop: each hop
-    # costs tens of microseconds, which is most of the overhead on a small model.
-    signature, request = _decode(predictor.model, body)
-    outputs = predictor.predict_blocking(signature, request.inputs)
-    return codec.encode_predict_response(outputs, request.format)
+    def __init__(self, model: ServedModel, body: bytes) -> None:
+        self._model, self._body = model, body
+        self._format = codec.RequestFormat.ROW
 
+    def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
+        payload = codec.parse_json_body(self._body)
+        signature = self._model.signature(codec.read_signature_name(payload))
+        request = codec.decode_predict_request(payload, signature)
+        self._format = request.format  # the response mirrors the request's layout
+        return signature, request.inputs
 
-async def _predict(predictor: Predictor, body: bytes) -> bytes:
-    if predictor.batcher is None:
-        return await run_in_threadpool(_predict_in_thread, predictor, body)
-    signature, request = await run_in_threadpool(_decode, predictor.model, body)
-    outputs = await predictor.predict(signature, request.inputs)
-    return await run_in_threadpool(codec.encode_predict_response, outputs, request.format)
+    def encode(self, outputs: dict[str, np.ndarray]) -> bytes:
+        return codec.encode_predict_response(outputs, self._format)
 
 
 def create_app(
@@ -149,7 +147,7 @@ def create_app(
         try:
             model.check(name, version)
             body = await _read_body(request, max_body_bytes)
-            return Response(await _predict(predictor, body), media_type=_JSON)
+            return Response(await predictor.predict(_JsonPredict(model, body)), media_type=_JSON)
         except SharedServeError as e:
             code = e.http_status
             raise

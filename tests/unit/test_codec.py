@@ -19,6 +19,7 @@ from sharedserve.server.codec import (
     read_signature_name,
 )
 from sharedserve.server.signature import Signature, TensorSpec
+from sharedserve.server.validate import check_inputs
 
 ROW, COL = RequestFormat.ROW, RequestFormat.COLUMNAR
 
@@ -308,7 +309,8 @@ DECODE_ERRORS: list[tuple[str, dict[str, Any], Signature, str]] = [
 )
 def test_decode_errors(payload: dict[str, Any], signature: Signature, message: str) -> None:
     with pytest.raises(InvalidInput) as info:
-        decode_predict_request(payload, signature)
+        # Decoding, then the server's one validator: between them every bad body is refused.
+        check_inputs(signature, decode_predict_request(payload, signature).inputs)
     assert message in info.value.message
     assert info.value.http_status == 400
 

@@ -54,8 +54,10 @@ class Backend(Protocol):
 
     def signatures(self) -> dict[str, Signature]: ...
 
-    def predict(self, signature_name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run one batch. Raises InvalidInput, ResourceExhausted or SharedServeError."""
+    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch of inputs already checked against ``signature`` (one of this backend's
+        ``signatures()``) by ``validate.check_inputs``. Raises InvalidInput (what only the model
+        can tell), ResourceExhausted or SharedServeError."""
         ...
 
     def allocator_reserved_bytes(self) -> int | None:
@@ -76,7 +78,7 @@ def warm_up(backend: Backend) -> None:
             log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
             continue
         try:
-            backend.predict(signature.name, inputs)
+            backend.predict(signature, inputs)
         except SharedServeError as e:
             log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
 

@@ -16,7 +16,6 @@ import numpy as np
 from sharedserve.errors import (
     InvalidInput,
     ModelLoadError,
-    NotFound,
     ResourceExhausted,
     SharedServeError,
 )
@@ -124,13 +123,10 @@ class TensorFlowBackend:
         # the device (with a memory_limit it may take all of it up front): no honest figure.
         return None
 
-    def predict(self, signature_name: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tensorflow as tf
 
-        signature = self._signatures.get(signature_name)
-        if signature is None:
-            raise NotFound(f"signature {signature_name!r} not found")
-        function = self._functions[signature_name]
+        function = self._functions[signature.name]
         try:
             tensors = {
                 key: tf.constant(value, dtype=tf.dtypes.as_dtype(signature.inputs[key].numpy_dtype))

@@ -1,0 +1,55 @@
+"""The one check of a request's tensors against the model's signature. Pure.
+
+Every wire format first decodes its bytes into arrays (``codec`` for TF Serving's JSON,
+``tensor_proto`` for gRPC, the Open Inference Protocol next) without judging them; then the
+predictor calls ``check_inputs`` once, on the shared predict path, whatever the protocol and the
+backend. So a bad request gets the same answer over every protocol, and backends take their
+inputs as given. Limits a request must stay within (sizes, element counts) belong here too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sharedserve.errors import InvalidInput
+from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec, shape_matches
+
+__all__ = ["check_inputs", "dims"]
+
+_DTYPE_NAMES = {np.dtype(v): k for k, v in DTYPE_TO_NUMPY.items() if k != "DT_STRING"}
+
+
+def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
+    """InvalidInput unless ``inputs`` are exactly the signature's: names, dtypes and shapes."""
+    unknown = sorted(set(inputs) - set(signature.inputs))
+    if unknown:
+        raise InvalidInput(
+            f"unknown input {unknown[0]!r}; the signature's inputs are "
+            f"{', '.join(sorted(signature.inputs))}"
+        )
+    for name, spec in signature.inputs.items():
+        if name not in inputs:
+            raise InvalidInput(f"missing input {name!r}")
+        _check_tensor(spec, inputs[name])
+
+
+def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
+    if dtype_name(array.dtype) != spec.dtype:
+        raise InvalidInput(
+            f"input {spec.name!r}: expected {spec.dtype}, got {dtype_name(array.dtype)}"
+        )
+    if spec.shape is not None and not shape_matches(spec.shape, array.shape):
+        raise InvalidInput(
+            f"input {spec.name!r}: expected shape {dims(spec.shape)}, got {dims(array.shape)}"
+        )
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """TF Serving's name for a numpy dtype (object arrays hold strings); numpy's if it has none."""
+    if dtype.kind in "OS":
+        return "DT_STRING"
+    return _DTYPE_NAMES.get(dtype.newbyteorder("="), str(dtype))
+
+
+def dims(shape: tuple[int, ...] | None) -> str:
+    return "unknown" if shape is None else "[" + ", ".join(map(str, shape)) + "]"
