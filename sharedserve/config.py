@@ -18,6 +18,7 @@ __all__ = [
     "BatchingSettings",
     "BenchSettings",
     "CapSource",
+    "Framework",
     "GpuCapRequest",
     "GpuSettings",
     "GrpcSettings",
@@ -29,6 +30,15 @@ __all__ = [
 
 #: 64 MiB: a batch of 12 Inception v3 images in TF Serving's row JSON format (~5 MB each) fits.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class Framework(str, Enum):
+    """A model's format and the framework that serves it; values are the CLI's ``--framework``."""
+
+    TENSORFLOW = "tf"
+    """A TF Serving SavedModel (``saved_model.pb``)."""
+    TORCH = "torch"
+    """TorchScript (``model.pt``) plus a ``signature.json`` sidecar."""
 
 
 class CapSource(str, Enum):

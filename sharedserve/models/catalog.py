@@ -11,24 +11,15 @@ import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Protocol
 
+from sharedserve.config import Framework
 from sharedserve.errors import ConfigError
 
-__all__ = ["CATALOG", "ExampleModel", "ModelFramework", "build_models"]
+__all__ = ["CATALOG", "ExampleModel", "build_models"]
 
 log = logging.getLogger(__name__)
-
-
-class ModelFramework(str, Enum):
-    """The format a model is built in; values are the CLI's ``--framework`` spellings."""
-
-    TF = "tf"
-    """A TF Serving SavedModel (``saved_model.pb``), built from Keras."""
-    TORCH = "torch"
-    """TorchScript (``model.pt``) plus a ``signature.json`` sidecar, built from ``torch.nn``."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +30,7 @@ class ExampleModel:
     """Shape of one instance (no batch dimension)."""
     input_name: str
     output_name: str
-    frameworks: tuple[ModelFramework, ...] = (ModelFramework.TF, ModelFramework.TORCH)
+    frameworks: tuple[Framework, ...] = (Framework.TENSORFLOW, Framework.TORCH)
     """The frameworks this architecture can be built for."""
 
 
@@ -73,17 +64,17 @@ CATALOG: dict[str, ExampleModel] = {
             (299, 299, 3),
             "images",
             "probabilities",
-            (ModelFramework.TF,),
+            (Framework.TENSORFLOW,),
         ),
     )
 }
 
 
-def _parse_framework(framework: str) -> ModelFramework:
+def _parse_framework(framework: str) -> Framework:
     try:
-        return ModelFramework(framework)
+        return Framework(framework)
     except ValueError:
-        choices = ", ".join(f.value for f in ModelFramework)
+        choices = ", ".join(f.value for f in Framework)
         raise ConfigError(f"unknown framework {framework!r}; choose from {choices}") from None
 
 
@@ -93,7 +84,7 @@ def build_models(
     *,
     overwrite: bool = False,
     seed: int = 0,
-    framework: ModelFramework | str = ModelFramework.TF,
+    framework: Framework | str = Framework.TENSORFLOW,
 ) -> list[Path]:
     """Build each model for ``framework`` into ``out/NAME/1``; returns the directories written.
 
@@ -142,9 +133,9 @@ class _Saver(Protocol):
     def __call__(self, spec: ExampleModel, path: Path, *, seed: int = 0) -> None: ...
 
 
-def _saver(framework: ModelFramework) -> _Saver:
+def _saver(framework: Framework) -> _Saver:
     # Imported only now: each builder imports its framework, which takes seconds.
-    if framework is ModelFramework.TORCH:
+    if framework is Framework.TORCH:
         from sharedserve.models.torch_models import save_torchscript
 
         return save_torchscript

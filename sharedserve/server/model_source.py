@@ -14,20 +14,15 @@ not be passed over as "no model".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
+from sharedserve.config import Framework
 from sharedserve.errors import ConfigError
 
 __all__ = ["Framework", "ModelSource", "find_model"]
 
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _TORCHSCRIPT_FILE = "model.pt"
-
-
-class Framework(str, Enum):
-    TENSORFLOW = "tensorflow"
-    TORCH = "torch"
 
 
 @dataclass(frozen=True)
