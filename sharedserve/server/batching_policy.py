@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
+from google.protobuf import text_format
 
 from sharedserve.config import BatchingSettings
 from sharedserve.errors import ConfigError, InvalidInput, SharedServeError
+from sharedserve.server.api.batching_parameters_pb2 import BatchingParameters
 
 __all__ = [
     "BatchKey",
@@ -31,188 +33,65 @@ __all__ = [
     "take_batch",
 ]
 
-_INT64_MAX = 2**63 - 1
-
-
 # --- TF Serving's batching_parameters.txt (protobuf text format) -------------------------------
 
 _INT64_FIELDS = tuple(f.name for f in fields(BatchingSettings))  # all Int64Value wrappers
-_IGNORED = {"thread_pool_name"}  # names TF Serving's shared pool; each batcher has its own
+# Fields that would change what a batch is are refused unless left at their off value (so a
+# file written for TF Serving that merely spells them out still loads). thread_pool_name names
+# TF Serving's shared pool and means nothing here: each batcher has its own threads.
 _UNSUPPORTED = {
     "allowed_batch_sizes": "padding batches to allowed sizes is not implemented",
     "pad_variable_length_inputs": "padding variable-length inputs is not implemented",
     "enable_large_batch_splitting": "requests over max_batch_size are refused, not split",
     "max_execution_batch_size": "requests over max_batch_size are refused, not split",
 }
-# Unsupported fields set to their off value change nothing, so files written for TF Serving load.
-_OFF = {"false", "False", "f", "0"}
-
-_TOKEN = re.compile(
-    r"""(?P<space>[ \t\r\f\v]+|\#[^\n]*)|(?P<newline>\n)
-    |(?P<string>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-    |(?P<number>[-+]?(?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)[fF]?)
-    |(?P<ident>[A-Za-z_]\w*)|(?P<punct>[{}<>:\[\],;])""",
-    re.VERBOSE,
+_WRAPPER_HINT = (
+    "; TF Serving's fields are google.protobuf wrappers: write 'max_batch_size { value: 8 }'"
 )
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # "" for the end of the file
-    text: str
-    line: int
-
-    def __str__(self) -> str:
-        return repr(self.text) if self.kind else "the end of the file"
-
-
-@dataclass(frozen=True)
-class _Field:
-    name: str
-    line: int
-    value: _Token | list[_Field] | tuple[_Token, ...]  # scalar, message, or [list] of scalars
 
 
 def _error(line: int, message: str) -> ConfigError:
     return ConfigError(f"batching parameters line {line}: {message}")
 
 
-def _tokenize(text: str) -> list[_Token]:
-    tokens, line, pos = [], 1, 0
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None:
-            raise _error(line, f"unexpected {text[pos]!r}")
-        if match.lastgroup == "newline":
-            line += 1
-        elif match.lastgroup != "space":
-            tokens.append(_Token(match.lastgroup or "", match.group(), line))
-        pos = match.end()
-    return tokens
+def _line_of(text: str, name: str) -> int:
+    """The line a field is set on, for messages about a parsed value."""
+    found = re.search(rf"(?m)^.*?\b{name}\s*[:{{<]", text)
+    return text.count("\n", 0, found.start()) + 1 if found else 1
 
 
-class _Parser:
-    """Recursive descent over the tokens; every error names the line it is on."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens = _tokenize(text)
-        self.pos = 0
-
-    def peek(self, after: _Token) -> _Token:
-        """The next token; at the end, an empty one on ``after``'s line (for the message)."""
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else _Token("", "", after.line)
-
-    def take(self, punct: str) -> bool:
-        if self.pos < len(self.tokens) and self.tokens[self.pos].text == punct:
-            self.pos += 1
-            return True
-        return False
-
-    def message(self, close: str | None, opened: _Token) -> list[_Field]:
-        parsed: list[_Field] = []
-        while not (close and self.take(close)):
-            token = self.peek(opened)
-            if not token.kind and close is None:
-                return parsed
-            if not token.kind:
-                raise _error(opened.line, f"{opened.text!r} is never closed (no {close!r})")
-            if token.kind != "ident":
-                raise _error(token.line, f"expected a field name, found {token}")
-            self.pos += 1
-            parsed.append(self.field(token))
-            if not self.take(","):
-                self.take(";")
-        return parsed
-
-    def field(self, name: _Token) -> _Field:
-        colon = self.take(":")
-        if self.take("{") or self.take("<"):
-            closing = "}" if self.tokens[self.pos - 1].text == "{" else ">"
-            return _Field(name.text, name.line, self.message(closing, name))
-        if not colon:
-            found = self.peek(name)
-            raise _error(found.line, f"expected ':' or '{{' after {name.text!r}, found {found}")
-        if not self.take("["):
-            return _Field(name.text, name.line, self.scalar(name))
-        items: list[_Token] = []
-        while not self.take("]"):
-            if items and not self.take(","):
-                raise _error(self.peek(name).line, "expected ',' or ']' in a list")
-            items.append(self.scalar(name))
-        return _Field(name.text, name.line, tuple(items))
-
-    def scalar(self, name: _Token) -> _Token:
-        token = self.peek(name)
-        if token.kind not in ("number", "string", "ident"):
-            raise _error(token.line, f"expected a value for {name.text!r}, found {token}")
-        self.pos += 1
-        return token
-
-
-def _wrapped(field: _Field, kind: str) -> _Token | None:
-    """The ``value`` inside a ``google.protobuf.*Value`` wrapper (None when left at default)."""
-    if not isinstance(field.value, list):
-        raise _error(
-            field.line,
-            f"{field.name} is a google.protobuf.{kind} wrapper; write it as "
-            f"'{field.name} {{ value: ... }}'",
-        )
-    if len(field.value) > 1 or any(inner.name != "value" for inner in field.value):
-        raise _error(field.line, f"{field.name} takes exactly one 'value: ...' and nothing else")
-    value = field.value[0].value if field.value else None
-    if value is not None and not isinstance(value, _Token):
-        raise _error(field.line, f"{field.name}'s value must be a plain value")
-    return value
-
-
-def _int64(field: _Field) -> int:
-    token = _wrapped(field, "Int64Value")
-    if token is None:
-        return 0  # proto3: an empty wrapper holds the type's default
-    hexadecimal = re.fullmatch(r"[-+]?0[xX][0-9a-fA-F]+", token.text)
-    try:
-        number: int | None = int(token.text, 16 if hexadecimal else 10)
-    except ValueError:
-        number = None
-    if token.kind != "number" or number is None or abs(number) > _INT64_MAX:
-        raise _error(token.line, f"{field.name} must be a 64-bit integer, got {token.text}")
-    return number
-
-
-def _is_off(field: _Field) -> bool:
-    if isinstance(field.value, tuple):  # a [list]: always means something
-        return False
-    token = field.value if isinstance(field.value, _Token) else _wrapped(field, "BoolValue")
-    return token is None or token.text in _OFF
+def _is_on(parameters: BatchingParameters, name: str) -> bool:
+    value = getattr(parameters, name)
+    if name == "allowed_batch_sizes":
+        return len(value) > 0
+    if name == "pad_variable_length_inputs":
+        return bool(value)
+    return parameters.HasField(name) and bool(value.value)
 
 
 def parse_batching_parameters(text: str) -> BatchingSettings:
     """Parse a TF Serving ``batching_parameters.txt``; ConfigError (with the line) if unusable.
 
+    protobuf's own text-format parser reads it into TF Serving's ``BatchingParameters`` message
+    (``api/batching_parameters.proto``), so what TF Serving accepts is accepted here, and every
+    syntax error, unknown or repeated field and out-of-range number is refused with its line.
     Fields left out keep ``BatchingSettings``' defaults (TF Serving's).
     """
-    values: dict[str, int] = {}
-    seen: dict[str, int] = {}
-    unknown: list[str] = []
-    for field in _Parser(text).message(None, _Token("", "", 1)):
-        if field.name in seen:
-            first = seen[field.name]
-            raise _error(field.line, f"{field.name} is set twice (first on line {first})")
-        seen[field.name] = field.line
-        if field.name in _INT64_FIELDS:
-            values[field.name] = _int64(field)
-        elif field.name in _IGNORED:
-            _wrapped(field, "StringValue")
-        elif field.name in _UNSUPPORTED and not _is_off(field):
-            reason = _UNSUPPORTED[field.name]
-            raise _error(field.line, f"{field.name} is not supported ({reason})")
-        elif field.name not in _UNSUPPORTED:
-            unknown.append(f"{field.name} (line {field.line})")
-    if unknown:
-        raise ConfigError(
-            f"batching parameters: unknown field(s) {', '.join(unknown)}; "
-            f"known: {', '.join(_INT64_FIELDS)}"
-        )
+    parameters = BatchingParameters()
+    try:
+        text_format.Parse(text, parameters)
+    except text_format.ParseError as e:
+        detail = re.sub(r"^\d+:\d+ : ", "", str(e)).rstrip(".")
+        hint = _WRAPPER_HINT if 'Expected "{"' in detail else ""
+        raise _error(e.GetLine() or 1, f"{detail} (column {e.GetColumn()}){hint}") from None
+    for name, reason in _UNSUPPORTED.items():
+        if _is_on(parameters, name):
+            raise _error(_line_of(text, name), f"{name} is not supported ({reason})")
+    values = {
+        name: getattr(parameters, name).value
+        for name in _INT64_FIELDS
+        if parameters.HasField(name)
+    }
     settings = BatchingSettings(**values)
     settings.validate()
     return settings
