@@ -1,35 +1,33 @@
-"""A model's Deployment and Service, built as plain data from one settings object.
+"""A model's Deployment and Service, from their one source and one settings object.
 
-``k8s/base/model/`` holds the same objects for the example model ``tiny`` as commented YAML; a test
-keeps the two identical, so the comments there explain every field this module sets.
-What a field is for, in short:
+The source is ``sharedserve/k8s/model/`` (package data): commented YAML written out for the example
+model ``tiny``, which ``k8s/base/model`` also builds from. ``render_model`` loads it and sets what
+differs per model; everything else, and the comments explaining it, live in that YAML. In short:
 
 - ``sharedserve.io/vgpu`` in requests and limits: the allocator grants vGPUs and injects the env
   contract (GPU, memory cap); the scheduler places the pod only on a node advertising vGPUs.
 - CPU and memory requests equal to limits: Guaranteed QoS, and a CFS quota the server reads to
   size its thread pools (``sharedserve serve`` looks at its own cgroup).
-- Probes: liveness and start-up on ``GET /v1/models/NAME``, which answers 200 in every state once
-  the listener is open; readiness on ``GET /v1/models/NAME/metadata``, which answers 503 until
-  the model has loaded and warmed up (``ServedModel.metadata_json``), because the kubelet looks at
-  status codes only and the status URL says LOADING with a 200.
+- Probes: liveness and start-up on ``GET /v1/models/NAME``, readiness on
+  ``GET /v1/models/NAME/metadata``, which answers 503 until the model has loaded and warmed up.
 - ``maxSurge: 0``: a surge pod would need one more vGPU, which a full node does not have.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from sharedserve import contract
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.quantity import parse_cpu, parse_memory
-from sharedserve.k8s.yamltext import dump_all
 
 __all__ = [
-    "GRPC_PORT",
-    "MODELS_MOUNT",
-    "REST_PORT",
     "RUN_AS_USER",
     "VGPU_RESOURCE",
     "ModelDeployment",
@@ -38,11 +36,8 @@ __all__ = [
 ]
 
 VGPU_RESOURCE = contract.VGPU_RESOURCE
-REST_PORT = 8501
-GRPC_PORT = 8500
-MODELS_MOUNT = "/models"
 RUN_AS_USER = 10001
-"""The image's ``sharedserve`` user (see the Dockerfile)."""
+"""The image's ``sharedserve`` user (see the Dockerfile); the manifests run as it (tested)."""
 
 # The server's URLs take the model name as one path segment; a label value must also hold it.
 _MODEL_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
@@ -130,137 +125,45 @@ def _selector(spec: ModelDeployment) -> dict[str, str]:
     }
 
 
-def _http_probe(path: str, period: int, timeout: int, failures: int) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": path, "port": "http"},
-        "periodSeconds": period,
-        "timeoutSeconds": timeout,
-        "failureThreshold": failures,
-    }
-
-
-def _container(spec: ModelDeployment) -> dict[str, Any]:
-    resources = {"cpu": spec.cpu, "memory": spec.memory, VGPU_RESOURCE: str(spec.vgpu)}
-    status = f"/v1/models/{spec.model}"
-    return {
-        "name": "server",
-        "image": spec.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["sharedserve"],
-        "args": [
-            "serve",
-            "--model",
-            f"{MODELS_MOUNT}/{spec.model}",
-            "--name",
-            spec.model,
-            "--host",
-            "0.0.0.0",
-            "--rest-port",
-            str(REST_PORT),
-            "--grpc-port",
-            str(GRPC_PORT),
-        ],
-        "ports": [
-            {"name": "http", "containerPort": REST_PORT, "protocol": "TCP"},
-            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
-        ],
-        "resources": {"requests": dict(resources), "limits": dict(resources)},
-        # TensorFlow's import and the GPU set-up come before the listener opens: up to 5 min.
-        "startupProbe": _http_probe(status, 5, 3, 60),
-        "readinessProbe": _http_probe(f"{status}/metadata", 5, 3, 2),
-        # Generous: a server saturated by a benchmark answers slowly but is not dead.
-        "livenessProbe": _http_probe(status, 10, 5, 6),
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "volumeMounts": [
-            {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-    }
+@functools.cache
+def _source() -> tuple[str, str]:
+    folder = resources.files("sharedserve.k8s") / "model"
+    return (folder / "deployment.yaml").read_text(), (folder / "service.yaml").read_text()
 
 
 def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     """``[Deployment, Service]`` for ``spec``, as the API server takes them."""
     spec.validate()
-    name = spec.resource_name
-    pod_spec: dict[str, Any] = {
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        # GPU nodes are often tainted; these are the taints the allocator's DaemonSet tolerates.
-        "tolerations": [
-            {"key": key, "operator": "Exists", "effect": "NoSchedule"}
-            for key in ("nvidia.com/gpu", "sharedserve.io/gpu")
-        ],
-        "terminationGracePeriodSeconds": 30,
-        "containers": [_container(spec)],
-        "volumes": [
-            {
-                "name": "models",
-                "persistentVolumeClaim": {"claimName": spec.model_pvc, "readOnly": True},
-            },
-            {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
-        ],
-    }
+    deployment, service = (yaml.safe_load(text) for text in _source())
+    labels = _labels(spec)
+    for obj in (deployment, service):
+        obj["metadata"] = {
+            "name": spec.resource_name,
+            "namespace": spec.namespace,
+            "labels": labels,
+        }
+    service["spec"]["selector"] = _selector(spec)
+    workload = deployment["spec"]
+    workload["replicas"] = spec.replicas
+    workload["selector"]["matchLabels"] = _selector(spec)
+    workload["template"]["metadata"]["labels"] = dict(labels)
+    pod = workload["template"]["spec"]
     if spec.runtime_class is not None:
-        pod_spec = {"runtimeClassName": spec.runtime_class, **pod_spec}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": spec.namespace, "labels": _labels(spec)},
-        "spec": {
-            "replicas": spec.replicas,
-            "selector": {"matchLabels": _selector(spec)},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-            },
-            "template": {
-                "metadata": {
-                    "labels": _labels(spec),
-                    "annotations": {
-                        "prometheus.io/scrape": "true",
-                        "prometheus.io/port": str(REST_PORT),
-                        "prometheus.io/path": "/metrics",
-                    },
-                },
-                "spec": pod_spec,
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": spec.namespace, "labels": _labels(spec)},
-        "spec": {
-            "selector": _selector(spec),
-            "ports": [
-                {
-                    "name": "http",
-                    "port": REST_PORT,
-                    "targetPort": "http",
-                    "protocol": "TCP",
-                    "appProtocol": "http",
-                },
-                {
-                    "name": "grpc",
-                    "port": GRPC_PORT,
-                    "targetPort": "grpc",
-                    "protocol": "TCP",
-                    "appProtocol": "kubernetes.io/h2c",
-                },
-            ],
-        },
-    }
+        pod = workload["template"]["spec"] = {"runtimeClassName": spec.runtime_class, **pod}
+    container = pod["containers"][0]
+    container["image"] = spec.image
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "models")
+    args = container["args"]
+    args[args.index("--model") + 1] = f"{mount}/{spec.model}"
+    args[args.index("--name") + 1] = spec.model
+    quantities = {"cpu": spec.cpu, "memory": spec.memory, VGPU_RESOURCE: str(spec.vgpu)}
+    container["resources"] = {"requests": dict(quantities), "limits": dict(quantities)}
+    status = f"/v1/models/{spec.model}"
+    for probe, path in (("startupProbe", status), ("livenessProbe", status)):
+        container[probe]["httpGet"]["path"] = path
+    container["readinessProbe"]["httpGet"]["path"] = f"{status}/metadata"
+    volume = next(v for v in pod["volumes"] if v["name"] == "models")
+    volume["persistentVolumeClaim"]["claimName"] = spec.model_pvc
     return [deployment, service]
 
 
@@ -271,4 +174,4 @@ def render_model_yaml(spec: ModelDeployment) -> str:
         f"# Model {spec.model!r} for sharedserve: Deployment and Service "
         f"(sharedserve k8s render). Apply with: kubectl apply -f FILE\n"
     )
-    return header + dump_all(objects)
+    return header + yaml.safe_dump_all(objects, sort_keys=False)

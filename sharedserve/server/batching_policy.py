@@ -88,9 +88,7 @@ def parse_batching_parameters(text: str) -> BatchingSettings:
         if _is_on(parameters, name):
             raise _error(_line_of(text, name), f"{name} is not supported ({reason})")
     values = {
-        name: getattr(parameters, name).value
-        for name in _INT64_FIELDS
-        if parameters.HasField(name)
+        name: getattr(parameters, name).value for name in _INT64_FIELDS if parameters.HasField(name)
     }
     settings = BatchingSettings(**values)
     settings.validate()

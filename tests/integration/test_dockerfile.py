@@ -22,7 +22,7 @@ from tests.support.servers import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
-MODEL_DEPLOYMENT = ROOT / "k8s" / "base" / "model" / "deployment.yaml"
+MODEL_DEPLOYMENT = ROOT / "sharedserve" / "k8s" / "model" / "deployment.yaml"
 BIN = Path(sys.executable).parent
 
 

@@ -11,7 +11,6 @@ import yaml
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.quantity import parse_cpu, parse_memory, parse_quantity
 from sharedserve.k8s.render import ModelDeployment, render_model, render_model_yaml
-from sharedserve.k8s.yamltext import dump, dump_all
 
 
 def _server(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -165,68 +164,3 @@ def test_yaml_round_trips_the_render() -> None:
         text = render_model_yaml(spec)
         assert text.startswith("# Model ")
         assert list(yaml.safe_load_all(text)) == render_model(spec)
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        "500m",
-        "8501",
-        "0.0.0.0",
-        "true",
-        "On",
-        "no",
-        "Y",
-        "null",
-        "~",
-        "",
-        " leading space",
-        "a: b",
-        "a #b",
-        "ends:",
-        "-",
-        "-1",
-        "--model",
-        "$(ALLOCATOR_REPLICAS)",
-        "http://tiny:8501",
-        "sharedserve:0.1.0",
-        "'quoted'",
-        '"double"',
-        "back\\slash",
-        "{flow}",
-        "[flow]",
-        "*alias",
-        "&anchor",
-        "!tag",
-        "%directive",
-        "@at",
-        "`tick`",
-        "1e3",
-        ".inf",
-        "0o17",
-        "1:20",
-    ],
-)
-def test_yaml_strings_stay_strings(value: str) -> None:
-    document = {"key": value, value or "empty": [value, {"nested": value}]}
-    assert yaml.safe_load(dump(document)) == document
-
-
-def test_yaml_shapes() -> None:
-    document = {
-        "empty_map": {},
-        "empty_list": [],
-        "null": None,
-        "flags": [True, False],
-        "numbers": [0, -3, 8501],
-        "nested": [[1, 2], [{"a": [{"b": "c"}]}]],
-    }
-    assert yaml.safe_load(dump(document)) == document
-    assert "empty_map: {}" in dump(document)
-    assert dump_all([{"a": 1}, {"b": 2}]) == "a: 1\n---\nb: 2\n"
-
-
-@pytest.mark.parametrize("value", ["café", "tab\there", 1.5, object()])
-def test_yaml_refuses_what_manifests_never_hold(value: object) -> None:
-    with pytest.raises((ValueError, TypeError)):
-        dump({"key": value})
