@@ -3,8 +3,9 @@
 Why a module of its own: clients written for TensorFlow Serving must work unchanged, so the
 request and response shapes (row ``instances`` / columnar ``inputs``, ``{"b64": ...}`` binary
 values, the ``_bytes`` output-name rule) are reproduced here once, independent of the backend and
-of the transport; and every way a body can be wrong becomes an ``InvalidInput`` (HTTP 400) that
-names the input, what was expected and what came. Numeric tensors are converted by numpy in C
+of the transport; and every way a body cannot be decoded becomes an ``InvalidInput`` (HTTP 400)
+that names the input, what was expected and what came. Whether the decoded arrays fit the
+signature (names, shapes) is ``validate.check_inputs``'s to say, for every protocol alike. Numeric tensors are converted by numpy in C
 (``np.asarray`` on the parsed lists, then one checked cast): a 3 MB body of floats must not be
 walked element by element in Python. Only string tensors are walked, to decode ``b64`` values.
 
