@@ -369,12 +369,9 @@ def serving(
 
 def contract_env(gpu: Any, fraction: float) -> dict[str, str]:
     """The env contract as ``pack`` gives a replica: the GPU by UUID and a share of it."""
-    return {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        "CUDA_VISIBLE_DEVICES": gpu.uuid,
-        "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
-        "SHAREDSERVE_GPU_MEMORY_FRACTION": f"{fraction:g}",
-    }
+    from sharedserve.contract import GpuShare, Grant
+
+    return Grant((GpuShare(gpu.uuid, fraction),), bare_host=True).to_env()
 
 
 class GrpcClient:

@@ -5,9 +5,10 @@ request and response shapes (row ``instances`` / columnar ``inputs``, ``{"b64": 
 values, the ``_bytes`` output-name rule) are reproduced here once, independent of the backend and
 of the transport; and every way a body cannot be decoded becomes an ``InvalidInput`` (HTTP 400)
 that names the input, what was expected and what came. Whether the decoded arrays fit the
-signature (names, shapes) is ``validate.check_inputs``'s to say, for every protocol alike. Numeric tensors are converted by numpy in C
-(``np.asarray`` on the parsed lists, then one checked cast): a 3 MB body of floats must not be
-walked element by element in Python. Only string tensors are walked, to decode ``b64`` values.
+signature (names, shapes) is ``validate.check_inputs``'s to say, for every protocol alike.
+Numeric tensors are converted by numpy in C (``np.asarray`` on the parsed lists, then one checked
+cast): a 3 MB body of floats must not be walked element by element in Python. Only string
+tensors are walked, to decode ``b64`` values.
 
 Type rules (TF Serving parses with rapidjson and checks each JSON value's type; we check the
 dtype numpy infers for the whole value, which gives the same answers except where noted):

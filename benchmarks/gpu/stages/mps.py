@@ -33,13 +33,15 @@ import kit
 from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
 from sharedserve.allocator.health import MPS_PID_FILE
 from sharedserve.allocator.inventory import Sizing, build_inventory
+from sharedserve.contract import MPS_ACTIVE_THREAD_PERCENTAGE as MPS_THREADS
+from sharedserve.contract import MPS_PINNED_DEVICE_MEM_LIMIT as MPS_PINNED
+from sharedserve.contract import MPS_PIPE_DIRECTORY
 
 CONTROL = "nvidia-cuda-mps-control"
 MODEL = "resnet50"
 CANDIDATES = [1, 2, 4, 8, 16, 32]
 FLOOR_MIB, RESERVE_MIB = 1024, 512  # as the sweep stage
 DURATION, WARMUP, CONCURRENCY = 5.0, 1.0, 4
-_MPS_VARS = ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
 
 
 def mps_env(gpu: Any, density: int, pipe_dir: Path) -> dict[str, str]:
@@ -47,7 +49,7 @@ def mps_env(gpu: Any, density: int, pipe_dir: Path) -> dict[str, str]:
     inventory = build_inventory([gpu], Sizing(replicas=density))
     grants = plan(inventory, inventory.vgpu_ids[:1], allow_multi_gpu=False)
     envs = container_grant(grants, GrantOptions(mps_pipe_dir=pipe_dir)).envs
-    return {k: envs[k] for k in ("CUDA_MPS_PIPE_DIRECTORY", *_MPS_VARS)}
+    return {k: envs[k] for k in (MPS_PIPE_DIRECTORY, MPS_THREADS, MPS_PINNED)}
 
 
 class Daemon:
@@ -59,7 +61,7 @@ class Daemon:
             directory.mkdir(parents=True, exist_ok=True)
         self.env = {
             **os.environ,
-            "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe),
+            MPS_PIPE_DIRECTORY: str(self.pipe),
             "CUDA_MPS_LOG_DIRECTORY": str(self.logs),
         }
 
@@ -187,8 +189,8 @@ def report_md(stage: kit.Stage, sides: dict[str, list[dict[str, Any]]]) -> None:
                 [
                     side, r["density"], r["qps"], kept, r["p50_ms"], r["p99_ms"],
                     r["gpu_util_mean"],
-                    r["env"].get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "-"),
-                    r["env"].get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "-"),
+                    r["env"].get(MPS_THREADS, "-"),
+                    r["env"].get(MPS_PINNED, "-"),
                 ]
             )  # fmt: skip
     settings = stage.results["settings"]
