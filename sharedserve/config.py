@@ -269,3 +269,15 @@ class ServerSettings:
     gpu: GpuSettings = field(default_factory=GpuSettings)
     cpu_limit_cores: float | None = None
     """CPU limit in cores (0.5 = half a core); None reads it from the process's cgroup."""
+    max_request_elements: int | None = None
+    """Most elements a request's tensors may hold together, counted from their declared shapes
+    before anything is allocated (one value may fill any shape over gRPC, so a tiny message can
+    declare a huge tensor); more gets 413 / RESOURCE_EXHAUSTED. None: ``request_element_limit``."""
+
+    @property
+    def request_element_limit(self) -> int:
+        """The limit in force; by default what a full honest body can carry: JSON spends at least
+        two bytes an element ("1,"), so ``--max-body-bytes`` / 2."""
+        if self.max_request_elements is not None:
+            return self.max_request_elements
+        return max(1, self.rest.max_body_bytes // 2)

@@ -24,7 +24,22 @@ __all__ = [
     "ResourceExhausted",
     "SharedServeError",
     "Unimplemented",
+    "quoted",
 ]
+
+
+_QUOTED_CHARACTERS = 80
+
+
+def quoted(text: object) -> str:
+    """A client's text as an error message shows it: ``repr`` of it, cut to a few dozen
+    characters with its length said. An echo of 50,000 characters would grow a gRPC status past
+    the metadata limit (RESOURCE_EXHAUSTED instead of the real answer) and flood the logs."""
+    shown = repr(text)
+    if len(shown) <= _QUOTED_CHARACTERS:
+        return shown
+    length = len(text) if isinstance(text, (str, bytes, list, tuple)) else len(shown)
+    return f"{shown[:_QUOTED_CHARACTERS]}... ({length} long)"
 
 
 class SharedServeError(Exception):

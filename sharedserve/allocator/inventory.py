@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sharedserve.contract import VGPU_SEPARATOR, vgpu_id
-from sharedserve.errors import ConfigError, InvalidInput
+from sharedserve.errors import ConfigError, InvalidInput, quoted
 
 __all__ = [
     "MAX_DEVICE_ID_LENGTH",
@@ -139,7 +139,7 @@ class Inventory:
         seen: set[str] = set()
         for device_id in device_ids:
             if device_id in seen:
-                raise InvalidInput(f"device {device_id!r} is listed twice")
+                raise InvalidInput(f"device {quoted(device_id)} is listed twice")
             seen.add(device_id)
             vgpu = self._vgpus.get(device_id)
             if vgpu is None:
@@ -147,7 +147,7 @@ class Inventory:
             else:
                 found.append(vgpu)
         if unknown:
-            shown = ", ".join(repr(u) for u in unknown[:3])
+            shown = ", ".join(quoted(u) for u in unknown[:3])
             more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
             raise InvalidInput(f"unknown device ID(s) {shown}{more}: not advertised by this plugin")
         return found

@@ -48,11 +48,14 @@ def preferred_allocation(
     must_include: Sequence[str],
     size: int,
     policy: Policy,
+    *,
+    allow_multi_gpu: bool = True,
 ) -> list[str]:
     """``size`` IDs from ``available`` (plus ``must_include``), placed by ``policy``.
 
     InvalidInput when the request cannot be met from what was offered or names unknown IDs:
     the kubelet never sends such a request, so answering one with a guess would hide a bug.
+    Without ``allow_multi_gpu`` it never prefers vGPUs of two GPUs, which Allocate would refuse.
     """
     if size < 1:
         raise InvalidInput(f"allocation_size must be at least 1, got {size}")
@@ -86,6 +89,16 @@ def preferred_allocation(
     if candidates:
         best = min(candidates, key=lambda u: _sort_key(policy, gpus[u], len(free[u])))
         return [v.id for v in free[best][:size]]
+    if not allow_multi_gpu:
+        why = (
+            f"must_include_deviceIDs span {len(must_gpus)} GPUs"
+            if len(must_gpus) > 1
+            else f"no GPU has {size} of the devices offered"
+        )
+        raise InvalidInput(
+            f"{why}, and a container gets vGPUs of one GPU unless the allocator runs with "
+            "--allow-multi-gpu (Allocate would refuse this)"
+        )
 
     # No single GPU holds it: use as few GPUs as possible, the must-include ones first, then
     # the GPUs with most room (ties in NVML order).

@@ -133,6 +133,7 @@ class DevicePluginServicer:
                     list(container.must_include_deviceIDs),
                     container.allocation_size,
                     self._policy,
+                    allow_multi_gpu=self._grant.allow_multi_gpu,
                 )
                 answers.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         except SharedServeError as e:

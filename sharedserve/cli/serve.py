@@ -69,6 +69,14 @@ def serve(
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest request body in bytes; larger gets HTTP 413.")
     ] = DEFAULT_MAX_BODY_BYTES,
+    max_request_elements: Annotated[
+        int | None,
+        typer.Option(
+            help="Most elements a request's tensors may hold, counted from their shapes before "
+            "anything is allocated; more gets 413 / RESOURCE_EXHAUSTED "
+            "[default: --max-body-bytes / 2, what a full JSON body can carry]."
+        ),
+    ] = None,
     gpu_memory_fraction: Annotated[
         float | None,
         typer.Option(help="Share of the GPU's memory this process may use, in (0, 1]."),
@@ -132,6 +140,8 @@ def serve(
         batching.validate()
     if max_body_bytes <= 0:
         raise ConfigError(f"--max-body-bytes must be positive, got {max_body_bytes}")
+    if max_request_elements is not None and max_request_elements <= 0:
+        raise ConfigError(f"--max-request-elements must be positive, got {max_request_elements}")
     cap = parse_cap_request(
         gpu_memory_fraction,
         gpu_memory_mib,
@@ -150,6 +160,7 @@ def serve(
             fake_gpus=fake_gpus,
         ),
         cpu_limit_cores=cpu_limit,
+        max_request_elements=max_request_elements,
     )
     raise typer.Exit(run(settings))
 

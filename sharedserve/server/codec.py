@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from sharedserve.errors import InvalidInput, SharedServeError
+from sharedserve.errors import InvalidInput, SharedServeError, quoted
 from sharedserve.server.signature import Signature, TensorSpec
 
 __all__ = [
@@ -168,9 +168,11 @@ def _row_values(instances: Any, signature: Signature) -> dict[str, Any]:
         if instance.keys() != instances[0].keys():
             missing = [n for n in names if n not in instance]
             if missing:
-                raise InvalidInput(f"instances[{i}] is missing input {missing[0]!r}")
+                raise InvalidInput(f"instances[{i}] is missing input {quoted(missing[0])}")
             extra = next(n for n in instance if n not in instances[0])
-            raise InvalidInput(f"instances[{i}] names input {extra!r}, which instances[0] lacks")
+            raise InvalidInput(
+                f"instances[{i}] names input {quoted(extra)}, which instances[0] lacks"
+            )
     return {name: [instance[name] for instance in instances] for name in names}
 
 

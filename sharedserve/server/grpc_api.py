@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
-from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented
+from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented, quoted
 from sharedserve.server.api import MODEL_SERVICE, PREDICTION_SERVICE
 from sharedserve.server.api import tf_serving_pb2 as pb
 from sharedserve.server.model import ModelState, ServedModel
@@ -88,9 +89,9 @@ class _ProtoPredict:
         signature = self._servicer.model.signature(request.model_spec.signature_name or None)
         unknown = set(request.output_filter) - set(signature.outputs)
         if unknown:
-            raise InvalidInput(f"output_filter names unknown outputs {sorted(unknown)}")
+            raise InvalidInput(f"output_filter names unknown outputs {quoted(sorted(unknown))}")
         self._signature_name = signature.name
-        inputs = {k: from_tensor_proto(v, f"input {k!r}") for k, v in request.inputs.items()}
+        inputs = {k: from_tensor_proto(v, f"input {quoted(k)}") for k, v in request.inputs.items()}
         return signature, inputs
 
     def encode(self, outputs: dict[str, np.ndarray]) -> Any:
@@ -120,7 +121,8 @@ class PredictionServicer:
             fields = list(request.metadata_field)
             if fields != ["signature_def"]:
                 raise InvalidInput(
-                    f"metadata_field must be ['signature_def'] (the only one offered), got {fields}"
+                    "metadata_field must be ['signature_def'] (the only one offered), got "
+                    f"{quoted(fields)}"
                 )
             self.model.metadata_json()  # NotReady until AVAILABLE
             signature_map = pb.SignatureDefMap()
@@ -148,7 +150,9 @@ class PredictionServicer:
 
     def _check(self, spec: Any) -> None:
         if spec.version_label:
-            raise InvalidInput(f"version labels are not supported (got {spec.version_label!r})")
+            raise InvalidInput(
+                f"version labels are not supported (got {quoted(spec.version_label)})"
+            )
         self.model.check(spec.name, _version(spec))
 
     def fill_spec(self, spec: Any, signature_name: str) -> None:
@@ -201,11 +205,26 @@ def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpc
     """
     prediction, models = PredictionServicer(model, predictor), ModelServicer(model, predictor)
 
-    def unary(behaviour: Callable[..., Any], request: Any, response: Any) -> grpc.RpcMethodHandler:
+    def unary(
+        method: str, behaviour: Callable[..., Any], request: Any, response: Any
+    ) -> grpc.RpcMethodHandler:
+        # The request is parsed here, not by a grpc deserializer: grpc logs a traceback for a
+        # message that does not parse and answers UNKNOWN, where this is the client's error.
+        async def parse_then(data: bytes, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                message = request.FromString(data)
+            except DecodeError as e:
+                log.warning("gRPC %s: the request does not parse: %s", method, e)
+                reason = f"the request is not a valid {request.DESCRIPTOR.name} message: {e}"
+
+                async def refuse() -> Any:
+                    raise InvalidInput(reason)
+
+                return await _guard(context, predictor, method, refuse)
+            return await behaviour(message, context)
+
         return grpc.unary_unary_rpc_method_handler(
-            behaviour,
-            request_deserializer=request.FromString,
-            response_serializer=response.SerializeToString,
+            parse_then, response_serializer=response.SerializeToString
         )
 
     def unimplemented(method: str) -> grpc.RpcMethodHandler:
@@ -219,8 +238,11 @@ def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpc
         grpc.method_handlers_generic_handler(
             PREDICTION_SERVICE,
             {
-                "Predict": unary(prediction.Predict, pb.PredictRequest, pb.PredictResponse),
+                "Predict": unary(
+                    "Predict", prediction.Predict, pb.PredictRequest, pb.PredictResponse
+                ),
                 "GetModelMetadata": unary(
+                    "GetModelMetadata",
                     prediction.GetModelMetadata,
                     pb.GetModelMetadataRequest,
                     pb.GetModelMetadataResponse,
@@ -232,7 +254,10 @@ def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpc
             MODEL_SERVICE,
             {
                 "GetModelStatus": unary(
-                    models.GetModelStatus, pb.GetModelStatusRequest, pb.GetModelStatusResponse
+                    "GetModelStatus",
+                    models.GetModelStatus,
+                    pb.GetModelStatusRequest,
+                    pb.GetModelStatusResponse,
                 ),
                 "HandleReloadConfigRequest": unimplemented("HandleReloadConfigRequest"),
             },

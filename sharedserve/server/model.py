@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sharedserve.errors import NotFound, NotReady
+from sharedserve.errors import NotFound, NotReady, quoted
 from sharedserve.server.backends.base import Backend, warm_up
 from sharedserve.server.model_source import ModelSource
 from sharedserve.server.signature import Signature, TensorSpec
@@ -79,10 +79,11 @@ class ServedModel:
     def check(self, name: str, version: int | None) -> None:
         """NotFound unless ``name``/``version`` is this model; TF Serving's wording."""
         if name != self.name:
-            wanted = f"Latest({name})" if version is None else f"Specific({name}, {version})"
+            shown = quoted(name)
+            wanted = f"Latest({shown})" if version is None else f"Specific({shown}, {version})"
             raise NotFound(f"Servable not found for request: {wanted}")
         if version is not None and version != self.version:
-            raise NotFound(f"Servable not found for request: Specific({name}, {version})")
+            raise NotFound(f"Servable not found for request: Specific({quoted(name)}, {version})")
 
     def signature(self, signature_name: str | None) -> Signature:
         name = signature_name or DEFAULT_SIGNATURE
@@ -92,7 +93,7 @@ class ServedModel:
         if signature is None:
             known = sorted(self.backend.signatures())
             raise NotFound(
-                f"Serving signature name: {name!r} not found in signature def; has {known}"
+                f"Serving signature name: {quoted(name)} not found in signature def; has {known}"
             )
         return signature
 

@@ -48,10 +48,15 @@ class Call(Protocol[R_co]):
 
 class Predictor:
     def __init__(
-        self, model: ServedModel, metrics: Metrics, batching: BatchingSettings | None = None
+        self,
+        model: ServedModel,
+        metrics: Metrics,
+        batching: BatchingSettings | None = None,
+        max_elements: int | None = None,
     ) -> None:
         self.model = model
         self.metrics = metrics
+        self.max_elements = max_elements
         self.batcher: Batcher | None = None
         if batching is not None:
             self.batcher = Batcher(self._run_batch, batching, on_batch=metrics.observe_batch)
@@ -85,10 +90,9 @@ class Predictor:
             return await to_thread.run_sync(partial(call.encode, outputs))
         return call.encode(outputs)
 
-    @staticmethod
-    def _decoded(call: Call[R]) -> tuple[Signature, Arrays]:
+    def _decoded(self, call: Call[R]) -> tuple[Signature, Arrays]:
         signature, inputs = call.decode()
-        check_inputs(signature, inputs)
+        check_inputs(signature, inputs, self.max_elements)
         return signature, inputs
 
     def _run(self, signature: Signature, inputs: Arrays) -> Arrays:

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from sharedserve.errors import (
     InvalidInput,
@@ -29,6 +30,7 @@ from sharedserve.errors import (
     PayloadTooLarge,
     SharedServeError,
     Unimplemented,
+    quoted,
 )
 from sharedserve.server import codec
 from sharedserve.server.model import ServedModel
@@ -45,6 +47,7 @@ _PATH = re.compile(
     r"(?:(?P<metadata>/metadata)|:(?P<verb>[A-Za-z]+))?$"
 )
 _JSON = "application/json"
+_CLIENT_CLOSED = 499
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -59,14 +62,16 @@ def _parse(path: str) -> tuple[str, int | None, bool, str | None]:
     """-> (model name, version or None for latest, is metadata, verb or None)."""
     match = _PATH.match(path)
     if match is None:
-        raise NotFound(f"Malformed request: no such path /v1/models/{path}")
+        raise NotFound(f"Malformed request: no such path /v1/models/{quoted(path)}")
     if match["label"] is not None:
         # sharedserve serves one version per process; labels would always be unassigned.
-        raise NotFound(f"Unrecognized servable version label: {match['label']}")
+        raise NotFound(f"Unrecognized servable version label: {quoted(match['label'])}")
     version = None
     if match["version"] is not None:
-        if not match["version"].isdigit():
-            raise InvalidInput(f"Malformed request: version {match['version']!r} is not an integer")
+        if not (match["version"].isascii() and match["version"].isdigit()):
+            raise InvalidInput(
+                f"Malformed request: version {quoted(match['version'])} is not an integer"
+            )
         version = int(match["version"])
     return match["name"], version, match["metadata"] is not None, match["verb"]
 
@@ -130,7 +135,7 @@ def create_app(
     async def get_model(path: str) -> Response:
         name, version, metadata, verb = _parse(path)
         if verb is not None:
-            raise InvalidInput(f"Malformed request: GET with verb :{verb}; use POST")
+            raise InvalidInput(f"Malformed request: GET with verb {quoted(verb)}; use POST")
         model.check(name, version)
         return _json(model.metadata_json() if metadata else model.status_json())
 
@@ -138,11 +143,11 @@ def create_app(
     async def post_model(path: str, request: Request) -> Response:
         name, version, metadata, verb = _parse(path)
         if metadata or verb is None:
-            raise InvalidInput(f"Malformed request: POST /v1/models/{path} names no verb")
+            raise InvalidInput(f"Malformed request: POST /v1/models/{quoted(path)} names no verb")
         if verb in ("classify", "regress"):
             raise Unimplemented(f":{verb} is not supported by sharedserve; use :predict")
         if verb != "predict":
-            raise InvalidInput(f"Malformed request: unknown verb :{verb}")
+            raise InvalidInput(f"Malformed request: unknown verb {quoted(verb)}")
         started, code = time.perf_counter(), 200
         try:
             model.check(name, version)
@@ -151,6 +156,11 @@ def create_app(
         except SharedServeError as e:
             code = e.http_status
             raise
+        except ClientDisconnect:
+            # The client went away mid-upload: its doing, not a server error. Counted as nginx
+            # does ("499 client closed request"), not logged, and nothing is sent back.
+            code = _CLIENT_CLOSED
+            return Response(status_code=_CLIENT_CLOSED)
         except Exception:
             code = 500
             raise

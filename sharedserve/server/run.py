@@ -187,7 +187,7 @@ def run(settings: ServerSettings) -> int:
         metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap, backend))
     elif gpu_backend is not None:
         gpu_backend.close()
-    predictor = Predictor(model, metrics, settings.batching)
+    predictor = Predictor(model, metrics, settings.batching, settings.request_element_limit)
     app = create_app(predictor, lambda: report, settings.rest.max_body_bytes)
 
     sock = _bind(settings.rest.host, settings.rest.port)

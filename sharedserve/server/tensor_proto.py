@@ -10,6 +10,7 @@ loop. TF's rule that a single typed value fills the whole shape is honoured.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,10 @@ DTYPE_ENUM: dict[str, int] = {name: pb.DataType.Value(name) for name in DTYPE_TO
 _ENUM_NAME = {value: name for name, value in DTYPE_ENUM.items()}
 # numpy dtype -> DT_* name for encoding outputs (strings go to string_val instead).
 _NUMPY_NAME = {dtype: name for name, dtype in DTYPE_TO_NUMPY.items() if name != "DT_STRING"}
+
+# No numpy array may hold more bytes than an intp counts (the widest dtype is 8 bytes; halved
+# again for room): a declared shape past this is refused before numpy sees it.
+_MAX_ELEMENTS = (2**63 - 1) // 16
 
 # The repeated field a dtype's values live in when not sent as tensor_content.
 _VALUE_FIELD = {
@@ -61,7 +66,11 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
     shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
     if any(d < 0 for d in shape):
         raise InvalidInput(f"{what}: tensor_shape has a negative dimension {list(shape)}")
-    size = int(np.prod(shape, dtype=np.int64))
+    size = math.prod(shape)  # Python's integers: no int64 overflow on a hostile shape
+    if size > _MAX_ELEMENTS:
+        raise InvalidInput(
+            f"{what}: tensor_shape {list(shape)} has {size} elements, more than any tensor can hold"
+        )
     dtype = DTYPE_TO_NUMPY[name]
     # Read once: each access to a bytes field copies it out of the message (upb).
     content = proto.tensor_content if name != "DT_STRING" else b""
@@ -86,7 +95,9 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
     if flat.size == size:
         return flat.reshape(shape)
     if flat.size == 1:  # TF's rule: one value fills the shape
-        return np.full(shape, flat[0], dtype=dtype)
+        # A read-only view, not a copy: the validator counts the elements before a backend
+        # makes them real, so a 40-byte message cannot allocate gigabytes here.
+        return np.broadcast_to(flat.reshape(()), shape)
     if size == 0 and flat.size == 0:
         return flat.reshape(shape)
     raise InvalidInput(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sharedserve.errors import InvalidInput
+from sharedserve.errors import InvalidInput, PayloadTooLarge, quoted
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec, shape_matches
 
 __all__ = ["check_inputs", "dims"]
@@ -19,12 +19,25 @@ __all__ = ["check_inputs", "dims"]
 _DTYPE_NAMES = {np.dtype(v): k for k, v in DTYPE_TO_NUMPY.items() if k != "DT_STRING"}
 
 
-def check_inputs(signature: Signature, inputs: dict[str, np.ndarray]) -> None:
-    """InvalidInput unless ``inputs`` are exactly the signature's: names, dtypes and shapes."""
+def check_inputs(
+    signature: Signature, inputs: dict[str, np.ndarray], max_elements: int | None = None
+) -> None:
+    """InvalidInput unless ``inputs`` are exactly the signature's: names, dtypes and shapes;
+    PayloadTooLarge when together they hold more than ``max_elements``.
+
+    Decoders hand over arrays that may still be views (one gRPC value broadcast over a declared
+    shape costs no memory until a backend copies it): the count here comes first.
+    """
+    total = sum(array.size for array in inputs.values())
+    if max_elements is not None and total > max_elements:
+        raise PayloadTooLarge(
+            f"the request's tensors hold {total} elements, over the limit of {max_elements} "
+            "(--max-request-elements)"
+        )
     unknown = sorted(set(inputs) - set(signature.inputs))
     if unknown:
         raise InvalidInput(
-            f"unknown input {unknown[0]!r}; the signature's inputs are "
+            f"unknown input {quoted(unknown[0])}; the signature's inputs are "
             f"{', '.join(sorted(signature.inputs))}"
         )
     for name, spec in signature.inputs.items():

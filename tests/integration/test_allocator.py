@@ -217,6 +217,14 @@ def test_allocate_refused(node: Node, containers: list[list[str]], fragment: str
     assert fragment in info.value.details()
 
 
+def test_a_huge_device_id_is_refused_briefly(node: Node) -> None:
+    # A 1 MiB ID echoed whole made the answer RESOURCE_EXHAUSTED (metadata over gRPC's limit).
+    with pytest.raises(grpc.RpcError) as info:
+        allocate(node.current(), ["G" * (1 << 20)])
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown device" in info.value.details() and len(info.value.details()) < 300
+
+
 def test_preferred_allocation_bundle(node: Node) -> None:
     plugin = node.current()
     # T4 has one vGPU left, the A100 all four: bundle tops up the T4 and keeps the A100 whole.
@@ -224,10 +232,16 @@ def test_preferred_allocation_bundle(node: Node) -> None:
     assert prefer(plugin, available, 1) == ids(T4, 3)
     assert prefer(plugin, available, 2) == ids(A100, 0, 1)  # never split when one GPU fits
     assert prefer(plugin, available, 2, must=ids(A100, 2)) == ids(A100, 2, 0)
-    assert prefer(plugin, available, 5) == ids(A100, 0, 1, 2, 3) + ids(T4, 3)
     with pytest.raises(grpc.RpcError) as info:
         prefer(plugin, available, 6)
     assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    # Without --allow-multi-gpu it never prefers what Allocate refuses: it used to offer both
+    # GPUs here, and the must-include pair spanning them.
+    for size, must in ((5, ()), (2, ids(T4, 3) + ids(A100, 0))):
+        with pytest.raises(grpc.RpcError) as info:
+            prefer(plugin, available, size, must=must)
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "--allow-multi-gpu" in info.value.details()
 
 
 def test_pre_start_container(node: Node) -> None:

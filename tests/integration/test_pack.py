@@ -184,6 +184,32 @@ def test_a_replica_given_up_leaves_the_rest_serving(models_dir: Path, tmp_path: 
         assert run.stop() == 0, run.log()
 
 
+def test_max_restarts_counts_restarts_not_exits(models_dir: Path, tmp_path: Path) -> None:
+    # The README said "given up after N exits"; it is N restarts, so the (N+1)th exit.
+    run = PackRun(tmp_path, models_dir / "tiny", "--replicas", "2", "--max-restarts", "1")
+
+    def pid_of_first() -> int | None:
+        found = [t["pid"] for t in run.targets()["targets"] if t["name"] == "tiny-0"]
+        return found[0] if found else None
+
+    try:
+        run.wait_targets()
+        first = pid_of_first()
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (again := pid_of_first()) in (None, first):
+            assert time.monotonic() < deadline, run.log()
+            time.sleep(0.2)
+        os.kill(again, signal.SIGKILL)  # the second exit is the end of it
+        while "giving up after 1 restarts in a row" not in run.log():
+            assert time.monotonic() < deadline, run.log()
+            time.sleep(0.2)
+        assert run.log().count("restarting tiny-0") == 1
+    finally:
+        assert run.stop() == 0, run.log()
+
+
 def test_quota_is_enforced_on_a_cpu_bound_replica(models_dir: Path, tmp_path: Path) -> None:
     run = PackRun(tmp_path, models_dir / "tiny", "--replicas", "1", "--cpu-limit", "0.25")
     try:

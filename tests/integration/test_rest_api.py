@@ -218,3 +218,22 @@ def test_resource_exhausted_is_503_and_server_lives_on(edge_server: Server) -> N
     response = edge_server.client.post("/v1/models/edge:predict", json=small)
     assert response.status_code == 200
     assert response.json() == {"outputs": [10.0]}
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["%C2%B2", "%D9%A1", "%EF%BC%91", "1.0", "-1"],
+    ids=["superscript-2", "arabic-1", "fullwidth-1", "float", "negative"],
+)
+def test_versions_are_ascii_digits_only(tiny_server: Server, version: str) -> None:
+    # U+00B2 made int() raise (a 500 with a traceback); U+0661, an Arabic-Indic one, was version 1.
+    for path in (
+        f"/v1/models/tiny/versions/{version}",
+        f"/v1/models/tiny/versions/{version}:predict",
+    ):
+        response = tiny_server.client.request(
+            "POST" if ":" in path else "GET", path, json={"instances": ROW}
+        )
+        assert response.status_code == 400, response.text
+        assert "not an integer" in response.json()["error"]
+    assert_still_serving(tiny_server)
