@@ -1,4 +1,4 @@
-"""What every stage of the GPU proof kit shares: arguments, the machine, servers, results.
+"""What every stage of the GPU proof kit shares: arguments, the machine, checks and results.
 
 A stage is a script in ``stages/`` run by ``run.sh`` as ``python stages/NAME.py OUTDIR
 [--dry-run]``. It calls ``Stage.from_argv()``, measures, records checks and figures on the
@@ -6,23 +6,19 @@ A stage is a script in ``stages/`` run by ``run.sh`` as ``python stages/NAME.py 
 driver, CUDA and torch versions and the command. ``--dry-run`` runs the same code on a machine
 without a GPU against a simulated inventory (``--fake-gpus``) with smaller settings: every GPU
 figure is then ``null`` and every check that only a GPU can answer is recorded as not
-applicable, never as passed.
+applicable, never as passed. ``replicas.py`` beside it starts and drives the model servers.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
+import functools
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +35,6 @@ DRY_RUN_GPU = {
     "numa_node": 0,
     "healthy": True,
 }
-_MIB = 1 << 20
 
 
 @dataclass
@@ -102,15 +97,17 @@ class Stage:
         finally:
             backend.close()
 
+    @functools.cached_property
     def environment(self) -> dict[str, Any]:
         """The bench reports' environment (CPU, GPU, driver, CUDA, packages), plus torch's CUDA
-        and the checkout's commit; GPU fields are null on a dry run."""
+        and the checkout's commit; GPU fields are null on a dry run. Read once per stage."""
         from sharedserve.bench.environment import describe_environment
 
-        command = os.environ.get("KIT_COMMAND") or shlex.join([sys.argv[0], *sys.argv[1:]])
+        kit_command = os.environ.get("KIT_COMMAND")
+        command = tuple(shlex.split(kit_command) if kit_command else sys.argv)
         backend = self.gpu_backend()
         try:
-            env = describe_environment(backend, tuple(shlex.split(command)))
+            env = describe_environment(backend, command)
         finally:
             backend.close()
         gpu = (env["gpus"] or [{}])[0]
@@ -159,7 +156,7 @@ class Stage:
     def finish(self, *, partial: bool = False) -> None:
         """Write NAME.md and NAME.json. ``partial``: more is to come (a long stage writes what it
         has as it goes, so a run cut off at its time limit still hands something back)."""
-        env = self.environment()
+        env = self.environment
         doc = {
             "stage": self.name,
             "title": self.title,
@@ -240,280 +237,6 @@ def _sharedserve_version() -> str:
         return f"{version} (git {found.stdout.strip()})"
     except (OSError, subprocess.CalledProcessError):
         return str(version)
-
-
-# --- models and servers ---------------------------------------------------------------------
-
-
-def sharedserve(*args: str) -> list[str]:
-    return [sys.executable, "-m", "sharedserve", *args]
-
-
-def build_models(names: list[str], dest: Path) -> Path:
-    """The example TorchScript models (random weights), built once per work directory."""
-    missing = [n for n in names if not (dest / n).is_dir()]
-    if missing:
-        command = sharedserve("models", "build", *missing, "--framework", "torch", "--out")
-        subprocess.run([*command, str(dest)], check=True, capture_output=True)
-    return dest
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def http_get(port: int, path: str, timeout: float = 10) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    except OSError:
-        return 0, b""
-    finally:
-        conn.close()
-
-
-@dataclass
-class Server:
-    """One ``sharedserve serve`` process of the stage."""
-
-    name: str
-    model: str
-    process: subprocess.Popen[bytes]
-    rest: int
-    grpc: int
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def limits(self) -> dict[str, Any]:
-        status, body = http_get(self.rest, "/sharedserve/v1/limits")
-        if status != 200:
-            raise RuntimeError(f"{self.name}: /sharedserve/v1/limits answered {status}")
-        found: dict[str, Any] = json.loads(body)
-        return found
-
-    def metrics(self) -> dict[str, float]:
-        """The sample values of ``/metrics`` by name (labels dropped: one model per server)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        _, body = http_get(self.rest, "/metrics")
-        return {
-            s.name: s.value
-            for family in text_string_to_metric_families(body.decode())
-            for s in family.samples
-        }
-
-    def gpu_memory(self) -> dict[str, float | None]:
-        """NVML's figure for the process, its cap and its framework pool, in MiB (None: unknown)."""
-        found = self.metrics()
-        names = {k: f"sharedserve_gpu_memory_{k}_bytes" for k in ("used", "cap", "allocator")}
-        return {k: found[n] / _MIB if n in found else None for k, n in names.items()}
-
-
-@contextmanager
-def serving(
-    stage: Stage,
-    model_dir: Path,
-    count: int,
-    env: dict[str, str],
-    *,
-    extra: tuple[str, ...] = (),
-    timeout: float = 240,
-) -> Iterator[list[Server]]:
-    """``count`` servers of one model started together, each AVAILABLE, stopped at the end."""
-    servers: list[Server] = []
-    fake = ("--fake-gpus", str(stage.fake_gpus)) if stage.fake_gpus else ()
-    try:
-        for i in range(count):
-            rest, grpc_port = free_port(), free_port()
-            log = stage.work / f"{model_dir.name}-{i}-{rest}.log"
-            command = sharedserve(
-                *("serve", "--model", str(model_dir), "--host", "127.0.0.1"),
-                *("--rest-port", str(rest), "--grpc-port", str(grpc_port), *fake, *extra),
-            )
-            with log.open("wb") as sink:
-                process = subprocess.Popen(
-                    command,
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    env={**os.environ, **env},
-                )
-            servers.append(
-                Server(f"{model_dir.name}-{i}", model_dir.name, process, rest, grpc_port, log)
-            )
-        deadline = time.monotonic() + timeout
-        for server in servers:
-            while b'"AVAILABLE"' not in http_get(server.rest, f"/v1/models/{server.model}")[1]:
-                if server.process.poll() is not None or time.monotonic() > deadline:
-                    tail = server.log.read_text(errors="replace")[-1500:]
-                    raise RuntimeError(f"{server.name} did not become AVAILABLE; its log:\n{tail}")
-                time.sleep(0.2)
-        yield servers
-    finally:
-        for server in servers:
-            if server.process.poll() is None:
-                server.process.terminate()
-        for server in servers:
-            try:
-                server.process.wait(30)
-            except subprocess.TimeoutExpired:
-                server.process.kill()
-                server.process.wait()
-
-
-def contract_env(gpu: Any, fraction: float) -> dict[str, str]:
-    """The env contract as ``pack`` gives a replica: the GPU by UUID and a share of it."""
-    from sharedserve.contract import GpuShare, Grant
-
-    return Grant((GpuShare(gpu.uuid, fraction),), bare_host=True).to_env()
-
-
-class GrpcClient:
-    """TF Serving's Predict over gRPC with sharedserve's own messages (no TensorFlow needed)."""
-
-    def __init__(self, server: Server, max_bytes: int = (1 << 31) - 1) -> None:
-        import grpc
-
-        from sharedserve.server.api import PREDICT_METHOD
-        from sharedserve.server.api import tf_serving_pb2 as pb
-
-        self._pb, self._grpc = pb, grpc
-        options = [
-            ("grpc.max_send_message_length", max_bytes),
-            ("grpc.max_receive_message_length", max_bytes),
-        ]
-        self._channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc}", options=options)
-        self._predict = self._channel.unary_unary(
-            PREDICT_METHOD,
-            request_serializer=pb.PredictRequest.SerializeToString,
-            response_deserializer=pb.PredictResponse.FromString,
-        )
-        self.model = server.model
-
-    def request(self, inputs: dict[str, np.ndarray]) -> Any:
-        from sharedserve.server.tensor_proto import to_tensor_proto
-
-        request = self._pb.PredictRequest()
-        request.model_spec.name = self.model
-        for key, array in inputs.items():
-            to_tensor_proto(array, request.inputs[key])
-        return request
-
-    def predict(self, request: Any, timeout: float = 120) -> tuple[str, str]:
-        """(status code name, message): ``("OK", "")`` on success."""
-        try:
-            self._predict(request, timeout=timeout)
-        except self._grpc.RpcError as e:
-            return e.code().name, e.details() or ""
-        return "OK", ""
-
-    def close(self) -> None:
-        self._channel.close()
-
-
-def example_inputs(model: str, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random rows for an example model's signature (``models build``'s shapes)."""
-    shape = (8,) if model == "tiny" else (224, 224, 3)
-    key = "x" if model == "tiny" else "images"
-    return {key: np.random.default_rng(seed).random((rows, *shape), dtype=np.float32)}
-
-
-class _Loop:
-    """``step`` in a thread every ``period`` seconds, for as long as the ``with`` block lasts."""
-
-    period = 0.0
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            self.step()
-
-    def step(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Any:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
-
-
-class Background(_Loop):
-    """Batch-1 requests back to back in a thread: does a neighbour keep serving?"""
-
-    def __init__(self, client: GrpcClient, model: str) -> None:
-        super().__init__()
-        self._client, self._request = client, client.request(example_inputs(model, 1))
-        self.codes: dict[str, int] = {}
-
-    def step(self) -> None:
-        code, _ = self._client.predict(self._request, timeout=30)
-        self.codes[code] = self.codes.get(code, 0) + 1
-
-
-class MemoryWatch(_Loop):
-    """NVML's per-process memory of some pids, sampled every 50 ms in a thread: the peaks."""
-
-    period = 0.05
-
-    def __init__(self, backend: Any, gpu_uuid: str, pids: list[int]) -> None:
-        super().__init__()
-        self._backend, self._uuid, self._pids = backend, gpu_uuid, pids
-        self.peak_mib: dict[int, int | None] = dict.fromkeys(pids)
-        self.errors: list[str] = []
-
-    def step(self) -> None:
-        from sharedserve.errors import GpuError
-
-        for pid in self._pids:
-            try:
-                used = self._backend.process_memory_mib(self._uuid, pid)
-            except GpuError as e:  # one failed query is a gap, not the end of the watch
-                self.errors.append(str(e))
-                continue
-            if used is not None:
-                self.peak_mib[pid] = max(used, self.peak_mib[pid] or 0)
-
-
-def run_bench(
-    stage: Stage, out: Path, model_dir: Path, *args: str, env: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """``sharedserve bench --model`` into ``out``; its report.json (the error if it failed)."""
-    fake = ("--fake-gpus", str(stage.fake_gpus)) if stage.fake_gpus else ()
-    command = sharedserve("bench", "--model", str(model_dir), "--out", str(out), *fake, *args)
-    log = out.with_suffix(".log")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as sink:
-        done = subprocess.run(
-            command,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            check=False,
-        )
-    if done.returncode != 0 or not (out / "report.json").exists():
-        tail = log.read_text(errors="replace")[-1500:]
-        return {"error": f"bench exited {done.returncode}; its log ends:\n{tail}"}
-    report: dict[str, Any] = json.loads((out / "report.json").read_text())
-    return report
-
-
-def feasible_densities(
-    candidates: list[int], gpu_mib: int, reserve_mib: int, floor_mib: int
-) -> list[int]:
-    """The densities at which ``pack``'s even split leaves each replica at least ``floor_mib``."""
-    return [n for n in candidates if (gpu_mib - n * reserve_mib) / n >= floor_mib]
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> list[str]:

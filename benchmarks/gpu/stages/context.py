@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kit
+import replicas
 
 MODELS = ("tiny", "mobilenet_v2", "resnet50")
 PROCESSES = 3
@@ -44,17 +45,16 @@ def main() -> None:
     stage = kit.Stage.from_argv("context", "GPU memory outside the framework's cap, per process")
     names = ["tiny"] if stage.dry_run else list(MODELS)
     count = 2 if stage.dry_run else PROCESSES
-    models = kit.build_models(names, stage.work / "models")
-    env = kit.contract_env(stage.gpu(), FRACTION)
+    models = replicas.build_models(names, stage.work / "models")
     per_model: dict[str, Any] = {}
     for model in names:
-        with kit.serving(stage, models / model, count, env) as servers:
+        with replicas.packed(stage, models / model, count, FRACTION) as servers:
             warm = [s.gpu_memory() for s in servers]
             answers = []
             for server in servers:
-                client = kit.GrpcClient(server)
+                client = replicas.GrpcClient(server)
                 for rows in BATCHES:
-                    request = client.request(kit.example_inputs(model, rows))
+                    request = client.request(replicas.example_inputs(model, rows))
                     answers.append(f"{rows}: {' '.join(client.predict(request))}".strip())
                 client.close()
             served = [s.gpu_memory() for s in servers]

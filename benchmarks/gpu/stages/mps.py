@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kit
+import replicas
 
 from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
 from sharedserve.allocator.health import MPS_PID_FILE
@@ -100,11 +101,11 @@ def main() -> None:
         return
     gpu = stage.gpu()
     model = "tiny" if stage.dry_run else MODEL
-    models = kit.build_models([model], stage.work / "models")
+    models = replicas.build_models([model], stage.work / "models")
     if stage.dry_run:
         densities, duration, warmup = [1, 2], 1.0, 0.5
     else:
-        feasible = kit.feasible_densities(CANDIDATES, gpu.memory_mib, RESERVE_MIB, FLOOR_MIB)
+        feasible = replicas.feasible_densities(CANDIDATES, gpu.memory_mib, RESERVE_MIB, FLOOR_MIB)
         densities, duration, warmup = sorted({1, 2, feasible[-1]}), DURATION, WARMUP
     common = ["--pattern", "parallel", "--concurrency", str(CONCURRENCY), "--protocol", "grpc"]
     common += ["--duration", str(duration), "--warmup", str(warmup), "--cpu-limit", "1"]
@@ -112,7 +113,9 @@ def main() -> None:
     sides: dict[str, list[dict[str, Any]]] = {"time-sliced": [], "mps": []}
     for density in densities:
         out = stage.work / f"time-sliced-{density}"
-        report = kit.run_bench(stage, out, models / model, "--densities", str(density), *common)
+        report = replicas.run_bench(
+            stage, out, models / model, "--densities", str(density), *common
+        )
         sides["time-sliced"].append(row_of(density, report, {}))
     started = False
     server_list = ""
@@ -123,7 +126,7 @@ def main() -> None:
         for density in densities:
             env = mps_env(gpu, density, daemon.pipe)
             out = stage.work / f"mps-{density}"
-            report = kit.run_bench(
+            report = replicas.run_bench(
                 stage, out, models / model, "--densities", str(density), *common, env=env
             )
             sides["mps"].append(row_of(density, report, env))

@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kit
+import replicas
 
 MODELS = ("resnet50", "mobilenet_v2")
 DENSITIES = [1, 2, 4, 8, 16, 32]
@@ -48,8 +49,8 @@ def main() -> None:
         names, densities, duration, warmup = ["tiny"], [1, 2], 1.0, 0.5
     else:
         names, duration, warmup = list(MODELS), DURATION, WARMUP
-        densities = kit.feasible_densities(DENSITIES, gpu.memory_mib, RESERVE_MIB, FLOOR_MIB)
-    models = kit.build_models(names, stage.work / "models")
+        densities = replicas.feasible_densities(DENSITIES, gpu.memory_mib, RESERVE_MIB, FLOOR_MIB)
+    models = replicas.build_models(names, stage.work / "models")
     common = ["--protocol", "grpc", "--duration", str(duration), "--warmup", str(warmup)]
     common += ["--cpu-limit", "1", "--slo-p99-ms", str(SLO_P99_MS)]
     runs: list[tuple[str, str, list[str], list[str]]] = []
@@ -83,7 +84,7 @@ def main() -> None:
             stage.check(f"{label}: measured", False, "skipped: the stage ran out of time")
             continue
         out = stage.work / f"{model}-{pattern.replace('+', '-')}"
-        report = kit.run_bench(
+        report = replicas.run_bench(
             stage, out, models / model, "--densities", ",".join(dens), *common, *args
         )
         results.append(summarize(model, pattern, report))
