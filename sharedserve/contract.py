@@ -18,8 +18,9 @@ second. ``sharedserve serve`` uses one GPU: given several it serves on the first
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sharedserve.errors import ConfigError
 
@@ -59,6 +60,7 @@ MPS_ACTIVE_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MPS_PINNED_DEVICE_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
 _PCI_BUS_ID = "PCI_BUS_ID"
+T = TypeVar("T")
 VGPU_SEPARATOR = "::"
 """Between a GPU's UUID and a vGPU's slot; a UUID holding it cannot name vGPUs."""
 
@@ -101,29 +103,31 @@ class Grant:
     ``NVIDIA_VISIBLE_DEVICES`` (the packer)."""
 
     def to_env(self) -> dict[str, str]:
-        """The variables, formatted the one way ``from_env`` reads them back."""
+        """The variables, formatted the one way ``from_env`` reads them back. A per-GPU variable
+        is written only when every GPU of the grant has a value for it."""
         env: dict[str, str] = {}
-        uuids = [g.uuid for g in self.gpus]
-        if self.gpus and None not in uuids:
-            env[NVIDIA_VISIBLE_DEVICES] = ",".join(u for u in uuids if u)
+        uuids = _every(g.uuid for g in self.gpus)
+        if uuids:
+            env[NVIDIA_VISIBLE_DEVICES] = ",".join(uuids)
             if self.bare_host:
                 env[CUDA_VISIBLE_DEVICES] = env[NVIDIA_VISIBLE_DEVICES]
         ids = [i for g in self.gpus for i in g.vgpu_ids]
         if ids:
             env[VGPU_IDS] = ",".join(ids)
-        fractions = [g.fraction for g in self.gpus]
-        if self.gpus and None not in fractions:
-            env[GPU_MEMORY_FRACTION] = ",".join(repr(float(f)) for f in fractions if f)
-        mibs = [g.mib for g in self.gpus]
-        if self.gpus and None not in mibs:
+        fractions = _every(g.fraction for g in self.gpus)
+        if fractions:
+            env[GPU_MEMORY_FRACTION] = ",".join(repr(float(f)) for f in fractions)
+        mibs = _every(g.mib for g in self.gpus)
+        if mibs:
             env[GPU_MEMORY_MIB] = ",".join(str(m) for m in mibs)
         if self.mps is not None:
             env[MPS_PIPE_DIRECTORY] = self.mps.pipe_directory
             env[MPS_ACTIVE_THREAD_PERCENTAGE] = str(self.mps.active_thread_percentage)
-            # Device numbers are the client's CUDA ordinals: inside the container only the
-            # granted GPUs exist, numbered from 0 in PCI bus order (CUDA_DEVICE_ORDER below).
-            limits = [f"{ordinal}={g.mib}M" for ordinal, g in enumerate(self.gpus) if g.mib]
-            env[MPS_PINNED_DEVICE_MEM_LIMIT] = ",".join(limits)
+            if mibs:
+                # Device numbers are the client's CUDA ordinals: inside the container only the
+                # granted GPUs exist, numbered from 0 in PCI bus order (CUDA_DEVICE_ORDER below).
+                limits = (f"{ordinal}={mib}M" for ordinal, mib in enumerate(mibs))
+                env[MPS_PINNED_DEVICE_MEM_LIMIT] = ",".join(limits)
         if self.mps is not None or self.bare_host:
             env[CUDA_DEVICE_ORDER] = _PCI_BUS_ID
         return env
@@ -167,6 +171,12 @@ class Grant:
         visible = env.get(CUDA_VISIBLE_DEVICES, "").strip()
         bare = bool(uuids) and visible == ",".join(uuids)
         return cls(gpus, mps, bare_host=bare)
+
+
+def _every(values: Iterable[T | None]) -> list[T]:
+    """The values when every one is known, else none of them."""
+    found = list(values)
+    return [] if None in found else [v for v in found if v is not None]
 
 
 def _list(env: Mapping[str, str], name: str) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import Server, run_cli
+from tests.support.servers import Server, run_cli, serving
 
 SUPPORT = Path(__file__).parent / "support"
 
@@ -33,19 +33,12 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One ``tiny`` server for the whole session, with a small body limit to test 413."""
     log = tmp_path_factory.mktemp("logs") / "tiny.log"
-    server = Server(models_dir / "tiny", log, ["--max-body-bytes", "65536"])
-    server.wait_available("tiny")
-    yield server
-    assert server.stop() == 0, server.log()
+    yield from serving(models_dir / "tiny", log, ["--max-body-bytes", "65536"])
 
 
 @pytest.fixture(scope="session")
 def edge_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    log = tmp_path_factory.mktemp("logs") / "edge.log"
-    server = Server(models_dir / "edge", log)
-    server.wait_available("edge")
-    yield server
-    assert server.stop() == 0, server.log()
+    yield from serving(models_dir / "edge", tmp_path_factory.mktemp("logs") / "edge.log")
 
 
 @pytest.fixture

@@ -55,26 +55,16 @@ def http_get(url: str, path: str, timeout: float = 10) -> tuple[int, bytes]:
 class Server:
     """One replica of a stage's pack, as its targets entry names it."""
 
-    target: Any  # sharedserve.pack.Target
-
-    @property
-    def name(self) -> str:
-        return str(self.target.name)
-
-    @property
-    def model(self) -> str:
-        return str(self.target.model)
-
-    @property
-    def pid(self) -> int:
-        return int(self.target.pid)
-
-    @property
-    def grpc(self) -> str:
-        return str(self.target.grpc)
+    name: str
+    model: str
+    pid: int
+    rest: str
+    """REST base URL."""
+    grpc: str
+    """gRPC ``host:port``."""
 
     def limits(self) -> dict[str, Any]:
-        status, body = http_get(self.target.rest, "/sharedserve/v1/limits")
+        status, body = http_get(self.rest, "/sharedserve/v1/limits")
         if status != 200:
             raise RuntimeError(f"{self.name}: /sharedserve/v1/limits answered {status}")
         found: dict[str, Any] = json.loads(body)
@@ -84,7 +74,7 @@ class Server:
         """The sample values of ``/metrics`` by name (labels dropped: one model per server)."""
         from prometheus_client.parser import text_string_to_metric_families
 
-        _, body = http_get(self.target.rest, "/metrics")
+        _, body = http_get(self.rest, "/metrics")
         return {
             s.name: s.value
             for family in text_string_to_metric_families(body.decode())
@@ -96,6 +86,12 @@ class Server:
         found = self.metrics()
         names = {k: f"sharedserve_gpu_memory_{k}_bytes" for k in ("used", "cap", "allocator")}
         return {k: found[n] / _MIB if n in found else None for k, n in names.items()}
+
+
+def _server(target: Any) -> Server:
+    # A replica this host started always has a pid and a gRPC port (sharedserve.pack.Target).
+    assert target.pid is not None and target.grpc is not None
+    return Server(target.name, target.model, target.pid, target.rest, target.grpc)
 
 
 @contextmanager
@@ -122,7 +118,7 @@ def packed(
     )
     pack = Pack(settings)
     try:
-        yield [Server(target) for target in pack.start()]
+        yield [_server(target) for target in pack.start()]
     finally:
         pack.stop()
 

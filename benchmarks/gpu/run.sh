@@ -6,8 +6,8 @@
 #   benchmarks/gpu/run.sh --list
 #
 # STAGES is `all` or a comma list (caps,context). A stage is any stages/NAME.py; its header says
-# `# order: N` (where `all` runs it) and `# minutes: N` (its length on one H100/H200). Dropping
-# in a script adds a stage. See README.md beside this file.
+# `# order: N` (where `all` runs it) and `# minutes: N` (its length on one H100/H200, estimated
+# until a GPU run times it). Dropping in a script adds a stage. See README.md beside this file.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

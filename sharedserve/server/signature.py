@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DTYPE_TO_NUMPY", "PREDICT_METHOD", "Signature", "TensorSpec", "shape_matches"]
+__all__ = [
+    "DTYPE_TO_NUMPY",
+    "PREDICT_METHOD",
+    "Signature",
+    "TensorSpec",
+    "numeric_dtype_name",
+    "shape_matches",
+]
 
 #: TF Serving's ``method_name`` for predict signatures.
 PREDICT_METHOD = "tensorflow/serving/predict"
@@ -32,6 +39,13 @@ DTYPE_TO_NUMPY: dict[str, np.dtype] = {
     "DT_BOOL": np.dtype(np.bool_),
     "DT_STRING": np.dtype(object),
 }
+
+_NUMERIC_NAMES = {dtype: name for name, dtype in DTYPE_TO_NUMPY.items() if name != "DT_STRING"}
+
+
+def numeric_dtype_name(dtype: np.dtype) -> str | None:
+    """TF Serving's name for a numeric numpy dtype in either byte order; None if it has none."""
+    return _NUMERIC_NAMES.get(dtype.newbyteorder("="))
 
 
 @dataclass(frozen=True)

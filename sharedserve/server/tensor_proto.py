@@ -17,15 +17,13 @@ import numpy as np
 
 from sharedserve.errors import InvalidInput, SharedServeError
 from sharedserve.server.api import tf_serving_pb2 as pb
-from sharedserve.server.signature import DTYPE_TO_NUMPY
+from sharedserve.server.signature import DTYPE_TO_NUMPY, numeric_dtype_name
 
 __all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
 
 #: DT_* name -> DataType enum value.
 DTYPE_ENUM: dict[str, int] = {name: pb.DataType.Value(name) for name in DTYPE_TO_NUMPY}
 _ENUM_NAME = {value: name for name, value in DTYPE_ENUM.items()}
-# numpy dtype -> DT_* name for encoding outputs (strings go to string_val instead).
-_NUMPY_NAME = {dtype: name for name, dtype in DTYPE_TO_NUMPY.items() if name != "DT_STRING"}
 
 # No numpy array may hold more bytes than an intp counts (the widest dtype is 8 bytes; halved
 # again for room): a declared shape past this is refused before numpy sees it.
@@ -115,7 +113,7 @@ def to_tensor_proto(array: np.ndarray, proto: Any | None = None) -> Any:
             v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)
         )
     else:
-        name = _NUMPY_NAME.get(array.dtype.newbyteorder("="))
+        name = numeric_dtype_name(array.dtype)
         if name is None:
             raise SharedServeError(f"cannot encode a model output of dtype {array.dtype}")
         proto.dtype = DTYPE_ENUM[name]

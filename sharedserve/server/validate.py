@@ -12,11 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from sharedserve.errors import InvalidInput, PayloadTooLarge, quoted
-from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec, shape_matches
+from sharedserve.server.signature import Signature, TensorSpec, numeric_dtype_name, shape_matches
 
-__all__ = ["check_inputs", "dims"]
-
-_DTYPE_NAMES = {np.dtype(v): k for k, v in DTYPE_TO_NUMPY.items() if k != "DT_STRING"}
+__all__ = ["check_inputs", "dtype_name"]
 
 
 def check_inputs(
@@ -53,7 +51,7 @@ def _check_tensor(spec: TensorSpec, array: np.ndarray) -> None:
         )
     if spec.shape is not None and not shape_matches(spec.shape, array.shape):
         raise InvalidInput(
-            f"input {spec.name!r}: expected shape {dims(spec.shape)}, got {dims(array.shape)}"
+            f"input {spec.name!r}: expected shape {_dims(spec.shape)}, got {_dims(array.shape)}"
         )
 
 
@@ -61,8 +59,8 @@ def dtype_name(dtype: np.dtype) -> str:
     """TF Serving's name for a numpy dtype (object arrays hold strings); numpy's if it has none."""
     if dtype.kind in "OS":
         return "DT_STRING"
-    return _DTYPE_NAMES.get(dtype.newbyteorder("="), str(dtype))
+    return numeric_dtype_name(dtype) or str(dtype)
 
 
-def dims(shape: tuple[int, ...] | None) -> str:
+def _dims(shape: tuple[int, ...] | None) -> str:
     return "unknown" if shape is None else "[" + ", ".join(map(str, shape)) + "]"

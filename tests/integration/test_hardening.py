@@ -16,7 +16,7 @@ import pytest
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from tests.support.servers import Server
+from tests.support.servers import Server, serving
 
 ROW = [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]
 
@@ -75,10 +75,7 @@ def test_declared_shapes_are_counted_before_anything_is_allocated(
 @pytest.fixture(scope="module")
 def small_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = tmp_path_factory.mktemp("small") / "serve.log"
-    server = Server(models_dir / "tiny", log, ["--max-request-elements", "64"])
-    server.wait_available("tiny")
-    yield server
-    assert server.stop() == 0, server.log()
+    yield from serving(models_dir / "tiny", log, ["--max-request-elements", "64"])
 
 
 def test_element_limit_for_both_protocols(small_server: Server) -> None:

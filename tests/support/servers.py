@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -116,3 +116,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
         timeout=timeout,
         check=False,
     )
+
+
+def serving(model: Path, log_path: Path, args: Sequence[str] = ()) -> Iterator[Server]:
+    """For a fixture to ``yield from``: the model served and AVAILABLE, then stopped, which
+    must end with exit 0."""
+    server = Server(model, log_path, args)
+    server.wait_available(model.name)
+    yield server
+    assert server.stop() == 0, server.log()

@@ -5,9 +5,10 @@ Frameworks are imported only when a backend is made, so importing this package i
 
 from __future__ import annotations
 
+from sharedserve.config import Framework
 from sharedserve.errors import SharedServeError
 from sharedserve.server.backends.base import Backend
-from sharedserve.server.model_source import Framework, ModelSource
+from sharedserve.server.model_source import ModelSource
 
 __all__ = ["make_backend"]
 
