@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
-from google.protobuf.message import DecodeError
 
+from sharedserve import rpc
 from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented, quoted
 from sharedserve.server.api import MODEL_SERVICE, PREDICTION_SERVICE
 from sharedserve.server.api import tf_serving_pb2 as pb
@@ -208,24 +208,13 @@ def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpc
     def unary(
         method: str, behaviour: Callable[..., Any], request: Any, response: Any
     ) -> grpc.RpcMethodHandler:
-        # The request is parsed here, not by a grpc deserializer: grpc logs a traceback for a
-        # message that does not parse and answers UNKNOWN, where this is the client's error.
-        async def parse_then(data: bytes, context: grpc.aio.ServicerContext) -> Any:
-            try:
-                message = request.FromString(data)
-            except DecodeError as e:
-                log.warning("gRPC %s: the request does not parse: %s", method, e)
-                reason = f"the request is not a valid {request.DESCRIPTOR.name} message: {e}"
+        async def refuse(context: grpc.aio.ServicerContext, error: InvalidInput) -> Any:
+            async def raise_it() -> Any:
+                raise error
 
-                async def refuse() -> Any:
-                    raise InvalidInput(reason)
+            return await _guard(context, predictor, method, raise_it)  # counted like any other
 
-                return await _guard(context, predictor, method, refuse)
-            return await behaviour(message, context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            parse_then, response_serializer=response.SerializeToString
-        )
+        return rpc.unary_unary(method, request, response, behaviour, refuse)
 
     def unimplemented(method: str) -> grpc.RpcMethodHandler:
         async def behaviour(_request: bytes, context: grpc.aio.ServicerContext) -> Any:

@@ -225,6 +225,22 @@ def test_a_huge_device_id_is_refused_briefly(node: Node) -> None:
     assert "unknown device" in info.value.details() and len(info.value.details()) < 300
 
 
+@pytest.mark.parametrize(
+    "method", ["GetDevicePluginOptions", "ListAndWatch", "GetPreferredAllocation", "Allocate"]
+)
+def test_random_bytes_are_invalid_argument(node: Node, method: str) -> None:
+    # Were UNKNOWN, with a full traceback in the allocator's log for each.
+    channel = node.current().channel
+    path = f"/v1beta1.DevicePlugin/{method}"
+    call = channel.unary_stream(path) if method == "ListAndWatch" else channel.unary_unary(path)
+    with pytest.raises(grpc.RpcError) as info:
+        list(call(b"\xff\xfe\x00garbage\x12\x9f", timeout=30))  # no serializer: sent as is
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid" in info.value.details()
+    assert "Traceback" not in node.log()
+    assert allocate(node.current(), ids(A100, 0)).container_responses  # and it still serves
+
+
 def test_preferred_allocation_bundle(node: Node) -> None:
     plugin = node.current()
     # T4 has one vGPU left, the A100 all four: bundle tops up the T4 and keeps the A100 whole.
