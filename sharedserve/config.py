@@ -18,6 +18,7 @@ __all__ = [
     "BatchingSettings",
     "BenchSettings",
     "CapSource",
+    "ConnectionSettings",
     "Framework",
     "GpuCapRequest",
     "GpuSettings",
@@ -99,6 +100,14 @@ class RestSettings:
     """TCP port for the REST API (TF Serving's default 8501); 0 picks a free one."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest request body accepted, in bytes; larger ones get 413."""
+    max_decoding_bytes: int | None = None
+    """Request-body bytes decoded from JSON at once, at most (decoding costs ~18x a body's size
+    in memory); a body waits briefly for room, then gets 503. None: ``max_body_bytes``, one
+    largest body at a time."""
+
+    @property
+    def decoding_limit(self) -> int:
+        return self.max_body_bytes if self.max_decoding_bytes is None else self.max_decoding_bytes
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,38 @@ class GrpcSettings:
     """TCP port for the gRPC API (TF Serving's default 8500); 0 picks a free one."""
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest gRPC message accepted or sent, in bytes; larger gets RESOURCE_EXHAUSTED."""
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Deadlines and a cap for client connections, on both listeners: without them a client can
+    hold connections open for ever by sending nothing, or a byte at a time (slowloris)."""
+
+    keep_alive_timeout_s: float = 75.0
+    """How long a connection may sit idle between two requests. nginx's default: longer than
+    the 60 s idle timeout of the proxies usually in front (ingress-nginx, cloud load balancers),
+    so it is the proxy that closes an idle connection, never racing a request into one the
+    server has just closed."""
+    header_timeout_s: float = 10.0
+    """How long a request's line and headers may take to arrive (from the connection opening,
+    or from the request's first byte); then 408, or a silent close if nothing came."""
+    body_timeout_s: float = 30.0
+    """Longest pause between two reads of a request body (nginx's client_body_timeout); then
+    408. A slow client is fine as long as it keeps sending."""
+    max_connections: int = 1024
+    """Open connections per listener (REST and gRPC each) at most; past it a REST request gets
+    503 and its connection closes, a gRPC connection is closed at once."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        for flag, value in (
+            ("--keep-alive-timeout", self.keep_alive_timeout_s),
+            ("--header-timeout", self.header_timeout_s),
+            ("--body-timeout", self.body_timeout_s),
+            ("--max-connections", self.max_connections),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{flag} must be positive, got {value:g}")
 
 
 @dataclass(frozen=True)
@@ -264,6 +305,7 @@ class ServerSettings:
     """Name in URLs; defaults to the base path's directory name."""
     rest: RestSettings = field(default_factory=RestSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
     batching: BatchingSettings | None = None
     """None: batching off (TF Serving's default); each request is one model call."""
     gpu: GpuSettings = field(default_factory=GpuSettings)

@@ -21,6 +21,7 @@ __all__ = [
     "NotReady",
     "NvmlUnavailable",
     "PayloadTooLarge",
+    "RequestTimeout",
     "ResourceExhausted",
     "SharedServeError",
     "Unimplemented",
@@ -79,6 +80,13 @@ class PayloadTooLarge(SharedServeError):
 
     http_status = 413
     grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class RequestTimeout(SharedServeError):
+    """The client stopped sending its request's body (``--body-timeout``)."""
+
+    http_status = 408
+    grpc_code = "DEADLINE_EXCEEDED"
 
 
 class NotReady(SharedServeError):

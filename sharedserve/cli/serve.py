@@ -13,6 +13,7 @@ from sharedserve.cli._app import MODEL_NAMES, app, models_app
 from sharedserve.config import (
     DEFAULT_MAX_BODY_BYTES,
     BatchingSettings,
+    ConnectionSettings,
     GpuSettings,
     GrpcSettings,
     RestSettings,
@@ -77,6 +78,45 @@ def serve(
             "[default: --max-body-bytes / 2, what a full JSON body can carry]."
         ),
     ] = None,
+    max_decoding_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="Request-body bytes decoded from JSON at once; decoding takes ~18x a body's "
+            "size in memory, so this bounds a burst of large bodies. A body that finds no room "
+            "waits up to 10 s, then gets 503 [default: --max-body-bytes]."
+        ),
+    ] = None,
+    keep_alive_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a connection may sit idle between requests (REST and gRPC); longer "
+            "than the 60 s of the proxies usually in front, as nginx's.",
+            show_default=True,
+        ),
+    ] = ConnectionSettings.keep_alive_timeout_s,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a request's line and headers (gRPC: its connection preface) may take "
+            "to arrive; then 408, or a close if nothing came.",
+            show_default=True,
+        ),
+    ] = ConnectionSettings.header_timeout_s,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Longest pause in seconds between two reads of a request body; then 408.",
+            show_default=True,
+        ),
+    ] = ConnectionSettings.body_timeout_s,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            help="Open connections per API at most; past it REST answers 503 and closes, gRPC "
+            "closes the connection.",
+            show_default=True,
+        ),
+    ] = ConnectionSettings.max_connections,
     gpu_memory_fraction: Annotated[
         float | None,
         typer.Option(help="Share of the GPU's memory this process may use, in (0, 1]."),
@@ -140,8 +180,16 @@ def serve(
         batching.validate()
     if max_body_bytes <= 0:
         raise ConfigError(f"--max-body-bytes must be positive, got {max_body_bytes}")
-    if max_request_elements is not None and max_request_elements <= 0:
-        raise ConfigError(f"--max-request-elements must be positive, got {max_request_elements}")
+    for flag, limit in (
+        ("--max-request-elements", max_request_elements),
+        ("--max-decoding-bytes", max_decoding_bytes),
+    ):
+        if limit is not None and limit <= 0:
+            raise ConfigError(f"{flag} must be positive, got {limit}")
+    connections = ConnectionSettings(
+        keep_alive_timeout, header_timeout, body_timeout, max_connections
+    )
+    connections.validate()
     cap = parse_cap_request(
         gpu_memory_fraction,
         gpu_memory_mib,
@@ -151,8 +199,9 @@ def serve(
     settings = ServerSettings(
         model_dir=model,
         model_name=name,
-        rest=RestSettings(host=host, port=rest_port, max_body_bytes=max_body_bytes),
+        rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes),
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=max_body_bytes),
+        connections=connections,
         batching=batching,
         gpu=GpuSettings(
             cap=cap,

@@ -70,7 +70,7 @@ class PredictRequest:
     format: RequestFormat
 
 
-def parse_json_body(body: bytes) -> dict[str, Any]:
+def parse_json_body(body: bytes | bytearray) -> dict[str, Any]:
     """Parse a request body that must be a JSON object."""
     try:
         payload = orjson.loads(body)

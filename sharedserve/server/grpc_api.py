@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 
 from sharedserve import rpc
+from sharedserve.config import ConnectionSettings
 from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented, quoted
 from sharedserve.server.api import MODEL_SERVICE, PREDICTION_SERVICE
 from sharedserve.server.api import tf_serving_pb2 as pb
@@ -183,10 +184,19 @@ class ModelServicer:
 
 
 def create_grpc_server(
-    model: ServedModel, predictor: Predictor, max_message_bytes: int
+    model: ServedModel,
+    predictor: Predictor,
+    max_message_bytes: int,
+    connections: ConnectionSettings,
 ) -> grpc.aio.Server:
     """A grpc.aio server with both services; the caller binds ports and starts it."""
     options = [
+        # The REST listener's connection limits, in gRPC core's terms: a connection that sends
+        # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
+        # connections past the cap are closed as they are accepted.
+        ("grpc.server_handshake_timeout_ms", int(connections.header_timeout_s * 1000)),
+        ("grpc.max_connection_idle_ms", int(connections.keep_alive_timeout_s * 1000)),
+        ("grpc.max_allowed_incoming_connections", connections.max_connections),
         # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is in use
         # and silently split its traffic; a port conflict must be an error instead.
         ("grpc.so_reuseport", 0),

@@ -78,10 +78,20 @@ class Metrics:
             registry=self.registry,
         )
         self._queue.labels(model).set(0)
+        self._refused = Counter(
+            "sharedserve_connections_refused",
+            "REST connections closed before a request was served: over --max-connections "
+            "(over_capacity) or headers not received in time (header_timeout)",
+            ["model", "reason"],
+            registry=self.registry,
+        )
 
     def observe_request(self, protocol: str, code: str | int, seconds: float) -> None:
         self._requests.labels(self.model, protocol, str(code)).inc()
         self._duration.labels(self.model, protocol).observe(seconds)
+
+    def refuse_connection(self, reason: str) -> None:
+        self._refused.labels(self.model, reason).inc()
 
     def observe_batch(self, rows: int) -> None:
         self._batch.labels(self.model).observe(rows)

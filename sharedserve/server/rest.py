@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import numpy as np
 import orjson
 from fastapi import FastAPI, Request
@@ -24,15 +25,18 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import (
     InvalidInput,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
     SharedServeError,
     Unimplemented,
     quoted,
 )
 from sharedserve.server import codec
+from sharedserve.server.budget import ByteBudget
 from sharedserve.server.model import ServedModel
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature
@@ -48,6 +52,10 @@ _PATH = re.compile(
 )
 _JSON = "application/json"
 _CLIENT_CLOSED = 499
+# How long a body waits for room in the decoding budget before 503: several decodes of a large
+# body, so a burst of big requests queues rather than fails, but not so long that a client's
+# own timeout fires first.
+_DECODE_WAIT_S = 10.0
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -76,17 +84,35 @@ def _parse(path: str) -> tuple[str, int | None, bool, str | None]:
     return match["name"], version, match["metadata"] is not None, match["verb"]
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, pause_s: float) -> bytes | bytearray:
+    """The whole body, within ``limit`` bytes and with no pause over ``pause_s``. A declared
+    length is read into one buffer of that size: large bodies wait their turn to be decoded
+    (``budget``) holding one copy of their bytes, not a list of chunks and their join."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:  # chunked uploads declare no length: count as they arrive
+    size = int(declared) if declared is not None and declared.isdigit() else None
+    if size is not None and size > limit:
+        raise PayloadTooLarge(f"request body of {size} bytes exceeds the limit of {limit}")
+    body, chunks, received = bytearray(size or 0), list[bytes](), 0
+    stream = request.stream()
+    while True:
+        try:
+            with anyio.fail_after(pause_s):
+                chunk = await anext(stream)
+        except StopAsyncIteration:
+            return body if size is not None else b"".join(chunks)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"no part of the request body arrived for {pause_s:g} s (--body-timeout)"
+            ) from None
+        if received + len(chunk) > (limit if size is None else size):
+            # Chunked uploads declare no length: counted as they arrive. (The HTTP parser never
+            # gives more than a declared length; the check costs nothing and keeps it so.)
             raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if size is None:
+            chunks.append(chunk)
+        else:
+            body[received : received + len(chunk)] = chunk
+        received += len(chunk)
 
 
 class _JsonPredict:
@@ -94,7 +120,7 @@ class _JsonPredict:
 
     heavy = True
 
-    def __init__(self, model: ServedModel, body: bytes) -> None:
+    def __init__(self, model: ServedModel, body: bytes | bytearray) -> None:
         self._model, self._body = model, body
         self._format = codec.RequestFormat.ROW
 
@@ -112,15 +138,20 @@ class _JsonPredict:
 def create_app(
     predictor: Predictor,
     limits: Callable[[], dict[str, Any]],
-    max_body_bytes: int,
+    rest: RestSettings,
+    connections: ConnectionSettings,
 ) -> FastAPI:
     """The REST app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body."""
     model, metrics = predictor.model, predictor.metrics
+    decoding = ByteBudget(rest.decoding_limit, _DECODE_WAIT_S)
     app = FastAPI(title="sharedserve", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(SharedServeError)
     async def _ours(_: Request, exc: SharedServeError) -> Response:
-        return _error(exc.http_status, exc.message)
+        response = _error(exc.http_status, exc.message)
+        if isinstance(exc, RequestTimeout):
+            response.headers["connection"] = "close"  # the rest of its body is not read
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _routing(_: Request, exc: StarletteHTTPException) -> Response:
@@ -151,8 +182,10 @@ def create_app(
         started, code = time.perf_counter(), 200
         try:
             model.check(name, version)
-            body = await _read_body(request, max_body_bytes)
-            return Response(await predictor.predict(_JsonPredict(model, body)), media_type=_JSON)
+            body = await _read_body(request, rest.max_body_bytes, connections.body_timeout_s)
+            async with decoding.hold(len(body)):
+                answer = await predictor.predict(_JsonPredict(model, body))
+            return Response(answer, media_type=_JSON)
         except SharedServeError as e:
             code = e.http_status
             raise

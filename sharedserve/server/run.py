@@ -29,6 +29,7 @@ from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_size
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import Backend, RuntimeConfig
+from sharedserve.server.connections import protocol_class
 from sharedserve.server.grpc_api import create_grpc_server
 from sharedserve.server.metrics import GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
@@ -188,11 +189,18 @@ def run(settings: ServerSettings) -> int:
     elif gpu_backend is not None:
         gpu_backend.close()
     predictor = Predictor(model, metrics, settings.batching, settings.request_element_limit)
-    app = create_app(predictor, lambda: report, settings.rest.max_body_bytes)
+    app = create_app(predictor, lambda: report, settings.rest, settings.connections)
 
     sock = _bind(settings.rest.host, settings.rest.port)
     host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(
+        app,
+        http=protocol_class(settings.connections, metrics.refuse_connection),
+        timeout_keep_alive=settings.connections.keep_alive_timeout_s,  # type: ignore[arg-type]
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
     server = _Server(config)
     failed = threading.Event()
 
@@ -210,7 +218,9 @@ def run(settings: ServerSettings) -> int:
         gc.freeze()
 
     async def serve() -> None:
-        grpc_server = create_grpc_server(model, predictor, settings.grpc.max_message_bytes)
+        grpc_server = create_grpc_server(
+            model, predictor, settings.grpc.max_message_bytes, settings.connections
+        )
         grpc_port = _bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
         await grpc_server.start()
         await predictor.start()

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
+from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.server.backends.tensorflow import TensorFlowBackend
 from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
@@ -39,7 +40,8 @@ def test_not_ready_is_503_until_warm(models_dir: Path) -> None:
     source = find_model(models_dir / "tiny")
     gate = threading.Event()
     model = ServedModel(source, GatedBackend(source.path, gate))
-    app = create_app(Predictor(model, Metrics("tiny")), lambda: {}, 1 << 20)
+    rest, connections = RestSettings(max_body_bytes=1 << 20), ConnectionSettings()
+    app = create_app(Predictor(model, Metrics("tiny")), lambda: {}, rest, connections)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)

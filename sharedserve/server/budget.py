@@ -1,0 +1,66 @@
+"""A bound on the request bytes being decoded at once.
+
+Decoding JSON costs many times a body's size (a 60 MiB body of floats peaks at ~1 GiB: a Python
+float and a list slot per number before numpy packs them), so without a bound a few large bodies
+at once can push a replica past its container's memory limit. Requests take their body's size
+from a budget before decoding and give it back when answered; one that finds no room waits, in
+arrival order so small bodies cannot starve a large one, and is refused with 503 if none comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sharedserve.errors import ResourceExhausted
+
+__all__ = ["ByteBudget"]
+
+
+class ByteBudget:
+    def __init__(self, limit: int, wait_s: float) -> None:
+        self.limit, self.wait_s = limit, wait_s
+        self.used = 0
+        self._queue: deque[object] = deque()
+        self._changed: asyncio.Condition | None = None  # made on the serving loop, when first used
+
+    @asynccontextmanager
+    async def hold(self, size: int) -> AsyncIterator[None]:
+        """Hold ``size`` bytes (a body over the whole budget runs alone) for the block."""
+        size = min(size, self.limit)
+        if not self._queue and self.used + size <= self.limit:
+            self.used += size  # the common case: room at once, no lock, no wait
+        else:
+            await self._wait(size)
+        try:
+            yield
+        finally:
+            self.used -= size
+            if self._changed is not None and self._queue:
+                async with self._changed:
+                    self._changed.notify_all()
+
+    async def _wait(self, size: int) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        ticket = object()
+        self._queue.append(ticket)
+        async with self._changed:
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(
+                        lambda: self._queue[0] is ticket and self.used + size <= self.limit
+                    ),
+                    self.wait_s,
+                )
+            except asyncio.TimeoutError:
+                raise ResourceExhausted(
+                    f"the server is decoding {self.used} bytes of other requests (at most "
+                    f"{self.limit}, --max-decoding-bytes); retry later"
+                ) from None
+            finally:
+                self._queue.remove(ticket)
+                self._changed.notify_all()  # the next in line may fit now
+            self.used += size

@@ -1,0 +1,126 @@
+"""Connection limits on the REST listener, where uvicorn sets none.
+
+uvicorn closes a keep-alive connection left idle between two requests, but sets no deadline on a
+connection that has not finished its first request's headers, and accepts connections without
+bound: 200 silent, 200 trickled-header and 200 half-sent-body connections all stayed open
+indefinitely (slowloris). This protocol, uvicorn's httptools protocol plus three rules, adds:
+
+* a header deadline: the request line and headers must be complete within ``header_timeout_s``
+  of the connection opening (or, between requests, of the next request's first byte); a partial
+  request then gets 408, a silent connection is closed (nginx's ``client_header_timeout``);
+* a connection cap: past ``max_connections`` open connections, a new one's request gets 503 and
+  the connection is closed (nginx's ``limit_conn``, answered once the request is read, so the
+  client sees the answer instead of a reset);
+* a response sent before its request's body was fully read closes the connection, so a body
+  nobody reads cannot be trickled forever to keep it open.
+
+A body the app does read is timed by the app (``rest._read_body``), which answers 408 itself and
+counts it. Closed and refused connections are counted by the ``on_refused`` callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from sharedserve.config import ConnectionSettings
+
+__all__ = ["HEADER_TIMEOUT", "OVER_CAPACITY", "protocol_class"]
+
+HEADER_TIMEOUT, OVER_CAPACITY = "header_timeout", "over_capacity"
+
+
+def _answer(status: int, reason: str, message: str) -> bytes:
+    body = orjson.dumps({"error": message})
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+def protocol_class(
+    limits: ConnectionSettings, on_refused: Callable[[str], None]
+) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with ``limits``'s header deadline and connection cap."""
+    timeout_answer = _answer(
+        408,
+        "Request Timeout",
+        f"request headers not received within {limits.header_timeout_s:g} s",
+    )
+    busy_answer = _answer(
+        503,
+        "Service Unavailable",
+        f"too many connections (at most {limits.max_connections}); retry later",
+    )
+
+    class LimitedProtocol(HttpToolsProtocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _request_started = False
+        _refused = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._refused = len(self.connections) > limits.max_connections
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._request_started = True
+            if self._deadline is None:
+                self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            self._request_started = False
+            if self._refused:
+                on_refused(OVER_CAPACITY)
+                self._close_with(busy_answer)
+                return
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            if not self._refused:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if not self._refused:
+                super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            # Answered before its body was read (a 404, a 413): close rather than read on.
+            cycle = self.cycle
+            done = not self.pipeline and cycle is not None and cycle.response_complete
+            if done and cycle.more_body:
+                self.transport.close()
+
+        def _arm(self) -> None:
+            self._deadline = self.loop.call_later(limits.header_timeout_s, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _headers_late(self) -> None:
+            self._deadline = None
+            on_refused(HEADER_TIMEOUT)
+            if self._request_started:
+                self._close_with(timeout_answer)
+            else:
+                self.transport.close()
+
+        def _close_with(self, answer: bytes) -> None:
+            if not self.transport.is_closing():
+                self.transport.write(answer)
+                self.transport.close()
+
+    return LimitedProtocol
