@@ -38,6 +38,7 @@ from sharedserve.errors import (
 from sharedserve.server import codec
 from sharedserve.server.budget import ByteBudget
 from sharedserve.server.model import ServedModel
+from sharedserve.server.openapi import build_openapi
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature
 
@@ -50,6 +51,8 @@ _PATH = re.compile(
     r"(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
     r"(?:(?P<metadata>/metadata)|:(?P<verb>[A-Za-z]+))?$"
 )
+_VERSION = re.compile(r"0*(?P<digits>[0-9]{1,19})")  # ASCII digits, no more than int64 has
+_INT64_MAX = 2**63 - 1
 _JSON = "application/json"
 _CLIENT_CLOSED = 499
 # How long a body waits for room in the decoding budget before 503: several decodes of a large
@@ -76,11 +79,14 @@ def _parse(path: str) -> tuple[str, int | None, bool, str | None]:
         raise NotFound(f"Unrecognized servable version label: {quoted(match['label'])}")
     version = None
     if match["version"] is not None:
-        if not (match["version"].isascii() and match["version"].isdigit()):
+        # Not int() alone: it takes any Unicode digit, and raises ValueError (a 500) from 4,301
+        # digits on. TF Serving's versions are int64s; past that it answers 400 too.
+        number = _VERSION.fullmatch(match["version"])
+        if number is None or int(number["digits"]) > _INT64_MAX:
             raise InvalidInput(
-                f"Malformed request: version {quoted(match['version'])} is not an integer"
+                f"Malformed request: version {quoted(match['version'])} is not an integer (int64)"
             )
-        version = int(match["version"])
+        version = int(number["digits"])
     return match["name"], version, match["metadata"] is not None, match["verb"]
 
 
@@ -207,5 +213,12 @@ def create_app(
     @app.get("/sharedserve/v1/limits")
     async def get_limits() -> Response:
         return _json(limits())
+
+    # Built once: it describes the served model's name and version, which never change.
+    openapi = orjson.dumps(build_openapi(model.name, model.version, rest.max_body_bytes))
+
+    @app.get("/openapi.json")
+    async def get_openapi() -> Response:
+        return Response(openapi, media_type=_JSON)
 
     return app

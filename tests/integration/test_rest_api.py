@@ -222,11 +222,20 @@ def test_resource_exhausted_is_503_and_server_lives_on(edge_server: Server) -> N
 
 @pytest.mark.parametrize(
     "version",
-    ["%C2%B2", "%D9%A1", "%EF%BC%91", "1.0", "-1"],
-    ids=["superscript-2", "arabic-1", "fullwidth-1", "float", "negative"],
+    ["%C2%B2", "%D9%A1", "%EF%BC%91", "1.0", "-1", str(2**63), "9" * 4301],
+    ids=[
+        "superscript-2",
+        "arabic-1",
+        "fullwidth-1",
+        "float",
+        "negative",
+        "over-int64",
+        "4301-digits",
+    ],
 )
 def test_versions_are_ascii_digits_only(tiny_server: Server, version: str) -> None:
     # U+00B2 made int() raise (a 500 with a traceback); U+0661, an Arabic-Indic one, was version 1.
+    # 4,301 digits made int() raise too (CPython's limit on converting long strings): a 500.
     for path in (
         f"/v1/models/tiny/versions/{version}",
         f"/v1/models/tiny/versions/{version}:predict",

@@ -1,0 +1,304 @@
+"""The OpenAPI 3.1 document of the REST API, served at ``/openapi.json``: a dict, no I/O.
+
+Why by hand: the routes are catch-alls whose paths ``rest.py`` parses with a regex, so FastAPI's
+generated document would show one ``{path}`` parameter and no bodies. This one lists TF Serving's
+real paths, built from data: each way of naming a version (latest, ``/versions/N``,
+``/labels/L``) times each verb, with exactly the statuses the server can answer. Every error is
+one ``Error`` body. 500 is never documented: it is a bug, and the fuzz test
+(``tests/integration/test_openapi.py``) fails on it.
+
+The predict body is TF Serving's generic shape, not the model's own tensors: the document is
+built with the app, before the model has loaded, and TF Serving's way to learn the tensors is
+the metadata endpoint. The served name and version are ``enum`` values so that a fuzzer reaches
+the model; the descriptions say what any other value gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from sharedserve import __version__
+from sharedserve.config import BatchingSettings, CapSource
+from sharedserve.limits.cpu import CpuLimitSource
+from sharedserve.server.model import ModelState
+from sharedserve.server.signature import DTYPE_TO_NUMPY
+
+__all__ = ["build_openapi"]
+
+Schema = dict[str, Any]
+Status = tuple[int, str]
+
+_JSON = "application/json"
+_INT64 = {"type": "string", "pattern": "^-?[0-9]+$"}  # proto3 JSON writes int64 as a string
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: dict[str, Schema], **extra: Any) -> Schema:
+    """An object with all of ``properties`` and nothing else: a body sharedserve writes."""
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    return schema | {"additionalProperties": False} | extra
+
+
+def _map(values: Schema, **extra: Any) -> Schema:
+    return {"type": "object", "additionalProperties": values} | extra
+
+
+def _string() -> Schema:
+    return {"type": "string"}
+
+
+def _tensors(tensor: str) -> Schema:
+    """A whole tensor, or an object of them by name (several inputs or outputs)."""
+    return {"anyOf": [_ref(tensor), _map(_ref(tensor), minProperties=1)]}
+
+
+def _schemas() -> dict[str, Schema]:
+    # A function, not a constant: each document is its own, for whoever mutates it.
+    return {
+        "Error": _object({"error": _string()}),
+        "ModelStatus": _object(
+            {"model_version_status": {"type": "array", "items": _ref("VersionStatus")}}
+        ),
+        "VersionStatus": _object(
+            {
+                "version": _INT64,
+                "state": {"enum": [state.value for state in ModelState]},
+                # UNKNOWN, with the reason, once the model has failed to load.
+                "status": _object(
+                    {"error_code": {"enum": ["OK", "UNKNOWN"]}, "error_message": _string()}
+                ),
+            }
+        ),
+        "ModelMetadata": _object(
+            {
+                "model_spec": _object(
+                    {"name": _string(), "signature_name": _string(), "version": _INT64}
+                ),
+                "metadata": _object(
+                    {"signature_def": _object({"signature_def": _map(_ref("SignatureDef"))})}
+                ),
+            }
+        ),
+        "SignatureDef": _object(
+            {
+                "inputs": _map(_ref("TensorInfo")),
+                "outputs": _map(_ref("TensorInfo")),
+                "method_name": _string(),
+                "defaults": {"type": "object"},
+            }
+        ),
+        "TensorInfo": _object(
+            {
+                "dtype": {"enum": sorted(DTYPE_TO_NUMPY)},
+                "tensor_shape": _object(
+                    {
+                        "dim": {
+                            "type": "array",
+                            "items": _object({"size": _INT64, "name": _string()}),
+                        },
+                        "unknown_rank": {"type": "boolean"},
+                    }
+                ),
+                "name": _string(),
+            }
+        ),
+        "Binary": _object(
+            {"b64": {"type": "string", "contentEncoding": "base64"}},
+            description="A DT_STRING value: binary in; non-UTF-8, or output *_bytes, out.",
+        ),
+        "Tensor": {
+            "description": "A scalar or nested lists; the input's dtype and shape decide the rest.",
+            "anyOf": [
+                {"type": ["boolean", "number", "string"]},
+                _ref("Binary"),
+                {"type": "array", "items": _ref("Tensor")},
+            ],
+        },
+        "PredictRequest": {
+            "type": "object",
+            "description": (
+                "Row format ('instances', one element per batch row) or columnar format "
+                "('inputs', whole tensors); a single-input signature may leave its input "
+                "unnamed. The model's own tensors are in its metadata."
+            ),
+            "properties": {
+                "signature_name": {"type": "string", "default": "serving_default"},
+                "instances": {"type": "array", "minItems": 1, "items": _tensors("Tensor")},
+                "inputs": _tensors("Tensor"),
+            },
+            "oneOf": [{"required": ["instances"]}, {"required": ["inputs"]}],
+        },
+        # null stands for a non-finite float, which JSON cannot carry.
+        "OutputTensor": {
+            "anyOf": [
+                _ref("Tensor"),
+                {"type": "null"},
+                {"type": "array", "items": _ref("OutputTensor")},
+            ]
+        },
+        "PredictResponse": {
+            "type": "object",
+            "description": (
+                "The request's layout mirrored: 'predictions' for 'instances', 'outputs' for "
+                "'inputs'. Unnamed when the signature has one output, else by output name."
+            ),
+            "properties": {
+                "predictions": {"type": "array", "items": _tensors("OutputTensor")},
+                "outputs": _tensors("OutputTensor"),
+            },
+            "additionalProperties": False,
+            "oneOf": [{"required": ["predictions"]}, {"required": ["outputs"]}],
+        },
+        "Limits": _object(
+            {
+                "device": {"type": "string", "description": "'cpu' unless a GPU cap is enforced."},
+                "gpu_memory_fraction": {"type": ["number", "null"]},
+                "gpu_memory_mib": {"type": ["integer", "null"]},
+                "gpu_memory_total_mib": {"type": ["integer", "null"]},
+                "gpu_memory_source": {"enum": [source.value for source in CapSource]},
+                "gpu_memory_enforced": {"type": "boolean"},
+                "cpu_limit": {"type": ["number", "null"]},
+                "cpu_limit_source": {"enum": [source.value for source in CpuLimitSource]},
+                "cpu_limit_cgroup": {"type": ["string", "null"]},
+                "available_cpus": {"type": "integer"},
+                "intra_op_threads": {"type": "integer"},
+                "inter_op_threads": {"type": "integer"},
+                # The BatchingSettings fields follow 'enabled' when batching is on.
+                "batching": {
+                    "type": "object",
+                    "properties": {"enabled": {"type": "boolean"}}
+                    | {field.name: {"type": "integer"} for field in fields(BatchingSettings)},
+                    "required": ["enabled"],
+                    "additionalProperties": False,
+                },
+            }
+        ),
+    }
+
+
+def _content(description: str, media_type: str, schema: Schema) -> dict[str, Any]:
+    return {"description": description, "content": {media_type: {"schema": schema}}}
+
+
+def _json(description: str, schema: str) -> dict[str, Any]:
+    return _content(description, _JSON, _ref(schema))
+
+
+# Answered by the listener to any request on any path, before the app sees it
+# (server/connections.py): headers that do not arrive in time, too many open connections.
+_ANY: tuple[Status, ...] = (
+    (408, "The request's headers did not arrive in time."),
+    (503, "Too many open connections; retry later."),
+)
+_BAD = (400, "Malformed path or version (not an int64), or a body that cannot be decoded.")
+_MISSING = (404, "No such model, version or path.")
+
+
+def _operation(
+    operation_id: str, tag: str, ok: dict[str, Any] | None, *errors: Status, **extra: Any
+) -> dict[str, Any]:
+    """An operation: its 200 (if it has one) and its errors with the listener's; a status
+    given in ``errors`` replaces the listener's description with one that covers both."""
+    described = dict(_ANY) | dict(errors)
+    responses = {} if ok is None else {"200": ok}
+    responses |= {str(code): _json(text, "Error") for code, text in sorted(described.items())}
+    return {"operationId": operation_id, "tags": [tag], **extra, "responses": responses}
+
+
+def _param(name: str, schema: Schema, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema,
+        "description": description,
+    }
+
+
+def _model_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
+    params = {
+        "name": _param(
+            "name", {"type": "string", "enum": [name]}, "The served model; any other answers 404."
+        ),
+        "version": _param(
+            "version",
+            {"type": "integer", "enum": [version]},
+            "The served version; any other answers 404, one not an int64 400.",
+        ),
+        "label": _param("label", _string(), "Always 404: one version is served, never labelled."),
+    }
+    body = {"required": True, "content": {_JSON: {"schema": _ref("PredictRequest")}}}
+    not_offered = [(501, "Not offered by sharedserve; use :predict.")]
+    # path suffix -> (method, 200 response, errors besides 400 and 404, more fields)
+    verbs: dict[str, tuple[str, dict[str, Any] | None, list[Status], dict[str, Any]]] = {
+        "": ("get", _json("The version's state.", "ModelStatus"), [], {}),
+        "/metadata": (
+            "get",
+            _json("The model's signatures.", "ModelMetadata"),
+            [(503, "Too many connections, or the model is not AVAILABLE; retry later.")],
+            {},
+        ),
+        ":predict": (
+            "post",
+            _json("The model's outputs.", "PredictResponse"),
+            [
+                (404, "No such model, version, signature or path."),
+                (408, "The request's headers or body did not arrive in time."),
+                (413, f"Body over {max_body_bytes} bytes, or tensors with too many elements."),
+                (
+                    503,
+                    "Overloaded (connections, bodies being decoded, the batch queue, memory), "
+                    "or the model is not AVAILABLE; retry later.",
+                ),
+            ],
+            {"requestBody": body},
+        ),
+        ":classify": ("post", None, not_offered, {}),
+        ":regress": ("post", None, not_offered, {}),
+    }
+    paths: dict[str, Any] = {}
+    for kind, prefix in [
+        ("Latest", "/v1/models/{name}"),
+        ("Version", "/v1/models/{name}/versions/{version}"),
+        ("Label", "/v1/models/{name}/labels/{label}"),
+    ]:
+        in_path = [params[p] for p in params if "{" + p + "}" in prefix]
+        for suffix, (method, ok, errors, extra) in verbs.items():
+            operation_id = f"{method}{suffix.strip('/:').capitalize() or 'Status'}{kind}"
+            if kind == "Label":  # refused before the model, the verb or the body is looked at
+                operation = _operation(
+                    operation_id, "TF Serving", None, (404, "Labels are never assigned.")
+                )
+            else:
+                operation = _operation(
+                    operation_id, "TF Serving", ok, _BAD, _MISSING, *errors, **extra
+                )
+            paths[prefix + suffix] = {"parameters": in_path, method: operation}
+    return paths
+
+
+def build_openapi(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
+    """The document for the model served as ``name`` version ``version``."""
+    own = {
+        "/metrics": ("getMetrics", _content("Prometheus text format.", "text/plain", _string())),
+        "/sharedserve/v1/limits": ("getLimits", _json("The limits in force.", "Limits")),
+        "/openapi.json": ("getOpenApi", _content("This document.", _JSON, {"type": "object"})),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "sharedserve",
+            "version": __version__,
+            "description": (
+                f"TensorFlow Serving's REST API for model {name!r} version {version}, and "
+                "sharedserve's own endpoints. Every error is a JSON object {'error': message}."
+            ),
+        },
+        "paths": _model_paths(name, version, max_body_bytes)
+        | {path: {"get": _operation(op, "sharedserve", ok)} for path, (op, ok) in own.items()},
+        "components": {"schemas": _schemas()},
+    }

@@ -1,0 +1,140 @@
+"""The REST API's OpenAPI document (``/openapi.json``) against a real ``sharedserve serve``.
+
+It must be valid OpenAPI 3.1, every operation in it must answer as documented, and a bounded,
+seeded schemathesis run over all of them must get only documented statuses, content types and
+bodies: no 500 anywhere, and no 5xx but a documented 501 (``:classify``) or 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema_rs
+import pytest
+import schemathesis
+
+# The OpenAPI 3.1 meta-schema, as schemathesis ships it for its own checks: no extra dependency.
+from schemathesis.specs.openapi.definitions import OPENAPI_31
+
+from sharedserve.server.openapi import build_openapi
+from tests.support.servers import Server
+
+ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+MAX_BODY_BYTES = 65536  # tiny_server's --max-body-bytes
+PATH_PARAMETERS = {"name": "tiny", "version": 1, "label": "stable"}
+
+# Deterministic: a fixed seed, derandomized generation and no example database, so every run
+# sends the same ~2,000 requests. Bounded: ~25 s on a 2-core machine.
+FUZZ = {
+    "seed": 15011,
+    "suppress-health-check": ["all"],  # they time generation: a busy machine would fail them
+    "request-timeout": 30,
+    "generation": {
+        "mode": "all",  # schema-valid requests, and ones broken on purpose
+        "max-examples": 100,
+        "deterministic": True,
+        "database": "none",
+    },
+    "phases": {"stateful": {"enabled": False}},  # one model: nothing to create, nothing to chain
+    "checks": {
+        "enabled": False,
+        # 501 and 503 are the documented 5xx, and status_code_conformance holds each to the
+        # operations that document it. Anything else, 500 above all, is a bug.
+        "not_a_server_error": {"enabled": True, "expected-statuses": ["2XX", "4XX", 501, 503]},
+        "status_code_conformance": {"enabled": True},
+        "content_type_conformance": {"enabled": True},
+        "response_schema_conformance": {"enabled": True},
+        "response_headers_conformance": {"enabled": True},
+    },
+}
+
+# Built at collection, as schemathesis makes one test per operation from a schema it has then
+# (its fixture-based loader fails on pytest 9.2). The first test checks that the server serves
+# exactly this document.
+schema = schemathesis.openapi.from_dict(
+    build_openapi("tiny", 1, MAX_BODY_BYTES), config=schemathesis.Config.from_dict(FUZZ)
+)
+
+
+def test_document_is_valid_openapi_3_1(tiny_server: Server) -> None:
+    response = tiny_server.client.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    document = response.json()
+    assert document == schema.raw_schema == build_openapi("tiny", 1, MAX_BODY_BYTES)
+    jsonschema_rs.validator_for(OPENAPI_31).validate(document)
+    for definition in document["components"]["schemas"].values():
+        jsonschema_rs.meta.validate(definition)  # OpenAPI 3.1's dialect: JSON Schema 2020-12
+    # FastAPI's own pages stay off: they would describe the catch-all routes, wrongly.
+    for path in ("/docs", "/redoc"):
+        assert tiny_server.client.get(path).status_code == 404
+
+
+# Every documented operation, and what a well-formed request to it gets.
+EXPECTED = {
+    ("get", "/v1/models/{name}"): 200,
+    ("get", "/v1/models/{name}/metadata"): 200,
+    ("post", "/v1/models/{name}:predict"): 200,
+    ("post", "/v1/models/{name}:classify"): 501,
+    ("post", "/v1/models/{name}:regress"): 501,
+    ("get", "/v1/models/{name}/versions/{version}"): 200,
+    ("get", "/v1/models/{name}/versions/{version}/metadata"): 200,
+    ("post", "/v1/models/{name}/versions/{version}:predict"): 200,
+    ("post", "/v1/models/{name}/versions/{version}:classify"): 501,
+    ("post", "/v1/models/{name}/versions/{version}:regress"): 501,
+    ("get", "/v1/models/{name}/labels/{label}"): 404,
+    ("get", "/v1/models/{name}/labels/{label}/metadata"): 404,
+    ("post", "/v1/models/{name}/labels/{label}:predict"): 404,
+    ("post", "/v1/models/{name}/labels/{label}:classify"): 404,
+    ("post", "/v1/models/{name}/labels/{label}:regress"): 404,
+    ("get", "/metrics"): 200,
+    ("get", "/sharedserve/v1/limits"): 200,
+    ("get", "/openapi.json"): 200,
+}
+
+
+def call(server: Server, method: str, path: str, body: Any = None, **params: Any) -> int:
+    """One request through schemathesis, with the fuzz run's checks; returns the status."""
+    in_path = {k: v for k, v in (PATH_PARAMETERS | params).items() if "{" + k + "}" in path}
+    body_args = {} if body is None else {"body": body, "media_type": "application/json"}
+    case = schema[path][method.upper()].Case(path_parameters=in_path, **body_args)
+    return int(case.call_and_validate(base_url=server.base).status_code)
+
+
+def test_every_documented_operation_answers_as_documented(tiny_server: Server) -> None:
+    paths = schema.raw_schema["paths"]
+    documented = {(method, path) for path, item in paths.items() for method in item}
+    assert documented - {("parameters", path) for path in paths} == set(EXPECTED)
+    for (method, path), status in EXPECTED.items():
+        body = {"instances": [ROW]} if path.endswith(":predict") else None
+        assert call(tiny_server, method, path, body) == status, (method, path)
+
+
+PREDICT = "/v1/models/{name}:predict"
+PREDICT_VERSION = "/v1/models/{name}/versions/{version}:predict"
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "body", "status"),
+    [
+        (PREDICT, {}, {"inputs": {"x": [ROW, ROW]}}, 200),
+        (PREDICT, {}, {"instances": [ROW[:3]]}, 400),
+        (PREDICT_VERSION, {"version": "x"}, {"inputs": [ROW]}, 400),
+        (PREDICT_VERSION, {"version": "9" * 4301}, {"inputs": [ROW]}, 400),  # was a 500
+        (PREDICT, {"name": "other"}, {"inputs": [ROW]}, 404),
+        (PREDICT_VERSION, {"version": 2}, {"inputs": [ROW]}, 404),
+        (PREDICT, {}, {"instances": [ROW] * 2000}, 413),  # over MAX_BODY_BYTES
+    ],
+    ids=["columnar", "shape", "version", "4301-digits", "other-model", "other-version", "large"],
+)
+def test_answers_conform(
+    tiny_server: Server, path: str, params: dict[str, Any], body: Any, status: int
+) -> None:
+    assert call(tiny_server, "post", path, body, **params) == status
+
+
+@schema.parametrize()
+def test_fuzzed_requests_get_documented_answers(
+    case: schemathesis.Case, tiny_server: Server
+) -> None:
+    case.call_and_validate(base_url=tiny_server.base)
