@@ -5,17 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from enum import Enum
 from typing import Annotated
 
 import typer
 
-__all__ = ["MODEL_NAMES", "app", "models_app"]
+__all__ = ["MODEL_NAMES", "ExampleModel", "app", "models_app"]
 
 app = typer.Typer(
     help="Pack many inference models onto one GPU, and measure how many is too many.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 models_app = typer.Typer(
     help="Example models with RANDOM weights (real compute and memory; meaningless predictions).",
@@ -23,7 +25,19 @@ models_app = typer.Typer(
 )
 app.add_typer(models_app, name="models")
 
-MODEL_NAMES = "tiny, mobilenet_v2, resnet50, inception_v3"
+
+class ExampleModel(str, Enum):
+    """The example models, as ``models build`` takes them (its argument's choices); a test keeps
+    them in step with ``sharedserve.models.CATALOG``, which this layer does not import at start-up
+    (it would load the model builders for every command)."""
+
+    tiny = "tiny"
+    mobilenet_v2 = "mobilenet_v2"
+    resnet50 = "resnet50"
+    inception_v3 = "inception_v3"
+
+
+MODEL_NAMES = ", ".join(m.value for m in ExampleModel)
 
 
 def _setup_logging(level: str) -> None:

@@ -42,13 +42,17 @@ def _parse_xids(text: str) -> frozenset[int]:
 def allocator(
     replicas: Annotated[
         int | None,
-        typer.Option(help=f"vGPUs per GPU, 1-{MAX_REPLICAS} (default {_DEFAULT_REPLICAS})."),
+        typer.Option(
+            help=f"vGPUs per GPU, 1-{MAX_REPLICAS}.",
+            show_default=f"{_DEFAULT_REPLICAS}, unless --vgpu-memory-mib",
+        ),
     ] = None,
     vgpu_memory_mib: Annotated[
         int | None,
         typer.Option(
             help="Memory per vGPU in MiB, instead of --replicas: each GPU advertises as many "
-            "vGPUs as its memory holds, so cards of different sizes get different counts."
+            "vGPUs as its memory holds, so cards of different sizes get different counts.",
+            show_default="off: --replicas per GPU",
         ),
     ] = None,
     policy: Annotated[
@@ -87,7 +91,8 @@ def allocator(
         Path | None,
         typer.Option(
             help="With --mps: host directory the MPS daemon uses as /dev/shm, mounted as each "
-            "model container's /dev/shm."
+            "model container's /dev/shm.",
+            show_default="none: /dev/shm is not shared",
         ),
     ] = None,
     device_plugin_dir: Annotated[
@@ -114,7 +119,11 @@ def allocator(
     ] = 0,
     metrics_host: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "0.0.0.0",
     fake_gpus: Annotated[
-        Path | None, typer.Option(help="Simulated GPU inventory (JSON) instead of NVML, for tests.")
+        Path | None,
+        typer.Option(
+            help="Simulated GPU inventory (JSON) instead of NVML, for tests.",
+            show_default="none: real GPUs through NVML",
+        ),
     ] = None,
 ) -> None:
     """Run the vGPU allocator: a kubelet device plugin (API v1beta1) advertising vGPUs.

@@ -73,10 +73,18 @@ def bench(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="Directory for report.json/.csv/.md/.html and plots.")],
     model: Annotated[
-        Path | None, typer.Option(help="Sweep density with `pack` replicas of this model.")
+        Path | None,
+        typer.Option(
+            help="Sweep density with `pack` replicas of this model.",
+            show_default="none: give --model or --targets",
+        ),
     ] = None,
     targets: Annotated[
-        Path | None, typer.Option(help="Measure running endpoints (pack's targets file) instead.")
+        Path | None,
+        typer.Option(
+            help="Measure running endpoints (pack's targets file) instead.",
+            show_default="none: give --model or --targets",
+        ),
     ] = None,
     densities: Annotated[
         str, typer.Option(help="Replica counts to sweep, e.g. 1,2,4,8.")
@@ -95,21 +103,38 @@ def bench(
     warmup: Annotated[float, typer.Option(help="Seconds of load before measuring.")] = 5.0,
     slo_p99_ms: Annotated[
         float | None,
-        typer.Option(help="P99 objective per model in ms; enables the recommendation."),
+        typer.Option(
+            help="P99 objective per model in ms; enables the recommendation.",
+            show_default="none: no recommendation",
+        ),
     ] = None,
     protocol: Annotated[str, typer.Option(help="rest or grpc.")] = "rest",
-    gpu: Annotated[str | None, typer.Option(help="GPU to pack onto: index or UUID.")] = None,
-    gpu_memory_fraction: Annotated[
-        float | None, typer.Option(help="Cap per replica [default: pack's even split].")
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="GPU to pack onto: index or UUID.", show_default="lowest index"),
     ] = None,
-    gpu_memory_mib: Annotated[int | None, typer.Option(help="Cap per replica in MiB.")] = None,
-    cpu_limit: Annotated[float | None, typer.Option(help="CPU quota per replica in cores.")] = None,
+    gpu_memory_fraction: Annotated[
+        float | None, typer.Option(help="Cap per replica.", show_default="pack's even split")
+    ] = None,
+    gpu_memory_mib: Annotated[
+        int | None, typer.Option(help="Cap per replica in MiB.", show_default="none: the fraction")
+    ] = None,
+    cpu_limit: Annotated[
+        float | None,
+        typer.Option(help="CPU quota per replica in cores.", show_default="none: no quota"),
+    ] = None,
     fake_gpus: Annotated[
-        Path | None, typer.Option(help="Simulated GPU inventory (JSON), for tests.")
+        Path | None,
+        typer.Option(
+            help="Simulated GPU inventory (JSON), for tests.",
+            show_default="none: real GPUs through NVML",
+        ),
     ] = None,
     loadgen_workers: Annotated[
         int | None,
-        typer.Option(help="Local Locust workers [default: sized to the load; 0 = master only]."),
+        typer.Option(
+            help="Local Locust workers.", show_default="sized to the load; 0 = master only"
+        ),
     ] = None,
     expect_workers: Annotated[
         int, typer.Option(help="Remote `bench-worker` processes to wait for (Kubernetes).")
@@ -137,7 +162,11 @@ def bench(
     from sharedserve.bench.sweep import run_bench
     from sharedserve.limits.gpu import parse_cap_request
 
-    if (model is None) == (targets is None):
+    if model is not None and targets is not None:
+        raise ConfigError(
+            "give --model (a density sweep) or --targets (running endpoints), not both"
+        )
+    if model is None and targets is None:
         raise ConfigError("give --model (a density sweep) or --targets (running endpoints)")
     pack_settings = None
     if model is not None:

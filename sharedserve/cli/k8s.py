@@ -38,13 +38,18 @@ def render(
     namespace: Annotated[str, typer.Option(help="Namespace.")] = "sharedserve",
     replicas: Annotated[int, typer.Option(help="Pods; each takes --vgpu vGPUs.")] = 1,
     name: Annotated[
-        str | None, typer.Option(help="Deployment and Service name (default: from --model).")
+        str | None, typer.Option(help="Deployment and Service name.", show_default="from --model")
     ] = None,
     runtime_class: Annotated[
         str | None,
-        typer.Option(help="RuntimeClass, where the NVIDIA runtime is not the node's default."),
+        typer.Option(
+            help="RuntimeClass, where the NVIDIA runtime is not the node's default.",
+            show_default="none: the node's default runtime",
+        ),
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write here instead of stdout.", show_default="stdout")
+    ] = None,
 ) -> None:
     """Print a ready Deployment and Service for one model, as YAML for `kubectl apply -f`.
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from sharedserve.cli._app import app
@@ -30,6 +29,10 @@ _PACK_OWNED = {
     "--fake-gpus",
 }
 _CONTRACT_VARS = {CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES}
+# The usage errors typer raises: click's, or those of the copy of click newer typers carry.
+_CLICK_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
 
 
 def check_server_args(args: list[str]) -> tuple[str, ...]:
@@ -40,8 +43,14 @@ def check_server_args(args: list[str]) -> tuple[str, ...]:
     serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
     try:
         serve.make_context("serve", ["--model", ".", *args])
-    except click.ClickException as e:
-        raise ConfigError(f"server option not accepted: {e.format_message()}") from e
+    except _CLICK_ERROR as e:
+        # Caught and said here: left to typer, it would print `serve`'s usage line, as if the
+        # user had typed `serve`.
+        message = getattr(e, "format_message", e.__str__)()  # with the options it meant
+        raise ConfigError(
+            f"{message}; options after pack's own go to every replica's "
+            "`sharedserve serve` (see `sharedserve serve --help`)"
+        ) from e
     return tuple(args)
 
 
@@ -63,40 +72,58 @@ def pack(
     replicas: Annotated[int, typer.Option(help="Number of model servers to run.")],
     name: Annotated[
         str | None,
-        typer.Option(help="Model name; replicas are NAME-0, NAME-1... [default: dir name]."),
+        typer.Option(
+            help="Model name; replicas are NAME-0, NAME-1 and so on.", show_default="dir name"
+        ),
     ] = None,
     gpu: Annotated[
         str | None,
-        typer.Option(help="GPU to pack onto: NVML index or UUID [default: lowest index]."),
+        typer.Option(help="GPU to pack onto: NVML index or UUID.", show_default="lowest index"),
     ] = None,
     gpu_memory_fraction: Annotated[
         float | None,
         typer.Option(
-            help="Cap per replica as a share of the GPU [default: even split, see below]."
+            help="Cap per replica as a share of the GPU.", show_default="even split, see below"
         ),
     ] = None,
     gpu_memory_mib: Annotated[
-        int | None, typer.Option(help="Cap per replica in MiB (instead of a fraction).")
+        int | None,
+        typer.Option(
+            help="Cap per replica in MiB (instead of a fraction).",
+            show_default="none: the fraction",
+        ),
     ] = None,
     context_reserve_mib: Annotated[
         int, typer.Option(help="GPU memory kept outside each cap for the replica's CUDA context.")
     ] = 512,
     cpu_limit: Annotated[
-        float | None, typer.Option(help="CPU quota per replica in cores (a cgroup each).")
+        float | None,
+        typer.Option(
+            help="CPU quota per replica in cores (a cgroup each).",
+            show_default="none: no quota",
+        ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address the replicas listen on.")] = "127.0.0.1",
     base_port: Annotated[
         int | None,
-        typer.Option(help="Replica i gets REST port P+2i and gRPC P+2i+1 [default: free ports]."),
+        typer.Option(
+            help="Replica i gets REST port P+2i and gRPC P+2i+1.", show_default="free ports"
+        ),
     ] = None,
     targets_out: Annotated[
-        Path | None, typer.Option(help="Targets file to write [default: LOG_DIR/targets.json].")
+        Path | None,
+        typer.Option(help="Targets file to write.", show_default="LOG_DIR/targets.json"),
     ] = None,
     log_dir: Annotated[
-        Path | None, typer.Option(help="Where replica logs go [default: a new temp directory].")
+        Path | None,
+        typer.Option(help="Where replica logs go.", show_default="a new temp directory"),
     ] = None,
     fake_gpus: Annotated[
-        Path | None, typer.Option(help="Simulated GPU inventory (JSON), for tests.")
+        Path | None,
+        typer.Option(
+            help="Simulated GPU inventory (JSON), for tests.",
+            show_default="none: real GPUs through NVML",
+        ),
     ] = None,
     start_timeout: Annotated[
         float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
@@ -109,7 +136,7 @@ def pack(
     ] = 5,
     live: Annotated[
         bool | None,
-        typer.Option(help="Live table of replicas [default: when stdout is a terminal]."),
+        typer.Option(help="Live table of replicas.", show_default="when stdout is a terminal"),
     ] = None,
 ) -> None:
     """Run N capped `sharedserve serve` replicas of one model on this host and keep them up.

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from sharedserve import contract
-from sharedserve.cli._app import MODEL_NAMES, app, models_app
+from sharedserve.cli._app import MODEL_NAMES, ExampleModel, app, models_app
 from sharedserve.config import (
     DEFAULT_MAX_BODY_BYTES,
     BatchingSettings,
@@ -26,7 +26,7 @@ __all__: list[str] = []
 
 @models_app.command("build")
 def models_build(
-    names: Annotated[list[str], typer.Argument(help=f"Models to build: {MODEL_NAMES}.")],
+    names: Annotated[list[ExampleModel], typer.Argument(help="Models to build.", metavar="MODEL")],
     out: Annotated[Path, typer.Option(help="Output directory; each model goes to OUT/NAME/1.")],
     framework: Annotated[
         str, typer.Option(help="tf (SavedModel) or torch (TorchScript + signature.json).")
@@ -42,7 +42,9 @@ def models_build(
     """
     from sharedserve.models import build_models
 
-    for path in build_models(names, out, overwrite=overwrite, seed=seed, framework=framework):
+    for path in build_models(
+        [n.value for n in names], out, overwrite=overwrite, seed=seed, framework=framework
+    ):
         typer.echo(path)
 
 
@@ -62,7 +64,7 @@ def serve(
         Path, typer.Option(help="Model base path (DIR/NAME with version dirs) or a SavedModel dir.")
     ],
     name: Annotated[
-        str | None, typer.Option(help="Model name in URLs [default: dir name].")
+        str | None, typer.Option(help="Model name in URLs.", show_default="dir name")
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
     rest_port: Annotated[int, typer.Option(help="REST API port; 0 picks a free one.")] = 8501,
@@ -74,8 +76,8 @@ def serve(
         int | None,
         typer.Option(
             help="Most elements a request's tensors may hold, counted from their shapes before "
-            "anything is allocated; more gets 413 / RESOURCE_EXHAUSTED "
-            "[default: --max-body-bytes / 2, what a full JSON body can carry]."
+            "anything is allocated; more gets 413 / RESOURCE_EXHAUSTED.",
+            show_default="--max-body-bytes / 2, what a full JSON body can carry",
         ),
     ] = None,
     max_decoding_bytes: Annotated[
@@ -83,7 +85,8 @@ def serve(
         typer.Option(
             help="Request-body bytes decoded from JSON at once; decoding takes ~18x a body's "
             "size in memory, so this bounds a burst of large bodies. A body that finds no room "
-            "waits up to 10 s, then gets 503 [default: --max-body-bytes]."
+            "waits up to 10 s, then gets 503.",
+            show_default="--max-body-bytes",
         ),
     ] = None,
     keep_alive_timeout: Annotated[
@@ -119,17 +122,30 @@ def serve(
     ] = ConnectionSettings.max_connections,
     gpu_memory_fraction: Annotated[
         float | None,
-        typer.Option(help="Share of the GPU's memory this process may use, in (0, 1]."),
+        typer.Option(
+            help="Share of the GPU's memory this process may use, in (0, 1].",
+            show_default="the env contract's, else no cap",
+        ),
     ] = None,
     gpu_memory_mib: Annotated[
-        int | None, typer.Option(help="GPU memory cap in MiB (instead of a fraction).")
+        int | None,
+        typer.Option(
+            help="GPU memory cap in MiB (instead of a fraction).",
+            show_default="the env contract's, else no cap",
+        ),
     ] = None,
     cpu_limit: Annotated[
         float | None,
-        typer.Option(help="CPU limit in cores; sizes thread pools [default: the cgroup quota]."),
+        typer.Option(
+            help="CPU limit in cores; sizes thread pools.", show_default="the cgroup quota"
+        ),
     ] = None,
     fake_gpus: Annotated[
-        Path | None, typer.Option(help="Simulated GPU inventory (JSON), for tests.")
+        Path | None,
+        typer.Option(
+            help="Simulated GPU inventory (JSON), for tests.",
+            show_default="none: real GPUs through NVML",
+        ),
     ] = None,
     enable_batching: Annotated[
         bool, typer.Option(help="Merge concurrent requests into batches (off, as in TF Serving).")
@@ -144,7 +160,10 @@ def serve(
     num_batch_threads: Annotated[int, typer.Option(help="Batches run concurrently.")] = 1,
     batching_parameters_file: Annotated[
         Path | None,
-        typer.Option(help="TF Serving batching_parameters.txt; implies --enable-batching."),
+        typer.Option(
+            help="TF Serving batching_parameters.txt; implies --enable-batching.",
+            show_default="none: the flags",
+        ),
     ] = None,
 ) -> None:
     """Serve a model over the TensorFlow Serving REST and gRPC APIs.
