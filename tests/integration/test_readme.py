@@ -1,0 +1,114 @@
+"""The README's serving and pack examples, run as written, so they cannot drift again.
+
+Each block is taken from README.md as it stands and run by bash in a fresh directory, as a new
+user would run it from a checkout with the environment active (``sharedserve`` on the PATH). The
+only help given is ``models/tiny``, copied from the session's build instead of building it again
+(the README's own build command makes it the same way). The serving example once started
+``mobilenet_v2`` and then posted to ``tiny``: a 404 nobody noticed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import clean_env
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"^```sh\n(.*?)^```", README, flags=re.S | re.M)
+
+
+def block(containing: str) -> str:
+    (found,) = [b for b in BLOCKS if containing in b]
+    return found
+
+
+def user_env() -> dict[str, str]:
+    """A shell with the checkout's environment active: its bin directory first on the PATH."""
+    env = clean_env()
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
+    script = block("sharedserve serve --model")
+    shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
+    # The trap is the test's own: a failing line must not leave the server running.
+    trap = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+    result = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", trap + script],
+        cwd=tmp_path,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    answers = [json.loads(line) for line in result.stdout.replace("}{", "}\n{").splitlines()]
+    assert [a for a in answers if "error" in a] == []
+    status, metadata, prediction, limits = answers
+    assert status["model_version_status"][0]["state"] == "AVAILABLE"
+    assert "serving_default" in metadata["metadata"]["signature_def"]["signature_def"]
+    assert len(prediction["predictions"]) == 1
+    assert limits["gpu_memory_enforced"] is False
+
+
+def test_the_pack_example(tmp_path: Path) -> None:
+    build, pack = block("sharedserve pack").strip().split("\n", 1)
+    env = user_env()
+    built = subprocess.run(["bash", "-e", "-c", build], cwd=tmp_path, env=env, check=False)
+    assert built.returncode == 0
+    log = (tmp_path / "pack.out").open("w")
+    packer = subprocess.Popen(
+        ["bash", "-c", f"exec {pack.replace(chr(92) + chr(10), ' ')}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    targets = tmp_path / "targets.json"
+    try:
+        deadline = time.monotonic() + 240
+        while not targets.exists():
+            assert packer.poll() is None, (tmp_path / "pack.out").read_text()
+            assert time.monotonic() < deadline, "the replicas never became AVAILABLE"
+            time.sleep(0.5)
+        replicas = json.loads(targets.read_text())["targets"]
+        assert len(replicas) == 4
+    finally:
+        packer.send_signal(signal.SIGINT)  # the README's Ctrl-C
+        assert packer.wait(60) == 0
+        log.close()
+    output = (tmp_path / "pack.out").read_text()
+    assert "4 replicas of resnet50" in output and "CPU: 2 cores per replica" in output
+    assert not targets.exists()  # cleaned up on the way out
+
+
+@pytest.mark.parametrize(
+    "written", sorted(set(re.findall(r"--(?:out|targets-out) (\S+)", "\n".join(BLOCKS))))
+)
+def test_what_the_examples_write_is_ignored_by_git(written: str) -> None:
+    if not (ROOT / ".git").exists():
+        pytest.fail("run from a git checkout: the ignore rules are what is tested")
+    result = subprocess.run(
+        [
+            "git",
+            "check-ignore",
+            "-q",
+            written.rstrip("/") + "/x" if written.endswith("/") else written,
+        ],
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, f"{written} would show as untracked"
