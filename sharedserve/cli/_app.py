@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from sharedserve import framework_output
+
 __all__ = ["MODEL_NAMES", "ExampleModel", "app", "models_app"]
 
 app = typer.Typer(
@@ -41,13 +43,26 @@ MODEL_NAMES = ", ".join(m.value for m in ExampleModel)
 
 
 def _setup_logging(level: str) -> None:
+    level = level.lower()
     logging.basicConfig(
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # TensorFlow's C++ logging is noisy on CPU-only hosts; the user can still raise it.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Processes this one starts (pack's and bench's replicas) log at the same level, and so
+    # show or hide the frameworks as this one does.
+    os.environ["SHAREDSERVE_LOG_LEVEL"] = level
+    framework_output.hide_startup_output(level != "debug")
+    if level == "debug":
+        return  # the frameworks as they are, start-up lines and all
+    # The frameworks' start-up and routine lines alarm more than they inform (cuInit's "error"
+    # on every host without a GPU); sharedserve says in its own words what matters. Set before
+    # any framework is imported; a variable the user set wins.
+    for name, value in framework_output.QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    if level == "info":
+        for name in framework_output.FRAMEWORK_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @app.callback()

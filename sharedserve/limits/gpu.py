@@ -22,6 +22,7 @@ from sharedserve.contract import (
     parse_mib,
 )
 from sharedserve.errors import ConfigError
+from sharedserve.framework_output import framework_startup
 from sharedserve.gpu.backend import GpuInfo
 
 __all__ = [
@@ -150,9 +151,11 @@ def apply_tensorflow(cap: GpuCap) -> GpuCap:
     than ``list_physical_devices``). This is the TF 2 form of TF Serving's
     ``--per_process_gpu_memory_fraction``: one logical device per GPU with ``memory_limit``.
     """
-    import tensorflow as tf
+    # Finding the devices is where a host without a GPU gets cuInit's failure as an E-line.
+    with framework_startup():
+        import tensorflow as tf
 
-    gpus = tf.config.list_physical_devices("GPU")
+        gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return _not_enforced(cap, "TensorFlow")
     if cap.source is CapSource.NONE:
@@ -187,9 +190,11 @@ def apply_torch(cap: GpuCap) -> GpuCap:
     Like ``apply_tensorflow`` it must run before the model loads; ``torch.cuda.is_available()``
     is called here, never at import time, so importing sharedserve creates no CUDA state.
     """
-    import torch
+    with framework_startup():
+        import torch
 
-    if not torch.cuda.is_available():
+        cuda = torch.cuda.is_available()
+    if not cuda:
         return _not_enforced(cap, "PyTorch")
     if cap.source is CapSource.NONE:
         # torch's caching allocator grows on demand, so without a cap nothing is reserved up

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from sharedserve.config import Framework
 from sharedserve.errors import ConfigError
+from sharedserve.framework_output import framework_startup
 
 __all__ = ["CATALOG", "ExampleModel", "build_models"]
 
@@ -136,7 +137,8 @@ class _Saver(Protocol):
 def _saver(framework: Framework) -> _Saver:
     # Imported only now: each builder imports its framework, which takes seconds.
     if framework is Framework.TORCH:
-        from sharedserve.models.torch_models import save_torchscript
+        with framework_startup():
+            from sharedserve.models.torch_models import save_torchscript
 
         return save_torchscript
     from sharedserve.models.tensorflow_models import save_saved_model

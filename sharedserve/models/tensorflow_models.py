@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sharedserve.framework_output import framework_startup
 from sharedserve.models.catalog import ExampleModel
 
 __all__ = ["save_saved_model"]
@@ -32,9 +33,12 @@ def _keras_model(spec: ExampleModel) -> Any:
 
 
 def save_saved_model(spec: ExampleModel, path: Path, *, seed: int = 0) -> None:
-    import keras
-    import tensorflow as tf
+    with framework_startup():
+        import keras
+        import tensorflow as tf
 
+        # Device discovery, where a host without a GPU gets cuInit's failure, goes here too.
+        tf.config.list_physical_devices("GPU")
     keras.utils.set_random_seed(seed)
     model = _keras_model(spec)
     signature = tf.TensorSpec((None, *spec.input_shape), tf.float32, name=spec.input_name)

@@ -1,8 +1,9 @@
 """Start a model server: limits first, then the listener, then the model.
 
-Order matters: the GPU cap and thread pools are applied before the framework first touches the
-device; the REST listener opens before the model loads so status and readiness probes answer
-(LOADING) during a long load; predictions are refused with 503 until warm-up completes.
+Order matters: both ports are taken (gRPC's probed) before a framework is imported, so a port in
+use fails at once; the GPU cap and thread pools are applied before the framework first touches
+the device; the REST listener serves before the model loads so status and readiness probes
+answer (LOADING) during a long load; predictions are refused with 503 until warm-up completes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import grpc
 import uvicorn
 
 from sharedserve.config import BatchingSettings, ServerSettings
-from sharedserve.errors import SharedServeError
+from sharedserve.errors import ConfigError, SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
@@ -33,7 +34,7 @@ from sharedserve.server.connections import protocol_class
 from sharedserve.server.grpc_api import create_grpc_server
 from sharedserve.server.metrics import GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
-from sharedserve.server.model_source import find_model
+from sharedserve.server.model_source import ModelSource, find_model
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.rest import create_app
 
@@ -104,6 +105,10 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must be IPPROTO_TCP, not 0: asyncio turns on TCP_NODELAY only for sockets that say
@@ -115,14 +120,43 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise SharedServeError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+        raise ConfigError(f"cannot listen on {_address(host, port)}: {e.strerror}") from e
     sock.listen(2048)
     sock.setblocking(False)
     return sock
 
 
+def _check_grpc_port(host: str, port: int) -> None:
+    """Fail now if gRPC's own bind, made once the model's framework is up, is bound to fail.
+
+    A probe socket binds as gRPC core's listener does (SO_REUSEADDR on, SO_REUSEPORT off:
+    grpc_api sets ``grpc.so_reuseport=0``) and is closed at once. A wildcard host is bound by
+    gRPC as ``[::]`` (dual-stack) or, failing that, ``0.0.0.0``: either will do, as for gRPC.
+    The port can still be taken in between; gRPC's bind then fails with its own error.
+    """
+    if port == 0:
+        return
+    if host in ("", "0.0.0.0", "::"):
+        candidates = [(socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")]
+    else:
+        candidates = [(socket.AF_INET6 if ":" in host else socket.AF_INET, host)]
+    errors: list[OSError] = []
+    for family, address in candidates:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and address == "::":
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                probe.bind((address, port))
+            return
+        except OSError as e:
+            errors.append(e)
+    first = errors[0]
+    raise ConfigError(f"cannot listen on {_address(host, port)}: {first.strerror}") from first
+
+
 def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    address = _address(host, port)
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError as e:  # grpc raises RuntimeError("Failed to bind ...")
@@ -164,6 +198,24 @@ def run(settings: ServerSettings) -> int:
     cpu = resolve_cpu_limit(settings.cpu_limit_cores)
     threads = thread_pool_sizes(cpu)
     source = find_model(settings.model_dir, settings.model_name)
+    # The ports before the framework: a port in use fails in milliseconds, not after seconds of
+    # TensorFlow start-up. The REST socket is bound for good (connections made meanwhile wait in
+    # its backlog); gRPC's can only be probed.
+    sock = _bind(settings.rest.host, settings.rest.port)
+    try:
+        _check_grpc_port(settings.rest.host, settings.grpc.port)
+        return _serve(settings, sock, cpu, threads, source)
+    finally:
+        sock.close()  # closed already by the server once it ran; not if start-up failed
+
+
+def _serve(
+    settings: ServerSettings,
+    sock: socket.socket,
+    cpu: CpuLimit,
+    threads: tuple[int, int],
+    source: ModelSource,
+) -> int:
     gpu_backend, gpu_cap = _gpu_cap(settings)
     backend = make_backend(source)
     applied = backend.configure(RuntimeConfig(gpu_cap, *threads))
@@ -191,7 +243,6 @@ def run(settings: ServerSettings) -> int:
     predictor = Predictor(model, metrics, settings.batching, settings.request_element_limit)
     app = create_app(predictor, lambda: report, settings.rest, settings.connections)
 
-    sock = _bind(settings.rest.host, settings.rest.port)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
         app,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sharedserve.config import Framework
 from sharedserve.errors import SharedServeError
+from sharedserve.framework_output import framework_startup
 from sharedserve.server.backends.base import Backend
 from sharedserve.server.model_source import ModelSource
 
@@ -20,7 +21,8 @@ def make_backend(source: ModelSource) -> Backend:
 
         return TensorFlowBackend(source.path)
     if source.framework is Framework.TORCH:
-        from sharedserve.server.backends.torch import TorchBackend
+        with framework_startup():  # imports torch
+            from sharedserve.server.backends.torch import TorchBackend
 
         return TorchBackend(source.path)
     raise SharedServeError(f"no backend for {source.framework}")

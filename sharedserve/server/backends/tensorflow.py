@@ -19,6 +19,7 @@ from sharedserve.errors import (
     ResourceExhausted,
     SharedServeError,
 )
+from sharedserve.framework_output import framework_startup
 from sharedserve.limits.gpu import apply_tensorflow
 from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec
@@ -89,7 +90,8 @@ class TensorFlowBackend:
         self._loaded: Any = None
 
     def configure(self, config: RuntimeConfig) -> AppliedRuntime:
-        import tensorflow as tf
+        with framework_startup():
+            import tensorflow as tf
 
         # Both must be set before TensorFlow's runtime starts, i.e. before the model loads.
         tf.config.threading.set_intra_op_parallelism_threads(config.intra_op_threads)
