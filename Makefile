@@ -1,11 +1,15 @@
 # Two entry points for a fresh machine (Python 3.10+ and make):
 #   make demo   installs sharedserve with CPU TensorFlow and runs the quickstart
-#   make test   installs the dev extras and runs lint, type checks, layer contracts and tests
+#   make test   installs the dev extras (and Chromium, through apt-get, where it is missing) and
+#               runs lint, type checks, layer contracts and tests
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit install-dev clean
+# apt-get as root, or through sudo where it needs no password (never a prompt).
+APT_GET := $(if $(filter 0,$(shell id -u)),,sudo -n) env DEBIAN_FRONTEND=noninteractive apt-get
+
+.PHONY: demo test lint unit install-dev browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +35,18 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-test: lint
+# tests/integration/test_report_browser.py renders report.html in headless Chromium, which is not
+# on PyPI: a Debian package. Where none is found and apt-get can install it, it does; where it
+# cannot, that test fails and says how to install it.
+browser:
+	@for b in chromium chromium-browser google-chrome; do command -v $$b >/dev/null && exit 0; done; \
+	command -v apt-get >/dev/null || { echo "no chromium and no apt-get: install Chromium" >&2; exit 0; }; \
+	echo "installing chromium with apt-get (the HTML report test renders the report in it)"; \
+	$(APT_GET) install -y -qq chromium >/dev/null 2>&1 || \
+	{ $(APT_GET) update -qq && $(APT_GET) install -y -qq chromium >/dev/null; } || \
+	echo "could not install chromium: the HTML report test will fail until it is" >&2
+
+test: lint browser
 	$(BIN)/pytest
 
 unit: $(VENV)/.installed-dev

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["GPU_KEYS", "PLOT_NAMES", "draw_plots"]
+__all__ = ["GPU_KEYS", "PLOT_NAMES", "density_label", "draw_plots"]
 
 PLOT_NAMES = ("p99_vs_density.png", "qps_vs_density.png", "gpu_vs_density.png")
 """Every plot a report may have, in the order reports show them."""
@@ -40,8 +40,15 @@ def _density_axis(ax: Axes, rows: list[dict[str, Any]]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(densities, labels=[str(d) for d in densities])
     ax.set_xticks([], minor=True)
-    ax.set_xlabel("models on the GPU (density)")
+    ax.set_xlabel(density_label(rows))
     ax.grid(True, alpha=0.3)
+
+
+def density_label(rows: list[dict[str, Any]]) -> str:
+    """The density axis's label: the replicas, and the GPU they shared when the rows name one
+    (a real one: rows never name a simulated GPU). On a CPU-only run there is no GPU to name."""
+    names = {r.get("gpu_name") for r in rows} - {None}
+    return f"replicas on GPU {names.pop()}" if len(names) == 1 else "replicas"
 
 
 def _draw(

@@ -2,15 +2,14 @@
 
 ``report.json`` is the contract (rows as built by ``summary.build_row``); every other file is a
 view of it, written so that a report from a sweep cut short (zero or one row, null columns)
-still reads well. Markdown and HTML are rendered from one list of blocks so they say the same.
-The plots are drawn by ``sharedserve.bench.plots``.
+still reads well. The plots are drawn by ``sharedserve.bench.plots``; the HTML page, laid out
+for reading rather than as a dump, by ``sharedserve.bench.report_html``, with the Markdown's
+notes so the two say the same.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
 import math
@@ -18,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
 from sharedserve.bench.plots import GPU_KEYS, PLOT_NAMES, draw_plots
+from sharedserve.bench.report_html import render_html
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, PER_MODEL_KEYS, ROW_KEYS
 from sharedserve.files import write_atomic
 
@@ -207,8 +208,11 @@ def _blocks(report: dict[str, Any], plots: list[str]) -> list[_Block]:
         _Heading("Environment"),
         _Bullets(_mapping(report.get("environment"))),
         _Heading("Settings"),
-        _Bullets(_mapping(report.get("settings"))),
+        _Bullets(_mapping(without_limits(report.get("settings")))),
     ]
+    limits = limits_table((report.get("settings") or {}).get("replica_limits"))
+    if limits:
+        blocks += [_Heading("Replica limits"), _Table(LIMITS_HEADERS, limits)]
     return blocks
 
 
@@ -231,45 +235,6 @@ def _markdown(blocks: list[_Block]) -> str:
         else:
             out.append(f"![{b.alt}]({b.name})")
     return "\n\n".join(out) + "\n"
-
-
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 80em; color: #222; }
-table { border-collapse: collapse; font-size: 0.9em; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
-th { background: #f3f3f3; }
-.banner { background: #fde8e8; border: 2px solid #c00; padding: 0.75em; font-weight: bold; }
-img { max-width: 100%; display: block; margin: 1em 0; }
-"""
-
-
-def _html(blocks: list[_Block], images: dict[str, bytes]) -> str:
-    esc = html.escape
-    out = []
-    for b in blocks:
-        if isinstance(b, _Heading):
-            out.append(f"<h{b.level}>{esc(b.text)}</h{b.level}>")
-        elif isinstance(b, _Text):
-            out.append(
-                f'<p class="banner">{esc(b.text)}</p>' if b.banner else f"<p>{esc(b.text)}</p>"
-            )
-        elif isinstance(b, _Table):
-            head = "".join(f"<th>{esc(h)}</th>" for h in b.headers)
-            body = "".join(
-                "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in b.rows
-            )
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-        elif isinstance(b, _Bullets):
-            out.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in b.items) + "</ul>")
-        else:
-            data = base64.b64encode(images[b.name]).decode("ascii")
-            out.append(f'<img alt="{esc(b.alt)}" src="data:image/png;base64,{data}">')
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>sharedserve bench report</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        + "\n".join(out)
-        + "\n</body>\n</html>\n"
-    )
 
 
 def write_report(out_dir: Path, report: dict[str, Any]) -> list[Path]:
@@ -298,5 +263,6 @@ def write_report(out_dir: Path, report: dict[str, Any]) -> list[Path]:
             (out_dir / name).unlink(missing_ok=True)
     blocks = _blocks(report, list(images))
     written.append(write_atomic(out_dir / "report.md", _markdown(blocks).encode()))
-    written.append(write_atomic(out_dir / "report.html", _html(blocks, images).encode()))
+    page = render_html(report, images, _notes(report, rows))
+    written.append(write_atomic(out_dir / "report.html", page.encode()))
     return written

@@ -49,6 +49,7 @@ ROW_KEYS = (
     "p999_ms",
     "max_ms",
     "scaling_efficiency",
+    "gpu_name",
     "gpu_util_mean",
     "gpu_util_max",
     "gpu_mem_used_mib",
@@ -163,6 +164,7 @@ def build_row(
     loadgen_cpu_util: float | None,
     slo_p99_ms: float | None,
     max_error_rate: float = 0.001,
+    gpu_name: str | None = None,
 ) -> dict[str, Any]:
     """One report row for a run of ``density`` models under ``pattern``.
 
@@ -171,7 +173,8 @@ def build_row(
     sent and are not in it. Row percentiles come from all targets' histograms merged. ``slo_met``
     is None without an SLO, else whether every model's p99 is <= ``slo_p99_ms`` and its failures
     (errors and dropped requests, over completed plus dropped) are under ``max_error_rate``.
-    ``scaling_efficiency`` is None until ``finalize_rows`` fills it.
+    ``scaling_efficiency`` is None until ``finalize_rows`` fills it. ``gpu_name`` is the name of
+    the real GPU the models ran on, whose figures the GPU columns are; None without one.
     """
     if density < 1 or window_s <= 0 or not targets:
         raise ValueError(
@@ -212,6 +215,7 @@ def build_row(
         "qps": round(requests / window_s, 3),
         **_latencies(merged),
         "scaling_efficiency": None,
+        "gpu_name": gpu_name,
         "gpu_util_mean": _r3(samples.gpu_util_mean),
         "gpu_util_max": _r3(samples.gpu_util_max),
         "gpu_mem_used_mib": _r3(samples.gpu_mem_used_mib),

@@ -5,6 +5,11 @@ starts ``python -m sharedserve.bench.loadgen master`` (plus local workers when o
 cannot offer the load) and reads the result file it writes. This process packs, supervises,
 samples and reports. The report is rewritten after every density, so an interrupted sweep
 keeps what it measured.
+
+Stopping is asked for, not forced: ``should_stop`` is polled wherever the sweep waits (replicas
+starting, load running), and the sweep then stops the load generator and the replicas in order
+and writes the partial report. A signal that raised in the middle of that cleanup could leave
+replicas running, which is why the CLI's signal handlers only set a flag.
 """
 
 from __future__ import annotations
@@ -19,20 +24,22 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from sharedserve.bench.environment import describe_environment
 from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.limits import group_limits, read_limits, replica_limits
 from sharedserve.bench.report import write_report
 from sharedserve.bench.sampler import Sampler, process_gpu_peak, summarize
 from sharedserve.bench.summary import TargetResult, build_row, finalize_rows, recommend
 from sharedserve.config import BenchSettings, LoadPattern
-from sharedserve.errors import SharedServeError
-from sharedserve.gpu.backend import open_gpu_backend
-from sharedserve.pack import Pack, Target, read_targets
+from sharedserve.errors import GpuError, SharedServeError
+from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
+from sharedserve.pack import Pack, PackInterrupted, Target, read_targets
 from sharedserve.pack.probe import free_port
 
-__all__ = ["loadgen_processes", "run_bench"]
+__all__ = ["BenchInterrupted", "loadgen_processes", "run_bench"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,10 @@ log = logging.getLogger(__name__)
 # of a core are flagged in the report.
 _USERS_PER_PROCESS = 64
 _RPS_PER_PROCESS = 5000.0
+
+
+class BenchInterrupted(SharedServeError):
+    """Stop was asked for (``should_stop``); the rows measured so far are in a partial report."""
 
 
 def loadgen_processes(settings: BenchSettings, density: int) -> int:
@@ -107,8 +118,14 @@ class _Loadgen:
             )
 
     def _spawn(self, command: list[str]) -> subprocess.Popen[bytes]:
+        # Own session, as pack's replicas: a Ctrl-C in the terminal reaches the sweep alone,
+        # which stops the load generator in order (``stop``) rather than see it die mid-run.
         return subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     @property
@@ -140,14 +157,62 @@ class _Loadgen:
         return data
 
 
+class _Run:
+    """What one ``run_bench`` call shares between densities."""
+
+    def __init__(self, settings: BenchSettings, should_stop: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.should_stop = should_stop
+        fake = None if settings.pack is None else settings.pack.fake_gpus
+        self.backend = open_gpu_backend(fake)
+        self.simulated_gpus = self.backend is not None and self.backend.simulated
+        if settings.targets_file is not None:
+            self.simulated_gpus |= _targets_simulated(settings.targets_file)
+        self.gpu_names = _gpu_names(self.backend)
+        self.rows: list[dict[str, Any]] = []
+        self.limits: list[dict[str, Any]] = []
+
+    def check(self) -> None:
+        if self.should_stop():
+            raise BenchInterrupted("stopped on request")
+
+    def record_limits(self, targets: list[Target]) -> None:
+        """Ask every server for the limits it runs under (before any load)."""
+        by_name = {
+            t.name: replica_limits(read_limits(t.rest), simulated_gpus=self.simulated_gpus)
+            for t in targets
+        }
+        self.limits += group_limits(len(targets), by_name)
+
+
+def _targets_simulated(path: Path) -> bool:
+    """Whether the pack that wrote a targets file ran on simulated GPUs (its own flag)."""
+    try:
+        return json.loads(path.read_text()).get("simulated_gpus") is True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _gpu_names(backend: GpuBackend | None) -> dict[str, str]:
+    """Name by UUID of every real GPU: a row names the GPU its GPU figures come from."""
+    if backend is None or backend.simulated:
+        return {}
+    try:
+        return {g.uuid: g.name for g in backend.list_gpus()}
+    except GpuError:
+        return {}
+
+
 def _measure(
-    settings: BenchSettings, targets: list[Target], tag: str, pack: Pack | None, sampler: Sampler
+    run: _Run, targets: list[Target], tag: str, pack: Pack | None, sampler: Sampler
 ) -> dict[str, Any]:
+    settings = run.settings
     loadgen = _Loadgen(settings, targets, tag)
     deadline = time.monotonic() + settings.warmup_s + settings.duration_s + 300
     sampler.start()
     try:
         while loadgen.master.poll() is None:
+            run.check()
             if time.monotonic() > deadline:
                 raise SharedServeError(f"the load generator did not finish; see {loadgen.log_path}")
             if pack is not None:
@@ -157,6 +222,7 @@ def _measure(
     finally:
         samples = sampler.stop()
         loadgen.stop()
+    run.check()  # a load generator stopped by the same signal is no failure to report
     result = loadgen.result()
     window = result["window"]
     per_target = [
@@ -177,10 +243,11 @@ def _measure(
         samples=summarize(samples, window["start"], window["end"]),
         loadgen_cpu_util=result["loadgen_cpu_util"],
         slo_p99_ms=settings.slo_p99_ms,
+        gpu_name=run.gpu_names.get(next((t.gpu for t in targets if t.gpu), "")),
     )
     peaks = process_gpu_peak(samples, window["start"], window["end"])
     pids = {t.name: t.pid for t in (pack.targets() if pack else targets)}
-    caps = {t.name: t.gpu_memory_fraction for t in targets}
+    caps = {t.name: None if run.simulated_gpus else t.gpu_memory_fraction for t in targets}
     for model in row["per_model"]:
         pid = pids.get(model["name"])
         model["gpu_mem_mib"] = None if pid is None else peaks.get(pid)
@@ -188,9 +255,8 @@ def _measure(
     return row
 
 
-def _report(
-    settings: BenchSettings, rows: list[dict[str, Any]], environment: dict[str, Any], partial: bool
-) -> dict[str, Any]:
+def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, Any]:
+    settings, rows = run.settings, run.rows
     finalize_rows(rows)
     return {
         "rows": rows,
@@ -209,6 +275,8 @@ def _report(
             "warmup_s": settings.warmup_s,
             "densities": list(settings.densities),
             "targets_file": None if settings.targets_file is None else str(settings.targets_file),
+            # What each server reported it got, which the flags alone do not say (limits.py).
+            "replica_limits": run.limits,
         },
         "latency_resolution": LatencyHistogram.RESOLUTION,
     }
@@ -219,33 +287,33 @@ def run_bench(
     *,
     on_density: Callable[[int], None] = lambda d: None,
     on_row: Callable[[dict[str, Any]], None] = lambda r: None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
     """Measure every density (or the given targets); write and return the report.
 
-    KeyboardInterrupt stops the running density, writes the rows so far marked partial, and
-    propagates.
+    Once ``should_stop`` returns True (it is polled a few times a second), or on
+    KeyboardInterrupt, the running density is stopped, the rows so far are written marked
+    partial, and BenchInterrupted (or the KeyboardInterrupt) propagates.
     """
     settings.validate()
     settings.out_dir.mkdir(parents=True, exist_ok=True)
-    fake = None if settings.pack is None else settings.pack.fake_gpus
-    backend = open_gpu_backend(fake)
+    run = _Run(settings, should_stop)
+    backend = run.backend
     environment = describe_environment(backend, settings.command)
-    rows: list[dict[str, Any]] = []
     try:
         if settings.targets_file is not None:
             targets = read_targets(settings.targets_file)
             on_density(len(targets))
             gpu = next((t.gpu for t in targets if t.gpu), None)
             pids = [t.pid for t in targets if t.pid is not None]
-            rows.append(
-                _measure(
-                    settings, targets, f"targets-{len(targets)}", None, Sampler(backend, gpu, pids)
-                )
-            )
-            on_row(rows[-1])
+            run.record_limits(targets)
+            sampler = Sampler(backend, gpu, pids)
+            run.rows.append(_measure(run, targets, f"targets-{len(targets)}", None, sampler))
+            on_row(run.rows[-1])
         else:
             assert settings.pack is not None
             for density in settings.densities:
+                run.check()
                 on_density(density)
                 pack_settings = replace(
                     settings.pack,
@@ -255,20 +323,24 @@ def run_bench(
                 )
                 pack = Pack(pack_settings)
                 try:
-                    targets = pack.start()
+                    try:
+                        targets = pack.start(should_stop=should_stop)
+                    except PackInterrupted as e:
+                        raise BenchInterrupted(e.message) from e
+                    run.record_limits(targets)
                     gpu = targets[0].gpu
                     sampler = Sampler(backend, gpu, [t.pid for t in targets if t.pid is not None])
-                    rows.append(_measure(settings, targets, f"density-{density}", pack, sampler))
+                    run.rows.append(_measure(run, targets, f"density-{density}", pack, sampler))
                 finally:
                     pack.stop()
-                on_row(rows[-1])
-                write_report(settings.out_dir, _report(settings, rows, environment, partial=True))
-    except KeyboardInterrupt:
-        write_report(settings.out_dir, _report(settings, rows, environment, partial=True))
+                on_row(run.rows[-1])
+                write_report(settings.out_dir, _report(run, environment, partial=True))
+    except (BenchInterrupted, KeyboardInterrupt):
+        write_report(settings.out_dir, _report(run, environment, partial=True))
         raise
     finally:
         if backend is not None:
             backend.close()
-    report = _report(settings, rows, environment, partial=False)
+    report = _report(run, environment, partial=False)
     write_report(settings.out_dir, report)
     return report

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from sharedserve.cli._app import app
 from sharedserve.cli.pack import check_server_args, replica_environment
@@ -18,6 +20,8 @@ from sharedserve.config import BenchSettings, LoadPattern, PackSettings
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
+
+log = logging.getLogger(__name__)
 
 
 def _densities(text: str) -> tuple[int, ...]:
@@ -28,44 +32,6 @@ def _densities(text: str) -> tuple[int, ...]:
     if not values or any(v < 1 for v in values):
         raise ConfigError(f"--densities must be positive integers, got {text!r}")
     return values
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-_COLUMNS = {
-    "density": "density",
-    "qps": "QPS",
-    "p50_ms": "p50 ms",
-    "p99_ms": "p99 ms",
-    "p999_ms": "p99.9 ms",
-    "errors": "errors",
-    "dropped": "dropped",
-    "scaling_efficiency": "scaling",
-    "gpu_util_mean": "GPU %",
-    "cpu_util_mean": "CPU cores",
-    "loadgen_cpu_util": "loadgen",
-    "slo_met": "SLO",
-}
-
-
-def _table(report: dict[str, Any]) -> Table:
-    table = Table(title="sharedserve bench" + (" (PARTIAL)" if report["partial"] else ""))
-    for header in _COLUMNS.values():
-        table.add_column(header, justify="right")
-    for row in report["rows"]:
-        cells = [_fmt(row[key]) for key in _COLUMNS]
-        if row.get("unreliable"):
-            cells[list(_COLUMNS).index("loadgen_cpu_util")] += " (!)"
-        table.add_row(*cells)
-    return table
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -159,7 +125,8 @@ def bench(
 
     Options after the known ones are passed to every `serve` replica, e.g. --enable-batching.
     """
-    from sharedserve.bench.sweep import run_bench
+    from sharedserve.bench.display import print_summary
+    from sharedserve.bench.sweep import BenchInterrupted, run_bench
     from sharedserve.limits.gpu import parse_cap_request
 
     if model is not None and targets is not None:
@@ -222,17 +189,27 @@ def bench(
             progress.advance(task)
             console.log(f"density {row['density']}: {row['qps']:.1f} qps, p99 {row['p99_ms']} ms")
 
+        received: list[int] = []
+
+        def on_signal(signum: int, _: FrameType | None) -> None:
+            # As `pack` does: both signals stop the run, through a flag the sweep polls, so
+            # the replicas and load generators are stopped in order, never half-way. Installed
+            # over an inherited SIG_IGN too (`sharedserve bench ... &` from a script).
+            log.info("%s received; stopping (rows so far are kept)", signal.Signals(signum).name)
+            received.append(signum)
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            report = run_bench(settings, on_density=on_density, on_row=on_row)
-        except KeyboardInterrupt:
+            report = run_bench(
+                settings, on_density=on_density, on_row=on_row, should_stop=lambda: bool(received)
+            )
+        except (BenchInterrupted, KeyboardInterrupt):
             console.print(f"interrupted: the rows measured so far are in {out} (marked partial)")
-            raise typer.Exit(130) from None
-    Console().print(_table(report))
-    recommendation = report["recommendation"]
-    Console().print(
-        f"recommendation: {_fmt(recommendation['density'])} — {recommendation['reason']}"
-    )
-    Console().print(f"report: {out / 'report.html'}")
+            raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    print_summary(Console(), report, out)
 
 
 @app.command("bench-worker")

@@ -40,7 +40,7 @@ def test_serve_help_explains_the_cap() -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["models", "build", "resnet9000", "--out", "{tmp}"], "unknown model"),
+        (["models", "build", "resnet9000", "--out", "{tmp}"], "is not one of"),
         (["models", "build", "tiny", "--out", "{tmp}", "--framework", "onnx"], "unknown framework"),
         (["serve", "--model", "{tmp}/missing"], "does not exist"),
         (["serve", "--model", "{tmp}", "--gpu-memory-fraction", "1.5"], "(0, 1]"),

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import re
+import select
 import signal
+import stat
+import struct
 import subprocess
+import termios
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +25,7 @@ from tests.support.stub_server import StubServer, two_level_law
 
 ROW_KEYS = {
     "density", "pattern", "requests", "errors", "dropped", "qps", "p50_ms", "p90_ms", "p99_ms",
-    "p999_ms", "max_ms", "scaling_efficiency", "gpu_util_mean", "gpu_util_max",
+    "p999_ms", "max_ms", "scaling_efficiency", "gpu_name", "gpu_util_mean", "gpu_util_max",
     "gpu_mem_used_mib", "cpu_util_mean", "loadgen_cpu_util", "slo_met", "per_model",
 }  # fmt: skip
 
@@ -55,6 +63,21 @@ def test_density_sweep_writes_a_full_report_and_recommends(
     )
     assert report["recommendation"]["density"] == 2
     assert report["environment"]["gpus"] is None
+    # The limits each replica reported it ran under, one entry per density as they agree.
+    replica_limits = report["settings"]["replica_limits"]
+    limits = replica_limits[0]["limits"]
+    assert limits == {
+        "cpu_limit_cores": 0.5, "cpu_limit_source": limits["cpu_limit_source"],
+        "cpu_quota_enforced": True, "gpu_memory_fraction": None, "gpu_memory_mib": None,
+        "gpu_memory_enforced": False, "batching": {"enabled": False},
+    }  # fmt: skip
+    assert limits["cpu_limit_source"] in ("cgroup-v1", "cgroup-v2")
+    assert replica_limits == [
+        {"density": 1, "replicas": ["tiny-0"], "limits": limits},
+        {"density": 2, "replicas": ["tiny-0", "tiny-1"], "limits": limits},
+    ]
+    assert "| 0.5 cores (cgroup-v" in (out / "report.md").read_text()  # the limits table
+    assert "| enforced |" in (out / "report.md").read_text()
     assert report["environment"]["command"].startswith("sharedserve bench")
     for name in ("report.csv", "report.md", "report.html", "p99_vs_density.png"):
         assert (out / name).stat().st_size > 0
@@ -186,3 +209,225 @@ def test_percentiles_match_a_known_latency_law(tmp_path: Path) -> None:
     assert 5.0 <= row["p50_ms"] <= 7.0, row
     assert 50.0 <= row["p99_ms"] <= 53.0, row
     assert row["p90_ms"] <= 7.5, row  # the slow 2% do not leak into lower percentiles
+
+
+def test_fake_gpus_and_batching_are_recorded_as_the_replicas_report_them(
+    models_dir: Path, tmp_path: Path, fake_gpus: Path
+) -> None:
+    out = tmp_path / "report"
+    result = run_cli(
+        "bench", "--model", str(models_dir / "tiny"), "--densities", "2", "--duration", "1",
+        "--warmup", "0", "--fake-gpus", str(fake_gpus), "--gpu-memory-fraction", "0.25",
+        "--out", str(out), "--enable-batching", "--max-batch-size", "8",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    ((entry),) = report["settings"]["replica_limits"]
+    assert entry["density"] == 2 and entry["replicas"] == ["tiny-0", "tiny-1"]
+    limits = entry["limits"]
+    # A cap sized against a simulated GPU is no figure to report; that it was not enforced is.
+    assert limits["gpu_memory_fraction"] is None and limits["gpu_memory_mib"] is None
+    assert limits["gpu_memory_enforced"] is False
+    assert limits["cpu_limit_cores"] is None and limits["cpu_quota_enforced"] is False
+    assert limits["batching"]["enabled"] is True and limits["batching"]["max_batch_size"] == 8
+    (row,) = report["rows"]
+    assert row["gpu_name"] is None  # simulated GPUs are never named as measured
+    assert all(m["gpu_memory_fraction"] is None for m in row["per_model"])
+    assert "up to 8 rows" in (out / "report.md").read_text()
+
+
+@pytest.fixture
+def stub_targets(tmp_path: Path) -> Iterator[Path]:
+    """A targets file naming one fast stub server (no model to load: quick runs)."""
+    port = free_port()
+    server = StubServer(port, two_level_law(base_ms=1.0, slow_ms=3.0, slow_every=50))
+    server.start()
+    targets = tmp_path / "targets.json"
+    body = {"targets": [{"name": "stub-0", "model": "stub", "rest": f"http://127.0.0.1:{port}"}]}
+    targets.write_text(json.dumps(body))
+    yield targets
+    server.stop()
+
+
+def _stub_bench(targets: Path, out: Path) -> list[str]:
+    # An SLO no run meets: the recommendation then says why at length.
+    return [
+        *SHAREDSERVE, "bench", "--targets", str(targets), "--duration", "1", "--warmup", "0",
+        "--slo-p99-ms", "0.01", "--out", str(out),
+    ]  # fmt: skip
+
+
+def _as_in_report(value: object) -> str:
+    """A figure as report.json holds it, as text: what the summary must show whole."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    return str(value).removesuffix(".0")
+
+
+def _check_summary(stdout: str, report: dict) -> None:
+    assert "…" not in stdout
+    (row,) = report["rows"]
+    figures = ["density", "qps", "p50_ms", "p99_ms", "p999_ms", "errors", "dropped"]
+    figures += ["scaling_efficiency", "gpu_util_mean", "cpu_util_mean", "slo_met"]
+    tokens = [t for line in stdout.splitlines() if line.split()[:1] == ["1"] for t in line.split()]
+    for key in figures:
+        assert _as_in_report(row[key]) in tokens, (key, row[key], stdout)
+    assert f"{row['loadgen_cpu_util'] * 100:.0f}%" in tokens
+    rec = report["recommendation"]
+    assert rec["density"] is None and len(rec["reason"]) > 60
+    # Whole: word-wrapped on a terminal at most, never cut.
+    assert f"recommendation: none — {rec['reason']}" in " ".join(stdout.split())
+
+
+def test_the_summary_in_a_pipe_is_whole_whatever_columns_says(
+    stub_targets: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = subprocess.run(
+        _stub_bench(stub_targets, out), capture_output=True, text=True, timeout=300,
+        env=clean_env(COLUMNS="60"), check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    _check_summary(result.stdout, report)
+    # Not a terminal: one line per row and one for the recommendation, for logs and grep.
+    lines = result.stdout.splitlines()
+    assert f"recommendation: none — {report['recommendation']['reason']}" in lines
+    assert len([ln for ln in lines if ln.split()[:1] == ["1"]]) == 1
+
+
+def _run_in_terminal(command: list[str], columns: int, stderr: Path) -> tuple[int, str]:
+    """Run ``command`` with its stdout on a pseudo-terminal ``columns`` wide; its exit code and
+    what it wrote, without colours."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = clean_env(TERM="xterm-256color")
+    env.pop("COLUMNS", None)
+    with stderr.open("wb") as err:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=slave, stderr=err, env=env
+        )
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the terminal's other end is closed
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+        code = process.wait(timeout=60)
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+    text = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_the_summary_on_an_80_column_terminal_is_whole(stub_targets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stdout = _run_in_terminal(_stub_bench(stub_targets, out), 80, tmp_path / "stderr")
+    assert code == 0, (tmp_path / "stderr").read_text()
+    _check_summary(stdout, json.loads((out / "report.json").read_text()))
+    # Every line fits, but the report's path: cut, it would not name the file any more.
+    lines = [ln for ln in stdout.splitlines() if not ln.startswith("report: ")]
+    assert all(len(line) <= 80 for line in lines), stdout
+    assert f"report: {out / 'report.html'}" in stdout.splitlines()
+
+
+def test_report_files_can_be_read_by_colleagues(stub_targets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = subprocess.run(
+        _stub_bench(stub_targets, out), capture_output=True, text=True, timeout=300,
+        env=clean_env(), umask=0o022, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    names = ["report.json", "report.csv", "report_per_model.csv", "report.md", "report.html"]
+    for name in [*names, "p99_vs_density.png"]:
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+    # A server that is not sharedserve has no limits to report: unknown, not "unlimited".
+    report = json.loads((out / "report.json").read_text())
+    assert report["settings"]["replica_limits"] == [
+        {"density": 1, "replicas": ["stub-0"], "limits": None}
+    ]
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now, children of children included (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+# What a shell that is not interactive does to `cmd &`: SIGINT ignored, inherited through exec.
+_SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
+
+
+@pytest.mark.parametrize(
+    ("sig", "wrapper"),
+    [(signal.SIGINT, _SIGINT_IGNORED), (signal.SIGTERM, [])],
+    ids=["sigint-inherited-ignored", "sigterm"],
+)
+def test_a_signal_stops_bench_and_everything_it_started(
+    models_dir: Path, tmp_path: Path, sig: signal.Signals, wrapper: list[str]
+) -> None:
+    # `sharedserve bench ... &` from a script starts with SIGINT ignored; it must stop on
+    # SIGINT all the same, and on SIGTERM (a job runner's stop) alike, leaving nothing behind.
+    out = tmp_path / "report"
+    command = [
+        *wrapper, *SHAREDSERVE, "bench", "--model", str(models_dir / "tiny"), "--densities", "1,2",
+        "--duration", "120", "--warmup", "0", "--cpu-limit", "0.5", "--out", str(out),
+    ]  # fmt: skip
+    log_path = tmp_path / "bench.log"
+    started: set[int] = set()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
+    try:
+        deadline = time.monotonic() + 120
+        # Under load: the replica is up and the load generator has started.
+        while not (out / "loadgen" / "density-1.log").exists():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        time.sleep(1.0)
+        started = _descendants(process.pid)
+        replicas = json.loads((out / "targets-density-1.json").read_text())["targets"]
+        assert {t["pid"] for t in replicas} <= started and len(started) >= 2
+        process.send_signal(sig)
+        begun = time.monotonic()
+        assert process.wait(timeout=45) == 128 + sig, log_path.read_text()
+        assert time.monotonic() - begun < 30
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        leaked = [pid for pid in started if alive(pid)]
+        for pid in leaked:
+            os.kill(pid, signal.SIGKILL)
+    assert not leaked, log_path.read_text()
+    assert "interrupted: the rows measured so far" in log_path.read_text()
+    report = json.loads((out / "report.json").read_text())
+    assert report["partial"] is True and report["rows"] == []
+    assert not (out / "targets-density-1.json").exists()
+    for root in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
+        assert not (root / f"sharedserve-pack-{process.pid}").exists()

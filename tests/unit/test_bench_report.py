@@ -111,12 +111,12 @@ def test_csv_files(tmp_path: Path) -> None:
 def test_keys_the_sweep_adds_are_kept(tmp_path: Path) -> None:
     rows = sweep((1, 2))
     for r in rows:
-        r["gpu_name"] = "H100"
+        r["gpu_clock_mhz"] = 1980
         for m in r["per_model"]:
             m.update(gpu_mem_mib=812, gpu_memory_fraction=0.25)
     write_report(tmp_path, report(rows))
     with (tmp_path / "report.csv").open(newline="") as f:
-        assert next(csv.reader(f)) == [*ROW_COLUMNS, "gpu_name"]
+        assert next(csv.reader(f)) == [*ROW_COLUMNS, "gpu_clock_mhz"]
     with (tmp_path / "report_per_model.csv").open(newline="") as f:
         lines = list(csv.DictReader(f))
     assert list(lines[0]) == [*PER_MODEL_COLUMNS, "gpu_mem_mib", "gpu_memory_fraction"]

@@ -23,7 +23,7 @@ from sharedserve.bench.summary import (
 # The report.json contract of issue 6, written out independently of the module's constant.
 CONTRACT = {
     "density", "pattern", "requests", "errors", "dropped", "qps", "p50_ms", "p90_ms", "p99_ms",
-    "p999_ms", "max_ms", "scaling_efficiency", "gpu_util_mean", "gpu_util_max",
+    "p999_ms", "max_ms", "scaling_efficiency", "gpu_name", "gpu_util_mean", "gpu_util_max",
     "gpu_mem_used_mib", "cpu_util_mean", "loadgen_cpu_util", "slo_met", "per_model",
     "duration_s", "error_rate", "unreliable",
 }  # fmt: skip
@@ -62,7 +62,9 @@ def test_row_figures() -> None:
     slow = target("tiny-1", [200.0, 400.5], dropped=3)
     samples = Samples(gpu_util_mean=41.23456, gpu_util_max=97.0, gpu_mem_used_mib=2048.0,
                       cpu_util_mean=1.5)  # fmt: skip
-    r = row([fast, slow], pattern=Pattern.POISSON, window_s=4.0, samples=samples, slo=None)
+    r = row([fast, slow], pattern=Pattern.POISSON, window_s=4.0, samples=samples, slo=None,
+            gpu_name="NVIDIA H100 80GB HBM3")  # fmt: skip
+    assert r["gpu_name"] == "NVIDIA H100 80GB HBM3"
     assert r["density"] == 2 and r["pattern"] == "poisson" and r["duration_s"] == 4.0
     assert (r["requests"], r["errors"], r["dropped"]) == (104, 2, 3)
     assert r["qps"] == 26.0  # all completed requests, failed ones included, per second
@@ -85,7 +87,9 @@ def test_row_figures() -> None:
 
 def test_no_data_is_null_not_zero() -> None:
     r = row([target("tiny-0", [], errors=5)], loadgen_cpu_util=None)
-    nulls = "p50_ms p90_ms p99_ms p999_ms max_ms gpu_util_mean gpu_util_max gpu_mem_used_mib"
+    nulls = (
+        "p50_ms p90_ms p99_ms p999_ms max_ms gpu_name gpu_util_mean gpu_util_max gpu_mem_used_mib"
+    )
     for key in [*nulls.split(), "cpu_util_mean", "loadgen_cpu_util"]:
         assert r[key] is None, key
     assert r["per_model"][0]["p50_ms"] is None and r["per_model"][0]["p99_ms"] is None

@@ -1,0 +1,137 @@
+"""What ``bench`` prints when it ends: the results table, the recommendation, where the report is.
+
+A ``rich`` table on a terminal wide enough for it, as ``pack`` shows its replicas. Otherwise
+plain text that is never cut: rich shrinks a table that does not fit by truncating its cells
+(``58…``), which loses the numbers the table is for. Narrower terminals get the columns in
+blocks that each fit, every block led by the density; output that is not a terminal (a log
+file, CI, a pipe) has no width to fit, so it gets one aligned line per row, as ``kubectl get``
+prints, whatever ``COLUMNS`` says. Prose (the recommendation) is never cut either: word-wrapped
+on a terminal, one line each elsewhere so that a log can be searched for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sharedserve.bench.summary import LOADGEN_CPU_LIMIT
+
+__all__ = ["COLUMNS", "plain_table", "print_summary", "summary_cells"]
+
+COLUMNS = {
+    "density": "density",
+    "qps": "QPS",
+    "p50_ms": "p50 ms",
+    "p99_ms": "p99 ms",
+    "p999_ms": "p99.9 ms",
+    "errors": "errors",
+    "dropped": "dropped",
+    "scaling_efficiency": "scaling",
+    "gpu_util_mean": "GPU %",
+    "cpu_util_mean": "CPU cores",
+    "loadgen_cpu_util": "loadgen",
+    "slo_met": "SLO",
+}
+"""Row key -> heading of the columns printed, in order; the first leads every block."""
+
+_GAP = "  "
+_UNRELIABLE = " (!)"
+_UNBOUNDED = 1 << 16
+
+
+def _number(value: Any) -> str:
+    """A cell as report.json has it (rows are rounded to 3 decimals there): '-' for null."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _loadgen(row: dict[str, Any]) -> str:
+    cpu = row.get("loadgen_cpu_util")
+    text = "-" if cpu is None else f"{cpu * 100:.0f}%"
+    return text + _UNRELIABLE if row.get("unreliable") else text
+
+
+def summary_cells(report: dict[str, Any]) -> list[list[str]]:
+    """One list of cells per row of the report, in ``COLUMNS`` order."""
+    return [
+        [_loadgen(row) if key == "loadgen_cpu_util" else _number(row.get(key)) for key in COLUMNS]
+        for row in report.get("rows") or []
+    ]
+
+
+def plain_table(headers: list[str], rows: list[list[str]], width: int | None) -> list[str]:
+    """Right-aligned columns two spaces apart, no cell ever cut.
+
+    With a ``width``, the columns after the first go into blocks (a blank line between them),
+    each as wide as fits with the first column repeated at its head; a column too wide to fit
+    even alone with the first gets a block of its own and overflows. Without, one block.
+    """
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    blocks: list[list[int]] = []
+    for i in range(1, len(headers)):
+        used = sum(widths[j] + len(_GAP) for j in blocks[-1]) if blocks else 0
+        if blocks and (width is None or widths[0] + used + len(_GAP) + widths[i] <= width):
+            blocks[-1].append(i)
+        else:
+            blocks.append([i])
+    lines: list[str] = []
+    for block in blocks or [[]]:
+        if lines:
+            lines.append("")
+        for cells in (headers, *rows):
+            lines.append(_GAP.join(cells[j].rjust(widths[j]) for j in [0, *block]))
+    return lines
+
+
+def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(header, justify="right", no_wrap=True)
+    for cells in rows:
+        table.add_row(*cells)
+    return table
+
+
+def _line(console: Console, text: str, *, prose: bool = False) -> None:
+    """Print ``text`` as it is. Prose on a terminal is wrapped at word boundaries; anything else
+    is left for the terminal to fold (or the log to keep on one line), never cut by rich."""
+    wrap = prose and console.is_terminal
+    console.print(text, soft_wrap=not wrap, markup=False, highlight=False)
+
+
+def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> None:
+    """Print the results table, the recommendation and the report's path on ``console``."""
+    title = "sharedserve bench" + (" (PARTIAL)" if report.get("partial") else "")
+    headers, rows = list(COLUMNS.values()), summary_cells(report)
+    table = _rich_table(title, headers, rows)
+    # Measured without room to spare, the table reports the width it needs, not the one it has.
+    natural = console.measure(table, options=console.options.update_width(_UNBOUNDED)).maximum
+    if console.is_terminal and natural <= console.width:
+        console.print(table)
+    else:
+        _line(console, title)
+        width = console.width if console.is_terminal else None
+        for line in plain_table(headers, rows, width):
+            _line(console, line.rstrip())
+    if any(row.get("unreliable") for row in report.get("rows") or []):
+        _line(
+            console,
+            f"(!) the load generator used more than {LOADGEN_CPU_LIMIT * 100:.0f}% of a core: it, "
+            "not the servers, may have been the limit; such rows are never recommended",
+            prose=True,
+        )
+    recommendation = report.get("recommendation") or {}
+    density = recommendation.get("density")
+    reason = recommendation.get("reason") or "no recommendation was made"
+    _line(
+        console, f"recommendation: {'none' if density is None else density} — {reason}", prose=True
+    )
+    _line(console, f"report: {out_dir / 'report.html'}")

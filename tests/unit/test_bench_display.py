@@ -1,0 +1,118 @@
+"""What ``bench`` prints at the end: whole at any width, on a terminal or not (issue 16 item 4)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from sharedserve.bench.display import COLUMNS, plain_table, print_summary, summary_cells
+
+REASON = (
+    "no density met p99 <= 50 ms with < 0.1% errors; density 1 missed it: model tiny-0 p99 "
+    "58.123 ms, model tiny-1 failed 0.2% (1 errors)"
+)
+
+
+def report(density: int | None = None, reason: str = REASON) -> dict[str, Any]:
+    rows = [
+        {
+            "density": d, "pattern": "sequential", "qps": 12345.678 / d, "p50_ms": 12.345,
+            "p99_ms": 58.123 * d, "p999_ms": 1234.567, "errors": 10 * d, "dropped": 0,
+            "scaling_efficiency": 0.987 if d > 1 else 1.0, "gpu_util_mean": None,
+            "cpu_util_mean": 0.456 * d, "loadgen_cpu_util": 0.9 if d == 8 else 0.123,
+            "slo_met": d == 1, "unreliable": d == 8,
+        }
+        for d in (1, 2, 4, 8)
+    ]  # fmt: skip
+    return {
+        "partial": False,
+        "rows": rows,
+        "recommendation": {"density": density, "reason": reason},
+    }
+
+
+def render(rep: dict[str, Any], *, width: int, terminal: bool) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width, force_terminal=terminal, color_system=None)
+    print_summary(console, rep, Path("out"))
+    return out.getvalue()
+
+
+def assert_rows_complete(text: str, rep: dict[str, Any]) -> None:
+    """Every cell of every row is on a line of that row (led by its density), whole."""
+    for row, cells in zip(rep["rows"], summary_cells(rep), strict=True):
+        lines = [ln.strip("│ ") for ln in text.splitlines()]
+        mine = " ".join(ln for ln in lines if ln.split(" ", 1)[0] == str(row["density"]))
+        tokens = mine.replace("│", " ").split()
+        for cell in cells:
+            assert all(part in tokens for part in cell.split()), (cell, mine)
+
+
+def test_cells_are_the_report_json_values_not_rounded_again() -> None:
+    cells = summary_cells(report())
+    assert cells[0][: len(COLUMNS) - 3] == [
+        "1", "12345.678", "12.345", "58.123", "1234.567", "10", "0", "1", "-",
+    ]  # fmt: skip
+    assert cells[0][-3:] == ["0.456", "12%", "yes"]
+    assert cells[3][-3:] == ["3.648", "90% (!)", "NO"]
+
+
+@pytest.mark.parametrize("width", [80, 60, 40])
+def test_a_narrow_terminal_gets_every_number_whole(width: int) -> None:
+    rep = report()
+    text = render(rep, width=width, terminal=True)
+    assert "…" not in text
+    assert all(len(line) <= width for line in text.splitlines()), text
+    assert_rows_complete(text, rep)
+    for heading in COLUMNS.values():
+        assert heading in text
+    # Word-wrapped to the terminal, but every word of it is there, in order.
+    assert f"recommendation: none — {REASON}" in " ".join(text.split())
+
+
+def test_a_wide_terminal_gets_the_rich_table() -> None:
+    rep = report(density=1, reason="density 1 is the largest")
+    text = render(rep, width=200, terminal=True)
+    assert "┃ density ┃" in text and "…" not in text
+    assert_rows_complete(text, rep)
+    assert "recommendation: 1 — density 1 is the largest\n" in text
+
+
+def test_not_a_terminal_gets_one_line_per_row_whatever_the_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")  # what CI systems set; a log has no width
+    rep = report()
+    out = io.StringIO()
+    print_summary(Console(file=out), rep, Path("out"))
+    lines = out.getvalue().splitlines()
+    assert "…" not in out.getvalue() and "┃" not in out.getvalue()
+    header = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["density"])
+    for row, cells, line in zip(rep["rows"], summary_cells(rep), lines[header + 1 :], strict=False):
+        assert line.split()[0] == str(row["density"])
+        assert " ".join(line.split()) == " ".join(cells)
+    assert f"recommendation: none — {REASON}" in lines
+    assert "report: out/report.html" in lines
+    assert any(line.startswith("(!) the load generator used more than 80%") for line in lines)
+
+
+def test_plain_table_blocks_fit_and_repeat_the_first_column() -> None:
+    headers = ["density", "a", "b", "c"]
+    rows = [["1", "x" * 10, "y" * 10, "z" * 30], ["16", "1", "2", "3"]]
+    lines = plain_table(headers, rows, width=32)
+    assert lines == [
+        "density           a           b",
+        "      1  xxxxxxxxxx  yyyyyyyyyy",
+        "     16           1           2",
+        "",
+        # Too wide to fit even alone: its own block, overflowing, never cut.
+        "density                               c",
+        "      1  zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+        "     16                               3",
+    ]
+    assert plain_table(headers, rows, width=None)[0].split() == headers
+    assert plain_table(["density"], [], width=10) == ["density"]

@@ -1,0 +1,186 @@
+"""report.html's content: the verdict first, three significant figures, only the columns that
+apply, a print stylesheet. Its layout in a real browser is tests/integration/test_report_browser.py.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sharedserve.bench.report import write_report
+from sharedserve.bench.report_html import render_html
+from sharedserve.bench.sigfig import count, sig3
+from sharedserve.bench.summary import Pattern
+from tests.support.bench_reports import SLO, report, rows
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1753.087, "1,750"), (323.071, "323"), (47.359, "47.4"), (4.5551, "4.56"),
+        (0.5, "0.500"), (1.0, "1.00"), (0.0012345, "0.00123"), (999.6, "1,000"),
+        (0.9996, "1.00"), (99.95, "100"), (12_345_678.0, "12,300,000"), (-61.119, "-61.1"),
+        (0.0, "0"), (100.0, "100"), (math.nan, "nan"), (math.inf, "inf"),
+    ],
+)  # fmt: skip
+def test_three_significant_figures(value: float, text: str) -> None:
+    assert sig3(value) == text
+
+
+def test_counts_are_exact() -> None:
+    assert count(91_234) == "91,234" and count(0) == "0"
+
+
+class _Tables(HTMLParser):
+    """Each ``<table>`` of figures (not the environment's and settings' pairs) as its column
+    headings and its rows of cell text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[dict[str, Any]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.tables.append({"headings": [], "rows": [], "pairs": ("class", "pairs") in attrs})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("th", "td"):
+            self._cell = []
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("th", "td") and self._cell is not None:
+            text = " ".join("".join(self._cell).split())
+            table = self.tables[-1]
+            if tag == "th" and not table["rows"][-1] and len(table["rows"]) == 1:
+                table["headings"].append(text)
+            else:
+                table["rows"][-1].append(text)
+            self._cell = None
+
+
+def tables(page: str) -> list[dict[str, Any]]:
+    parser = _Tables()
+    parser.feed(page)
+    for t in parser.tables:
+        t["rows"] = [r for r in t["rows"] if r]
+    return [t for t in parser.tables if not t["pairs"]]
+
+
+def page_of(rep: dict[str, Any], tmp_path: Path) -> str:
+    write_report(tmp_path, rep)
+    return (tmp_path / "report.html").read_text()
+
+
+COUNTS = {"density", "requests", "errors", "dropped", "model", "pattern"}
+
+
+def significant_digits(cell: str) -> int:
+    number = re.sub(r"[,%]|UNRELIABLE|\s", "", cell, flags=re.I).lstrip("-")
+    if "." in number:
+        return len(number.replace(".", "").lstrip("0"))
+    return len(number.lstrip("0").rstrip("0"))
+
+
+def test_measurements_to_three_significant_figures(tmp_path: Path) -> None:
+    page = page_of(report(rows((1, 2, 4, 8), Pattern.SEQUENTIAL, gpu=True)), tmp_path)
+    checked = 0
+    for table in tables(page):
+        for line in table["rows"]:
+            for heading, cell in zip(table["headings"], line, strict=True):
+                if heading in COUNTS or not re.search(r"\d", cell):
+                    continue
+                assert significant_digits(cell) <= 3, f"{heading}: {cell}"
+                checked += 1
+    assert checked > 100
+    assert "91,234" in page  # counts stay exact
+
+
+def headings(page: str) -> set[str]:
+    return {h for t in tables(page) for h in t["headings"]}
+
+
+def test_columns_that_do_not_apply_are_left_out(tmp_path: Path) -> None:
+    cpu_report = report(rows((1, 2), Pattern.SEQUENTIAL, gpu=False, slo=None), slo=None)
+    cpu = page_of(cpu_report, tmp_path / "cpu")
+    assert not [h for h in headings(cpu) if "GPU" in h or "util" in h or "memory" in h]
+    assert "SLO met" not in headings(cpu)  # no SLO, nothing met or missed
+    # One closed-loop pattern: no pattern column, no dropped column (nothing can be dropped).
+    assert not {"pattern", "dropped"} & headings(cpu)
+    assert "\u2014" not in "".join(c for t in tables(cpu) for r in t["rows"] for c in r)
+    gpu = headings(page_of(report(rows((1, 2), Pattern.SEQUENTIAL, gpu=True)), tmp_path / "gpu"))
+    assert {"util mean %", "util max %", "memory used MiB", "GPU mem MiB", "GPU mem cap"} <= gpu
+    assert "SLO met" in gpu
+    both = rows((1, 2), Pattern.SEQUENTIAL, gpu=False) + rows((1, 2), Pattern.POISSON, gpu=False)
+    assert {"pattern", "dropped"} <= headings(page_of(report(both), tmp_path / "both"))
+
+
+def test_the_gpu_is_named_once(tmp_path: Path) -> None:
+    one = rows((1, 2), Pattern.SEQUENTIAL, gpu=True)
+    page = page_of(report(one), tmp_path / "one")
+    assert "<h2>GPU: NVIDIA H100 80GB HBM3</h2>" in page and "GPU" not in headings(page)
+    one[1]["gpu_name"] = "NVIDIA A100-SXM4-40GB"
+    page = page_of(report(one), tmp_path / "two")
+    assert "<h2>GPU</h2>" in page and "GPU" in headings(page)
+
+
+def verdict_of(page: str) -> str:
+    assert 'id="verdict"' in page, "no verdict"
+    section = page.split('id="verdict"', 1)[1].split("</section>", 1)[0]
+    return re.sub(r"<[^>]+>", " ", section)
+
+
+def test_the_verdict_comes_first_and_names_the_first_miss(tmp_path: Path) -> None:
+    rep = report(rows((1, 2, 4, 8, 16, 32), Pattern.SEQUENTIAL, gpu=True))
+    page = page_of(rep, tmp_path)
+    verdict = verdict_of(page)
+    assert page.index('id="verdict"') < page.index("<table")
+    verdict = verdict_of(page)
+    assert rep["recommendation"]["density"] == 8
+    assert "Recommended density: 8 replicas per GPU" in verdict
+    assert f"p99 \u2264 {SLO:g} ms" in verdict
+    (miss,) = [r for r in rep["rows"] if r["slo_met"] is False]
+    worst = max(miss["per_model"], key=lambda m: m["p99_ms"])
+    assert f"density {miss['density']}" in verdict
+    over = sig3((worst["p99_ms"] / SLO - 1) * 100)
+    assert f"{worst['name']}: p99 {sig3(worst['p99_ms'])} ms, {over}% over the SLO" in verdict
+    (best,) = [r for r in rep["rows"] if r["density"] == 8]
+    assert f"{sig3(best['qps'])} requests/s" in verdict
+
+
+def test_verdict_without_a_recommendation_or_an_slo(tmp_path: Path) -> None:
+    slow = report(rows((1, 2), Pattern.SEQUENTIAL, gpu=False, slo=2.0), slo=2.0)
+    verdict = verdict_of(page_of(slow, tmp_path / "slow"))
+    assert "Recommended density: none" in verdict and "density 1" in verdict
+    assert re.search(r"p99 [\d.]+ ms, [\d.]+ times the SLO", verdict)
+    cpu = verdict_of(page_of(report(rows((1, 2, 4), Pattern.SEQUENTIAL, gpu=False)), tmp_path))
+    assert "Recommended density: 2 replicas" in cpu and "per GPU" not in cpu  # no GPU measured
+    none = page_of(report(rows((1,), Pattern.SEQUENTIAL, gpu=False, slo=None), slo=None), tmp_path)
+    assert "none given" in none and "--slo-p99-ms" in none
+
+
+def test_print_stylesheet(tmp_path: Path) -> None:
+    page = page_of(report(rows((1, 2), Pattern.SEQUENTIAL, gpu=True)), tmp_path)
+    assert "@media print" in page, "no print stylesheet"
+    rules = page[page.index("@media print") :]
+    assert "break-inside: avoid" in rules and "table-header-group" in rules
+    assert "print-color-adjust: exact" in rules
+
+
+def test_figures_and_plots_the_page_does_not_know_are_still_shown() -> None:
+    rep = report(rows((1, 2), Pattern.SEQUENTIAL, gpu=False))
+    for r in rep["rows"]:
+        r["cpu_throttled_s"] = 1.25 * r["density"]
+    page = render_html(rep, {"new_plot.png": b"\x89PNG\r\n\x1a\n"}, ["a note"])
+    other = next(t for t in tables(page) if "cpu throttled s" in t["headings"])
+    assert [line[-1] for line in other["rows"]] == ["1.25", "2.50"]
+    assert "More plots" in page and 'alt="new plot"' in page and "<li>a note</li>" in page
