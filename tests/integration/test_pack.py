@@ -22,7 +22,10 @@ from tests.support.pack import PackRun, alive
 GPU_UUID = "GPU-0a1b2c3d-0000-0000-0000-000000000000"
 
 
-def _cgroups_now() -> set[str]:
+def _cgroups_now(pid: int | None = None) -> set[str]:
+    """The packers' cgroups on this host, or only those of packer ``pid`` (other packs may be
+    running on a shared machine: a test judges its own)."""
+    pattern = f"sharedserve-pack-{'*' if pid is None else pid}"
     found = set()
     for root in (
         Path("/sys/fs/cgroup/cpu"),
@@ -30,7 +33,7 @@ def _cgroups_now() -> set[str]:
         Path("/sys/fs/cgroup/unified"),
     ):
         if root.is_dir():
-            found |= {str(p) for p in root.glob("sharedserve-pack-*")}
+            found |= {str(p) for p in root.glob(pattern)}
     return found
 
 
@@ -125,7 +128,6 @@ def test_sigterm_leaves_no_process_cgroup_or_targets_file(
 def test_over_subscription_is_refused_before_anything_starts(
     models_dir: Path, tmp_path: Path, fake_gpus: Path
 ) -> None:
-    before = _cgroups_now()
     args = ["--replicas", "3", "--gpu-memory-fraction", "0.4", "--cpu-limit", "0.5"]
     run = PackRun(tmp_path, models_dir / "tiny", *args, "--fake-gpus", str(fake_gpus))
     assert run.process.wait(timeout=60) == 2
@@ -133,13 +135,12 @@ def test_over_subscription_is_refused_before_anything_starts(
     assert "exceeds GPU 0's 16384 MiB" in run.log()
     assert not (tmp_path / "logs").exists()  # no replica was started
     assert not run.targets_path.exists()
-    assert _cgroups_now() == before
+    assert _cgroups_now(run.process.pid) == set()
 
 
 def test_a_replica_that_cannot_start_stops_the_pack_with_its_reason(
     models_dir: Path, tmp_path: Path
 ) -> None:
-    before = _cgroups_now()
     # Accepted by the option parser, refused by the server itself at start-up.
     run = PackRun(
         tmp_path,
@@ -156,7 +157,7 @@ def test_a_replica_that_cannot_start_stops_the_pack_with_its_reason(
     log = run.log()
     assert "exited with code 2 while starting" in log
     assert "--max-body-bytes must be positive" in log
-    assert _cgroups_now() == before
+    assert _cgroups_now(run.process.pid) == set()
 
 
 def test_unknown_server_option_is_refused(models_dir: Path, tmp_path: Path) -> None:
