@@ -24,6 +24,7 @@ __all__ = [
     "GpuSettings",
     "GrpcSettings",
     "LoadPattern",
+    "PackEntry",
     "PackSettings",
     "RestSettings",
     "ServerSettings",
@@ -193,7 +194,15 @@ class BenchSettings:
     protocol: str = "rest"
     """``rest`` or ``grpc``."""
     duration_s: float = 30.0
-    """Seconds of the measured window per density."""
+    """Seconds of the measured window per density: the row's figures cover this long, split into
+    ``stability_windows`` windows of equal length."""
+    stability_windows: int = 3
+    """Windows of ``duration_s / stability_windows`` seconds each that must agree (within 10% on
+    QPS and P99) for a row to be stable; more windows of the same length are measured until the
+    last this many agree or ``max_duration_s`` is reached. 1 turns the check off."""
+    max_duration_s: float | None = None
+    """Most seconds measured per density while waiting for the windows to agree; a row still not
+    stable then is flagged unstable. None: three times ``duration_s``."""
     warmup_s: float = 5.0
     """Seconds of load before the window opens (not recorded)."""
     slo_p99_ms: float | None = None
@@ -209,6 +218,11 @@ class BenchSettings:
     command: tuple[str, ...] = ()
     """The command line, recorded in the report."""
 
+    @property
+    def max_measured_s(self) -> float:
+        """``max_duration_s`` with its default applied, in seconds."""
+        return 3 * self.duration_s if self.max_duration_s is None else self.max_duration_s
+
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work."""
         if (self.pack is None) == (self.targets_file is None):
@@ -218,7 +232,12 @@ class BenchSettings:
         if self.protocol not in ("rest", "grpc"):
             raise ConfigError(f"--protocol must be rest or grpc, got {self.protocol!r}")
         checks = [
-            ("--duration", self.duration_s > 0),
+            ("--duration", self.duration_s > 0 and math.isfinite(self.duration_s)),
+            ("--stability-windows", self.stability_windows >= 1),
+            (
+                "--max-duration (at least --duration)",
+                math.isfinite(self.max_measured_s) and self.max_measured_s >= self.duration_s,
+            ),
             ("--warmup", self.warmup_s >= 0),
             ("--concurrency", self.concurrency >= 1),
             ("--rate", self.rate > 0 and math.isfinite(self.rate)),
@@ -232,25 +251,65 @@ class BenchSettings:
             raise ConfigError(f"invalid value for {', '.join(bad)}")
 
 
+_NO_CAP = GpuCapRequest(None, None, CapSource.NONE)
+
+
 @dataclass(frozen=True)
-class PackSettings:
-    """``sharedserve pack``: N capped model servers on one host, supervised."""
+class PackEntry:
+    """One model of a pack: its replicas and what each of them gets (an entry of a pack spec)."""
 
     model_dir: Path
-    """Model base path handed to every replica's ``sharedserve serve --model``."""
-    replicas: int
-    """Number of server processes to run."""
-    model_name: str | None = None
-    """Model name in URLs; replicas are named ``NAME-0``, ``NAME-1``... [default: dir name]."""
+    """Model base path handed to each replica's ``sharedserve serve --model``."""
+    replicas: int = 1
+    """Number of server processes of this model."""
+    name: str | None = None
+    """Model name in URLs; replicas are ``NAME-0``, ``NAME-1``... [default: dir name]."""
     gpu: str | None = None
-    """GPU to pack onto, by NVML index or UUID (prefix); None: the lowest index."""
-    cap: GpuCapRequest = field(default_factory=lambda: GpuCapRequest(None, None, CapSource.NONE))
-    """GPU memory cap per replica; CapSource.NONE means an even split with context headroom."""
+    """GPU for every replica, by NVML index or UUID (prefix); None: placed by the pack's policy."""
+    cap: GpuCapRequest = _NO_CAP
+    """GPU memory cap per replica; CapSource.NONE: a share of what the explicit caps leave,
+    in proportion to the model's footprint."""
+    cpu_limit_cores: float | None = None
+    """CPU quota per replica in cores, enforced by a cgroup where one can be written."""
+    server_args: tuple[str, ...] = ()
+    """Extra ``sharedserve serve`` options for this entry's replicas (batching, body limit)."""
+    slo_p99_ms: float | None = None
+    """Latency objective of the model, P99 in milliseconds; for ``bench``. None: none given."""
+    weight: float = 1.0
+    """The model's relative share of traffic (split across its replicas); for ``bench``."""
+
+
+@dataclass(frozen=True)
+class PackSettings:
+    """``sharedserve pack``: capped model servers on one host, supervised.
+
+    The models are ``entries`` (a pack spec). Without entries, ``model_dir`` and the fields
+    after it up to ``server_args`` are the one-entry shorthand (what ``bench``'s density sweep
+    varies); ``pack_entries()`` gives the entries either way, and everything downstream reads
+    only that.
+    """
+
+    model_dir: Path | None = None
+    """One-entry shorthand: model base path handed to every replica's ``serve --model``."""
+    replicas: int = 1
+    """One-entry shorthand: number of server processes to run."""
+    model_name: str | None = None
+    """One-entry shorthand: model name in URLs; replicas are ``NAME-0``... [default: dir name]."""
+    gpu: str | None = None
+    """One-entry shorthand: GPU to pack onto, by NVML index or UUID (prefix); None: placed."""
+    cap: GpuCapRequest = _NO_CAP
+    """One-entry shorthand: GPU memory cap per replica; CapSource.NONE means an even split with
+    context headroom."""
+    entries: tuple[PackEntry, ...] = ()
+    """The models to run (a pack spec); empty: the one-entry shorthand above."""
+    placement_policy: str = "bundle"
+    """How replicas of entries without a ``gpu`` are placed on a host with several GPUs: the
+    allocator's ``bundle`` (fill a GPU before the next) or ``spread`` (least used first)."""
     context_reserve_mib: int = 512
     """GPU memory in MiB kept outside each replica's cap for its CUDA context and libraries
     (cuBLAS/cuDNN workspaces), which no framework allocator accounts for."""
     cpu_limit_cores: float | None = None
-    """CPU quota per replica in cores, enforced by a cgroup where one can be written."""
+    """One-entry shorthand: CPU quota per replica in cores (a cgroup each where possible)."""
     host: str = "127.0.0.1"
     """Address the replicas listen on and the targets file names."""
     base_port: int | None = None
@@ -260,7 +319,7 @@ class PackSettings:
     log_dir: Path | None = None
     """Directory for each replica's log (``NAME-i.log``); None: a new temporary directory."""
     server_args: tuple[str, ...] = ()
-    """Extra ``sharedserve serve`` options passed to every replica (batching, body limit)."""
+    """One-entry shorthand: extra ``sharedserve serve`` options for every replica."""
     fake_gpus: Path | None = None
     """Simulated GPU inventory (JSON) instead of NVML; reported as simulated."""
     environment: dict[str, str] = field(default_factory=dict)
@@ -273,20 +332,47 @@ class PackSettings:
     max_restarts: int = 5
     """Restarts in a row (without a stable minute between) after which a replica is given up."""
 
+    def pack_entries(self) -> tuple[PackEntry, ...]:
+        """The models to run: ``entries``, or the one entry the shorthand fields describe."""
+        if self.entries:
+            return self.entries
+        if self.model_dir is None:
+            raise ConfigError("nothing to pack: give a model (--model) or a spec (--spec)")
+        return (
+            PackEntry(
+                model_dir=self.model_dir,
+                replicas=self.replicas,
+                name=self.model_name,
+                gpu=self.gpu,
+                cap=self.cap,
+                cpu_limit_cores=self.cpu_limit_cores,
+                server_args=self.server_args,
+            ),
+        )
+
+    @property
+    def total_replicas(self) -> int:
+        return sum(e.replicas for e in self.pack_entries())
+
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work."""
-        if self.replicas < 1:
-            raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.entries and self.model_dir is not None:
+            raise ConfigError("give a model (--model) or a spec (--spec), not both")
+        for entry in self.pack_entries():
+            if entry.replicas < 1:
+                raise ConfigError(f"--replicas must be at least 1, got {entry.replicas}")
+            cores = entry.cpu_limit_cores
+            if cores is not None and not (math.isfinite(cores) and cores > 0):
+                raise ConfigError(f"--cpu-limit must be a positive number of cores, got {cores!r}")
+        if self.placement_policy not in ("bundle", "spread"):
+            raise ConfigError(f"--policy must be bundle or spread, got {self.placement_policy!r}")
         if self.context_reserve_mib < 0:
             raise ConfigError(f"--context-reserve-mib must be >= 0, got {self.context_reserve_mib}")
-        if self.base_port is not None and not 1 <= self.base_port <= 65535 - 2 * self.replicas:
+        ports = 2 * self.total_replicas
+        if self.base_port is not None and not 1 <= self.base_port <= 65535 - ports:
             raise ConfigError(
-                f"--base-port must leave room for {2 * self.replicas} ports below 65536, "
-                f"got {self.base_port}"
+                f"--base-port must leave room for {ports} ports below 65536, got {self.base_port}"
             )
-        cores = self.cpu_limit_cores
-        if cores is not None and not (math.isfinite(cores) and cores > 0):
-            raise ConfigError(f"--cpu-limit must be a positive number of cores, got {cores!r}")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         for what, value in (

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sharedserve.bench.summary import LOADGEN_CPU_LIMIT
+from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, throttle_notes
 
 __all__ = ["COLUMNS", "plain_table", "print_summary", "summary_cells"]
 
@@ -128,6 +128,16 @@ def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> No
             "not the servers, may have been the limit; such rows are never recommended",
             prose=True,
         )
+    for row in report.get("rows") or []:
+        if row.get("stable") is False:
+            _line(
+                console,
+                f"(!) density {row['density']} is unstable: its last windows never agreed within "
+                "10% on QPS and p99 before --max-duration; never recommended",
+                prose=True,
+            )
+    for note in throttle_notes(list(report.get("rows") or [])):
+        _line(console, f"note: {note}", prose=True)
     recommendation = report.get("recommendation") or {}
     density = recommendation.get("density")
     reason = recommendation.get("reason") or "no recommendation was made"

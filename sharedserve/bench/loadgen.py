@@ -6,12 +6,15 @@ result file the master writes.
 
 One run: the master (or a LocalRunner when no workers are asked for) hands the run spec to its
 workers, starts one Locust user class per target (``fixed_count`` users each: 1 for sequential
-and poisson, K for parallel), lets the warm-up pass, then opens the measured window on every
-process at once and closes it ``duration`` seconds later. Each process records every request
-that completes inside the window from Locust's request event into an HDR-style histogram
-(integer microseconds), and reports its histograms, counts and its own CPU use to the master,
-which merges them into the result. Locust's own statistics (rounded to ~2 significant digits)
-are not used.
+and poisson, K for parallel), lets the warm-up pass, then measures in windows of equal length
+(``duration / stability_windows`` seconds), every process closing one window and opening the
+next at once. Each process records every request that completes inside a window from Locust's
+request event into an HDR-style histogram (integer microseconds), and reports each window's
+histograms, counts and its own CPU use to the master, which merges them. The master stops once
+the last ``stability_windows`` windows agree (``sharedserve.bench.windows``) or ``max_duration``
+seconds were measured, and the result's figures are those of the last ``stability_windows``
+windows: ``duration`` seconds, as without windows. Locust's own statistics (rounded to ~2
+significant digits) are not used.
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.payload import random_inputs, rest_body, signature_inputs
+from sharedserve.bench.windows import (
+    COUNTS,
+    measurement_result,
+    merge_window,
+    window_figures,
+    windows_stable,
+)
 
 __all__ = ["main"]
 
@@ -44,6 +54,9 @@ log = logging.getLogger("sharedserve.bench.loadgen")
 
 _OURS = "sharedserve"  # marks request events this module fired (context key)
 _NETWORK_TIMEOUT_S = 60.0
+# An open-loop request sent later than this after its scheduled time counts as late: the load
+# generator, not the server, added that much to its latency (and to the offered load's shape).
+_LATE_S = 0.001
 
 
 class Recorder:
@@ -58,8 +71,7 @@ class Recorder:
 
     def open(self, names: list[str]) -> None:
         self.targets = {
-            n: {"requests": 0, "errors": 0, "dropped": 0, "histogram": LatencyHistogram()}
-            for n in names
+            n: {**dict.fromkeys(COUNTS, 0), "histogram": LatencyHistogram()} for n in names
         }
         self._t0, self._cpu0 = time.monotonic(), time.process_time()
         self.active = True
@@ -79,6 +91,12 @@ class Recorder:
             },
         }
 
+    def rotate(self, names: list[str]) -> dict[str, Any]:
+        """Close this window and open the next with no yield between: no request is lost."""
+        result = self.close()
+        self.open(names)
+        return result
+
     def on_request(
         self, name: str, response_time: float, exception: Any = None, context: Any = None, **_: Any
     ) -> None:
@@ -88,6 +106,8 @@ class Recorder:
         if target is None:
             return
         target["requests"] += 1
+        if context.get("late"):
+            target["late"] += 1
         if exception is not None:
             target["errors"] += 1
         else:
@@ -170,14 +190,22 @@ def _sender(target: dict[str, Any], spec: dict[str, Any], concurrency: int) -> _
         return None
 
 
-def _fire(user: User, name: str, started: float, error: Exception | None, length: int) -> None:
+def _fire(
+    user: User,
+    name: str,
+    started: float,
+    error: Exception | None,
+    length: int,
+    *,
+    late: bool = False,
+) -> None:
     user.environment.events.request.fire(
         request_type="predict",
         name=name,
         response_time=(time.perf_counter() - started) * 1000,
         response_length=length,
         exception=error,
-        context={_OURS: True},
+        context={_OURS: True, "late": late},
         response=None,
         url=None,
         start_time=time.time(),
@@ -235,8 +263,11 @@ class _Poisson(User):
             self.pool.spawn(self._one, sender, name, scheduled)
 
     def _one(self, sender: _Sender, name: str, scheduled: float) -> None:
+        # Late: the loop overslept or this greenlet waited for the CPU; the delay is in the
+        # latency (counted from the schedule), and the row says how often it happened.
+        late = time.perf_counter() - scheduled > _LATE_S
         error, length = sender.send()
-        _fire(self, name, scheduled, error, length)
+        _fire(self, name, scheduled, error, length, late=late)
 
 
 def user_classes(spec: dict[str, Any]) -> list[type[User]]:
@@ -259,58 +290,68 @@ def _attach(env: Environment) -> None:
     env.events.request.add_listener(RECORDER.on_request)
 
 
-def _window(runner: Runner, spec: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Warm up, then measure; returns the window's wall-clock bounds."""
+def _window_action(
+    runner: Runner, action: str, names: list[str], index: int, results: dict[int, list[Any]]
+) -> None:
+    """Open, rotate (close ``index - 1``, open ``index``) or close (``index``) on every process."""
+    if isinstance(runner, MasterRunner):
+        runner.send_message(_WINDOW, {"action": action, "names": names, "index": index})
+    elif action == "open":
+        RECORDER.open(names)
+    elif action == "rotate":
+        results.setdefault(index - 1, []).append(RECORDER.rotate(names))
+    else:
+        results.setdefault(index, []).append(RECORDER.close())
+
+
+def _parts(spec: dict[str, Any], results: dict[int, list[Any]], index: int) -> list[Any]:
+    """Every process's result of window ``index``, waiting up to a minute for the workers'."""
+    deadline = time.monotonic() + 60
+    while len(results.get(index, [])) < max(1, spec["expect_workers"]):
+        if time.monotonic() > deadline:
+            break
+        gevent.sleep(0.02)
+    return results.get(index, [])
+
+
+def _measure_windows(
+    runner: Runner, spec: dict[str, Any], results: dict[int, list[Any]]
+) -> list[Any]:
+    """Warm up, then measure window after window until the last ``stability_windows`` agree or
+    ``max_duration_s`` is measured; returns the windows measured, merged, with wall-clock bounds.
+    """
     gevent.sleep(spec["warmup_s"])
     names = [t["name"] for t in spec["targets"]]
-    start = time.time()
-    if isinstance(runner, MasterRunner):
-        runner.send_message(_WINDOW, {"action": "open", "names": names})
-    else:
-        RECORDER.open(names)
-    gevent.sleep(spec["duration_s"])
-    end = time.time()
-    if isinstance(runner, MasterRunner):
-        runner.send_message(_WINDOW, {"action": "close"})
-        deadline = time.monotonic() + 60
-        while len(results) < spec["expect_workers"] and time.monotonic() < deadline:
-            gevent.sleep(0.05)
-    else:
-        results.append(RECORDER.close())
-    return {"start": start, "end": end}
-
-
-def _merge(
-    spec: dict[str, Any], results: list[dict[str, Any]], window: dict[str, Any]
-) -> dict[str, Any]:
-    targets: dict[str, dict[str, Any]] = {}
-    for target in spec["targets"]:
-        merged = {"requests": 0, "errors": 0, "dropped": 0}
-        histogram = LatencyHistogram()
-        for result in results:
-            part = result["targets"].get(target["name"])
-            if part is None:
-                continue
-            for key in merged:
-                merged[key] += part[key]
-            histogram.merge(LatencyHistogram.from_dict(part["histogram"]))
-        targets[target["name"]] = {**merged, "histogram": histogram.to_dict()}
-    cpu = [r["cpu_util"] for r in results]
-    return {
-        "setup_errors": [e for r in results for e in r.get("setup_errors", [])],
-        "window": window,
-        "processes": len(results),
-        "workers_expected": spec["expect_workers"],
-        "loadgen_cpu_util": max(cpu) if cpu else None,
-        "targets": targets,
-    }
+    n = spec["stability_windows"]
+    length = spec["duration_s"] / n
+    most = max(n, int(spec["max_duration_s"] / length + 1e-6))
+    windows: list[dict[str, Any]] = []
+    began, start = time.monotonic(), time.time()
+    _window_action(runner, "open", names, 0, results)
+    for index in range(most):
+        # Boundaries from the first start, so windows keep their length whatever the waits cost.
+        gevent.sleep(max(0.0, began + (index + 1) * length - time.monotonic()))
+        end = time.time()
+        final = index + 1 == most
+        if final:
+            _window_action(runner, "close", names, index, results)
+        else:
+            _window_action(runner, "rotate", names, index + 1, results)
+        window = merge_window(spec["targets"], _parts(spec, results, index))
+        windows.append({**window, "start": start, "end": end})
+        start = end
+        if final or windows_stable([window_figures(w) for w in windows], n):
+            if not final:  # the window just opened is not needed: close it, unread
+                _window_action(runner, "close", names, index + 1, results)
+            break
+    return windows
 
 
 def run_master(spec: dict[str, Any], result_path: Path, bind_host: str, bind_port: int) -> int:
     classes = user_classes(spec)
     env = Environment(user_classes=classes, events=events)
     _attach(env)
-    results: list[dict[str, Any]] = []
+    results: dict[int, list[Any]] = {}
     workers = spec["expect_workers"]
     runner: Runner
     if workers == 0:
@@ -320,7 +361,9 @@ def run_master(spec: dict[str, Any], result_path: Path, bind_host: str, bind_por
         runner = master
         ready: set[str] = set()
         master.register_message(_READY, lambda msg, **_: ready.add(msg.node_id))
-        master.register_message(_RESULT, lambda msg, **_: results.append(msg.data))
+        master.register_message(
+            _RESULT, lambda msg, **_: results.setdefault(msg.data["index"], []).append(msg.data)
+        )
         deadline = time.monotonic() + spec["connect_timeout_s"]
         while master.worker_count < workers:
             if time.monotonic() > deadline:
@@ -337,13 +380,13 @@ def run_master(spec: dict[str, Any], result_path: Path, bind_host: str, bind_por
             gevent.sleep(0.05)
     users = sum(c.fixed_count for c in classes)
     runner.start(users, spawn_rate=max(1, users))
-    window = _window(runner, spec, results)
+    windows = _measure_windows(runner, spec, results)
     runner.quit()
-    result = _merge(spec, results, window)
+    result = measurement_result(spec, windows)
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(result_path)
-    return 0 if len(results) == max(1, workers) else 4
+    return 0 if result["processes"] == max(1, workers) else 4
 
 
 def run_worker(master_host: str, master_port: int) -> int:
@@ -358,10 +401,13 @@ def run_worker(master_host: str, master_port: int) -> int:
         runner.send_message(_READY, None)
 
     def on_window(msg: Any, **_: Any) -> None:
-        if msg.data["action"] == "open":
-            RECORDER.open(msg.data["names"])
+        action, names, index = msg.data["action"], msg.data["names"], msg.data["index"]
+        if action == "open":
+            RECORDER.open(names)
+        elif action == "rotate":  # closes window index - 1
+            runner.send_message(_RESULT, {"index": index - 1, **RECORDER.rotate(names)})
         else:
-            runner.send_message(_RESULT, RECORDER.close())
+            runner.send_message(_RESULT, {"index": index, **RECORDER.close()})
 
     runner.register_message(_SPEC, on_spec)
     runner.register_message(_WINDOW, on_window)

@@ -20,12 +20,12 @@ from typing import Any
 from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
 from sharedserve.bench.plots import GPU_KEYS, PLOT_NAMES, draw_plots
 from sharedserve.bench.report_html import render_html
-from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, PER_MODEL_KEYS, ROW_KEYS
+from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, PER_MODEL_KEYS, ROW_KEYS, throttle_notes
 from sharedserve.files import write_atomic
 
 __all__ = ["PER_MODEL_COLUMNS", "ROW_COLUMNS", "write_report"]
 
-ROW_COLUMNS = tuple(k for k in ROW_KEYS if k != "per_model")
+ROW_COLUMNS = tuple(k for k in ROW_KEYS if k not in ("per_model", "windows"))
 """First columns of ``report.csv``: the scalar fields of a row. Any other scalar key the rows
 carry follows, in the order first seen."""
 PER_MODEL_COLUMNS = ("density", "pattern", *PER_MODEL_KEYS)
@@ -38,11 +38,12 @@ _TABLE = [  # (row key, heading) of the Markdown / HTML results table
     ("scaling_efficiency", "scaling eff."), ("gpu_util_mean", "GPU util mean %"),
     ("gpu_util_max", "GPU util max %"), ("gpu_mem_used_mib", "GPU mem MiB"),
     ("cpu_util_mean", "server CPU cores"), ("loadgen_cpu_util", "loadgen CPU"),
-    ("slo_met", "SLO met"),
+    ("stable", "stable"), ("late_share", "late share"), ("slo_met", "SLO met"),
 ]  # fmt: skip
 _MODEL_HEADINGS = {  # per-model keys whose table heading is not the key itself
     "name": "model", "qps": "QPS", "p50_ms": "p50 ms", "p99_ms": "p99 ms",
     "gpu_mem_mib": "GPU mem MiB", "gpu_memory_fraction": "GPU mem cap",  # added by the sweep
+    "cpu_throttled_share": "CPU throttled share", "cpu_throttled_ms": "CPU throttled ms",
 }  # fmt: skip
 
 
@@ -149,6 +150,14 @@ def _notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         )
     elif any(r.get("loadgen_cpu_util") is not None for r in rows):
         notes.append(f"No row was limited by the load generator (all under {limit}).")
+    unstable = [f"density {r.get('density')} ({r.get('pattern')})" for r in rows
+                if r.get("stable") is False]  # fmt: skip
+    if unstable:
+        notes.append(
+            "Unstable rows (their last windows never agreed within 10% on QPS and p99 before "
+            f"--max-duration; never recommended): {', '.join(unstable)}."
+        )
+    notes += throttle_notes(rows)
     gpu = "GPU columns are null without a real GPU: simulated GPUs are never reported as measured."
     if rows and not any(r.get(k) is not None for r in rows for k in GPU_KEYS):
         gpu += " No real GPU was sampled in this report, so there is no GPU plot."
@@ -161,7 +170,8 @@ def _notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     if any(r.get("pattern") == "poisson" for r in rows):
         notes.append(
             "Poisson (open loop) latencies count from each request's scheduled send time; "
-            "requests dropped because too many were in flight count as failures for the SLO."
+            "requests dropped because too many were in flight count as failures for the SLO; "
+            "late share is the share of requests sent more than 1 ms after their scheduled time."
         )
     return notes
 

@@ -43,7 +43,8 @@ class _Col:
 
 _LATENCY = (
     _Col("p50_ms", "p50"), _Col("p90_ms", "p90"), _Col("p99_ms", "p99"),
-    _Col("p999_ms", "p99.9"), _Col("max_ms", "max"), _Col("slo_met", "SLO met", "yesno"),
+    _Col("p999_ms", "p99.9"), _Col("max_ms", "max"), _Col("late_share", "sent late", "pct"),
+    _Col("stable", "stable", "yesno"), _Col("slo_met", "SLO met", "yesno"),
 )  # fmt: skip
 _THROUGHPUT = (
     _Col("requests", "requests"), _Col("errors", "errors"), _Col("dropped", "dropped"),
@@ -69,6 +70,8 @@ _MODEL = (
 _MODEL_EXTRA = {  # per-model keys the sweep adds
     "gpu_mem_mib": _Col("gpu_mem_mib", "GPU mem MiB"),
     "gpu_memory_fraction": _Col("gpu_memory_fraction", "GPU mem cap", "pct"),
+    "cpu_throttled_share": _Col("cpu_throttled_share", "CPU throttled", "pct"),
+    "cpu_throttled_ms": _Col("cpu_throttled_ms", "throttled ms"),
 }
 
 

@@ -2,8 +2,9 @@
 
 A background thread samples every ``interval_s`` (wall-clock timestamps, the clock the load
 generator stamps its window with): GPU utilisation and memory used on the packed GPU, each
-replica's GPU memory, and each replica's CPU time from ``/proc/PID/stat``. Only a real GPU
-(NVML) gives GPU figures; without one, or with simulated GPUs, every GPU field stays None.
+replica's GPU memory, each replica's CPU time from ``/proc/PID/stat``, and the throttling
+counters (``cpu.stat``) of each replica's CPU cgroup where it has one. Only a real GPU (NVML)
+gives GPU figures; without one, or with simulated GPUs, every GPU field stays None.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pathlib import Path
 from sharedserve.bench.summary import Samples
 from sharedserve.errors import GpuError
 from sharedserve.gpu.backend import GpuBackend
+from sharedserve.limits.cpu import CpuThrottling, read_cpu_throttling
 
-__all__ = ["Sample", "Sampler", "process_cpu_seconds", "summarize"]
+__all__ = ["Sample", "Sampler", "cpu_throttling", "process_cpu_seconds", "summarize"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ class Sample:
     gpu_mem_used_mib: float | None
     process_gpu_mib: dict[int, int | None] = field(default_factory=dict)
     process_cpu_s: dict[int, float | None] = field(default_factory=dict)
+    cgroup_cpu: dict[str, CpuThrottling | None] = field(default_factory=dict)
+    """Throttling counters of each replica's CPU cgroup, by replica name."""
 
 
 def summarize(samples: list[Sample], start: float, end: float) -> Samples:
@@ -71,6 +75,26 @@ def summarize(samples: list[Sample], start: float, end: float) -> Samples:
     )
 
 
+def cpu_throttling(
+    samples: list[Sample], start: float, end: float
+) -> dict[str, tuple[float, float]]:
+    """Each replica's (share of CFS periods throttled, ms throttled) over [start, end], from the
+    first and last readings inside it; replicas without two readings are left out."""
+    readings: dict[str, list[CpuThrottling]] = {}
+    for sample in samples:
+        if start <= sample.at <= end:
+            for name, stat in sample.cgroup_cpu.items():
+                if stat is not None:
+                    readings.setdefault(name, []).append(stat)
+    out = {}
+    for name, stats in readings.items():
+        if len(stats) >= 2:
+            delta = stats[-1].since(stats[0])
+            share = delta.throttled_periods / delta.periods if delta.periods > 0 else 0.0
+            out[name] = (share, delta.throttled_us / 1000.0)
+    return out
+
+
 def process_gpu_peak(samples: list[Sample], start: float, end: float) -> dict[int, int | None]:
     """Each process's highest GPU memory in the window, in MiB (None where never reported)."""
     peak: dict[int, int | None] = {}
@@ -93,11 +117,13 @@ class Sampler:
         gpu_uuid: str | None,
         pids: list[int],
         interval_s: float = 0.5,
+        cgroups: dict[str, str] | None = None,
     ) -> None:
         # A simulated GPU has no utilisation or memory to sample: never invent figures.
         self._backend = backend if backend is not None and not backend.simulated else None
         self._gpu = gpu_uuid
         self._pids = list(pids)
+        self._cgroups = {name: Path(path) for name, path in (cgroups or {}).items()}
         self._interval = interval_s
         self.samples: list[Sample] = []
         self._stop = threading.Event()
@@ -137,6 +163,7 @@ class Sampler:
             pids = self._pids
             util, used, per_process = self._gpu_figures(pids)
             cpu = {p: process_cpu_seconds(p) for p in pids}
-            self.samples.append(Sample(time.time(), util, used, per_process, cpu))
+            throttling = {n: read_cpu_throttling(d) for n, d in self._cgroups.items()}
+            self.samples.append(Sample(time.time(), util, used, per_process, cpu, throttling))
             if self._stop.wait(self._interval):
                 return

@@ -15,24 +15,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.windows import STABILITY_TOLERANCE
 from sharedserve.config import LoadPattern
 
 __all__ = [
     "LOADGEN_CPU_LIMIT",
     "PER_MODEL_KEYS",
     "ROW_KEYS",
+    "TAIL_RATIO_NOTE",
+    "THROTTLED_SHARE_NOTE",
     "Pattern",
     "Samples",
     "TargetResult",
     "build_row",
     "finalize_rows",
     "recommend",
+    "throttle_notes",
 ]
 
 #: Above this share of one core the load generator (one Locust process is single-threaded) is
 #: likely the bottleneck, and the latencies measure it as much as the servers. Locust itself
 #: warns at 90%; we stop trusting a row a little earlier.
 LOADGEN_CPU_LIMIT = 0.8
+
+#: A replica throttled by its CPU quota in at least this share of the CFS periods it ran in...
+THROTTLED_SHARE_NOTE = 0.2
+#: ...whose P99 is at least this many times its P50 has a tail its quota sets: the server's
+#: threads stall until the next period (100 ms by default) whatever its neighbours do.
+TAIL_RATIO_NOTE = 3.0
 
 ROW_KEYS = (
     "density",
@@ -56,12 +66,24 @@ ROW_KEYS = (
     "cpu_util_mean",
     "loadgen_cpu_util",
     "unreliable",
+    "stable",
+    "late_share",
     "slo_met",
+    "windows",
     "per_model",
 )
 """Every key of a row, in the order reports show them."""
 
-PER_MODEL_KEYS = ("name", "requests", "errors", "qps", "p50_ms", "p99_ms")
+PER_MODEL_KEYS = (
+    "name",
+    "requests",
+    "errors",
+    "qps",
+    "p50_ms",
+    "p99_ms",
+    "cpu_throttled_share",
+    "cpu_throttled_ms",
+)
 """Every key of an entry of a row's ``per_model`` list."""
 
 
@@ -83,6 +105,13 @@ class TargetResult:
     """Requests never sent because too many were already in flight (open loop only)."""
     histogram: LatencyHistogram
     """Latencies of the successful requests, in microseconds."""
+    late: int = 0
+    """Of ``requests``, those an open loop sent more than 1 ms after their scheduled time."""
+    cpu_throttled_share: float | None = None
+    """Share (0-1) of the CFS periods in the window in which the replica's CPU quota ran out
+    (``cpu.stat``); None without a cgroup to read."""
+    cpu_throttled_ms: float | None = None
+    """Time the replica's tasks spent throttled in the window, in ms; None without a cgroup."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.errors <= self.requests or self.dropped < 0:
@@ -165,6 +194,8 @@ def build_row(
     slo_p99_ms: float | None,
     max_error_rate: float = 0.001,
     gpu_name: str | None = None,
+    stable: bool | None = None,
+    windows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One report row for a run of ``density`` models under ``pattern``.
 
@@ -175,6 +206,11 @@ def build_row(
     (errors and dropped requests, over completed plus dropped) are under ``max_error_rate``.
     ``scaling_efficiency`` is None until ``finalize_rows`` fills it. ``gpu_name`` is the name of
     the real GPU the models ran on, whose figures the GPU columns are; None without one.
+    ``stable`` is whether the measurement's last windows agreed (``bench.windows``), None when
+    not judged; ``windows`` is every window's ``{"duration_s", "qps", "p99_ms"}``, the last
+    ``--stability-windows`` of them the ones judged and whose figures the row has.
+    ``late_share`` (open loop only, else None) is the share of completed requests sent more
+    than 1 ms after their scheduled time.
     """
     if density < 1 or window_s <= 0 or not targets:
         raise ValueError(
@@ -194,6 +230,8 @@ def build_row(
                 "qps": round(t.requests / window_s, 3),
                 "p50_ms": lat["p50_ms"],
                 "p99_ms": lat["p99_ms"],
+                "cpu_throttled_share": _r3(t.cpu_throttled_share),
+                "cpu_throttled_ms": _r3(t.cpu_throttled_ms),
             }
         )
     slo_met = None
@@ -222,7 +260,14 @@ def build_row(
         "cpu_util_mean": _r3(samples.cpu_util_mean),
         "loadgen_cpu_util": _r3(loadgen_cpu_util),
         "unreliable": loadgen_cpu_util is not None and loadgen_cpu_util > LOADGEN_CPU_LIMIT,
+        "stable": stable,
+        "late_share": (
+            round(sum(t.late for t in targets) / requests, 6)
+            if Pattern(pattern) is Pattern.POISSON and requests
+            else None
+        ),
         "slo_met": slo_met,
+        "windows": list(windows or []),
         "per_model": per_model,
     }
     return {key: row[key] for key in ROW_KEYS}
@@ -277,9 +322,10 @@ def recommend(
 ) -> dict[str, Any]:
     """The density to run: ``{"density": int | None, "reason": str}``.
 
-    The largest density whose every row (one per pattern measured) has ``slo_met`` True and is
-    not ``unreliable``. The reason says what the SLO was, which density above it missed and why,
-    and which rows were set aside because the load generator was CPU-bound.
+    The largest density whose every row (one per pattern measured) has ``slo_met`` True, is
+    not ``unreliable`` and not unstable (``stable`` False; None, not judged, passes). The reason
+    says what the SLO was, which density above it missed and why, and which rows were set aside
+    because the load generator was CPU-bound or their windows never agreed.
     """
     if slo_p99_ms is None:
         return {"density": None, "reason": "no SLO given (--slo-p99-ms)"}
@@ -288,10 +334,12 @@ def recommend(
     slo = f"p99 <= {slo_p99_ms:g} ms with < {_pct(max_error_rate)} errors"
     ordered = sorted(rows, key=lambda r: (r["density"], r["pattern"]))
     unreliable = [r for r in ordered if r.get("unreliable")]
+    unstable = [r for r in ordered if r.get("stable") is False]
     failed = [r for r in ordered if r.get("slo_met") is not True]
     good = sorted(
         {r["density"] for r in ordered}
         - {r["density"] for r in unreliable}
+        - {r["density"] for r in unstable}
         - {r["density"] for r in failed}
     )
     best = good[-1] if good else None
@@ -324,4 +372,33 @@ def recommend(
                 f"(over {_pct(LOADGEN_CPU_LIMIT)}), so it, not the servers, may have been the "
                 "bottleneck"
             )
+    for row in unstable:
+        if best is None or row["density"] > best:
+            judged = len(row.get("windows") or [])
+            notes.append(
+                f"{_label(rows, row)} is not recommended: unstable, its last windows never agreed "
+                f"within {_pct(STABILITY_TOLERANCE)} on QPS and p99 ({judged} windows measured); "
+                "a longer --max-duration or --duration may let it settle"
+            )
     return {"density": best, "reason": "; ".join([reason, *notes])}
+
+
+def throttle_notes(rows: list[dict[str, Any]], most: int = 5) -> list[str]:
+    """Models whose P99 their own CPU quota sets: throttled in at least ``THROTTLED_SHARE_NOTE``
+    of their CFS periods with a P99 at least ``TAIL_RATIO_NOTE`` times their P50. At most
+    ``most`` notes, then how many more."""
+    notes = []
+    for row in rows:
+        for m in row.get("per_model") or []:
+            share, p50, p99 = m.get("cpu_throttled_share"), m.get("p50_ms"), m.get("p99_ms")
+            if share is None or p50 is None or p99 is None or p50 <= 0:
+                continue
+            if share >= THROTTLED_SHARE_NOTE and p99 >= TAIL_RATIO_NOTE * p50:
+                notes.append(
+                    f"{_label(rows, row)}, model {m['name']}: p99 {p99:.3g} ms (p50 {p50:.3g} ms) "
+                    f"with its CPU quota throttling {share * 100:.0f}% of periods: the quota, not "
+                    "its neighbours, sets the tail; try a larger --cpu-limit"
+                )
+    if len(notes) > most:
+        notes = [*notes[:most], f"and {len(notes) - most} more models throttled likewise"]
+    return notes

@@ -31,7 +31,7 @@ from sharedserve.bench.environment import describe_environment
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.limits import group_limits, read_limits, replica_limits
 from sharedserve.bench.report import write_report
-from sharedserve.bench.sampler import Sampler, process_gpu_peak, summarize
+from sharedserve.bench.sampler import Sampler, cpu_throttling, process_gpu_peak, summarize
 from sharedserve.bench.summary import TargetResult, build_row, finalize_rows, recommend
 from sharedserve.config import BenchSettings, LoadPattern
 from sharedserve.errors import GpuError, SharedServeError
@@ -81,6 +81,8 @@ def _spec(settings: BenchSettings, targets: list[Target], workers: int) -> dict[
         "protocol": settings.protocol,
         "warmup_s": settings.warmup_s,
         "duration_s": settings.duration_s,
+        "stability_windows": settings.stability_windows,
+        "max_duration_s": settings.max_measured_s,
         "expect_workers": workers,
         "connect_timeout_s": 120.0,
         "seed": settings.seed,
@@ -203,12 +205,18 @@ def _gpu_names(backend: GpuBackend | None) -> dict[str, str]:
         return {}
 
 
+def _cgroups(targets: list[Target]) -> dict[str, str]:
+    """Each replica's CPU cgroup, by name, where it has one (pack with a quota; a targets file
+    from such a pack names them too, a Kubernetes one does not)."""
+    return {t.name: t.cgroup for t in targets if t.cgroup is not None}
+
+
 def _measure(
     run: _Run, targets: list[Target], tag: str, pack: Pack | None, sampler: Sampler
 ) -> dict[str, Any]:
     settings = run.settings
     loadgen = _Loadgen(settings, targets, tag)
-    deadline = time.monotonic() + settings.warmup_s + settings.duration_s + 300
+    deadline = time.monotonic() + settings.warmup_s + settings.max_measured_s + 300
     sampler.start()
     try:
         while loadgen.master.poll() is None:
@@ -225,6 +233,7 @@ def _measure(
     run.check()  # a load generator stopped by the same signal is no failure to report
     result = loadgen.result()
     window = result["window"]
+    throttling = cpu_throttling(samples, window["start"], window["end"])
     per_target = [
         TargetResult(
             name=name,
@@ -232,6 +241,9 @@ def _measure(
             errors=part["errors"],
             dropped=part["dropped"],
             histogram=LatencyHistogram.from_dict(part["histogram"]),
+            late=part["late"],
+            cpu_throttled_share=throttling[name][0] if name in throttling else None,
+            cpu_throttled_ms=throttling[name][1] if name in throttling else None,
         )
         for name, part in result["targets"].items()
     ]
@@ -244,6 +256,8 @@ def _measure(
         loadgen_cpu_util=result["loadgen_cpu_util"],
         slo_p99_ms=settings.slo_p99_ms,
         gpu_name=run.gpu_names.get(next((t.gpu for t in targets if t.gpu), "")),
+        stable=result["stable"],
+        windows=result["windows"],
     )
     peaks = process_gpu_peak(samples, window["start"], window["end"])
     pids = {t.name: t.pid for t in (pack.targets() if pack else targets)}
@@ -272,6 +286,8 @@ def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, 
             else None,
             "rate": settings.rate if settings.pattern is LoadPattern.POISSON else None,
             "duration_s": settings.duration_s,
+            "stability_windows": settings.stability_windows,
+            "max_duration_s": settings.max_measured_s,
             "warmup_s": settings.warmup_s,
             "densities": list(settings.densities),
             "targets_file": None if settings.targets_file is None else str(settings.targets_file),
@@ -307,7 +323,7 @@ def run_bench(
             gpu = next((t.gpu for t in targets if t.gpu), None)
             pids = [t.pid for t in targets if t.pid is not None]
             run.record_limits(targets)
-            sampler = Sampler(backend, gpu, pids)
+            sampler = Sampler(backend, gpu, pids, cgroups=_cgroups(targets))
             run.rows.append(_measure(run, targets, f"targets-{len(targets)}", None, sampler))
             on_row(run.rows[-1])
         else:
@@ -329,7 +345,8 @@ def run_bench(
                         raise BenchInterrupted(e.message) from e
                     run.record_limits(targets)
                     gpu = targets[0].gpu
-                    sampler = Sampler(backend, gpu, [t.pid for t in targets if t.pid is not None])
+                    pids = [t.pid for t in targets if t.pid is not None]
+                    sampler = Sampler(backend, gpu, pids, cgroups=_cgroups(targets))
                     run.rows.append(_measure(run, targets, f"density-{density}", pack, sampler))
                 finally:
                     pack.stop()

@@ -65,7 +65,29 @@ def bench(
         int,
         typer.Option(help="Poisson: requests in flight per model past which new ones are dropped."),
     ] = 100,
-    duration: Annotated[float, typer.Option(help="Seconds measured per density.")] = 30.0,
+    duration: Annotated[
+        float,
+        typer.Option(
+            help="Seconds measured per density: the row's figures cover this long, measured in "
+            "--stability-windows windows of equal length."
+        ),
+    ] = 30.0,
+    stability_windows: Annotated[
+        int,
+        typer.Option(
+            help="Windows (each --duration / N seconds) whose QPS and p99 must each be within "
+            "10% of their mean for a row to be stable. Until the last N agree, more windows of "
+            "the same length are measured, up to --max-duration; a row still not stable is "
+            "flagged unstable and never recommended. 1 turns the check off."
+        ),
+    ] = 3,
+    max_duration: Annotated[
+        float | None,
+        typer.Option(
+            help="Most seconds measured per density while waiting for the windows to agree.",
+            show_default="3 x --duration",
+        ),
+    ] = None,
     warmup: Annotated[float, typer.Option(help="Seconds of load before measuring.")] = 5.0,
     slo_p99_ms: Annotated[
         float | None,
@@ -160,6 +182,8 @@ def bench(
         max_in_flight=max_in_flight,
         protocol=protocol,
         duration_s=duration,
+        stability_windows=stability_windows,
+        max_duration_s=max_duration,
         warmup_s=warmup,
         slo_p99_ms=slo_p99_ms,
         loadgen_workers=loadgen_workers,

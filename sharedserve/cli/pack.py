@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from sharedserve.cli._app import app
-from sharedserve.config import PackSettings
+from sharedserve.config import PackEntry, PackSettings
 from sharedserve.contract import CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES
 from sharedserve.errors import ConfigError
 
@@ -68,8 +69,28 @@ def replica_environment() -> dict[str, str]:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def pack(
     ctx: typer.Context,
-    model: Annotated[Path, typer.Option(help="Model base path, as for `serve --model`.")],
-    replicas: Annotated[int, typer.Option(help="Number of model servers to run.")],
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Model base path, as for `serve --model`.", show_default="none: --spec"),
+    ] = None,
+    replicas: Annotated[
+        int | None,
+        typer.Option(help="Number of model servers to run.", show_default="1"),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="Pack spec (YAML or JSON): a mix of models, instead of --model.",
+            show_default="none",
+        ),
+    ] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Placement of replicas without a `gpu` on a host with several GPUs: bundle "
+            "(fill a GPU first) or spread (least used GPU first), as the allocator's."
+        ),
+    ] = "bundle",
     name: Annotated[
         str | None,
         typer.Option(
@@ -139,7 +160,8 @@ def pack(
         typer.Option(help="Live table of replicas.", show_default="when stdout is a terminal"),
     ] = None,
 ) -> None:
-    """Run N capped `sharedserve serve` replicas of one model on this host and keep them up.
+    """Run N capped `sharedserve serve` replicas of one model (or a mix, --spec) on this host and
+    keep them up.
 
     Each replica gets the env contract the allocator would give it on Kubernetes (its GPU's
     UUID, SHAREDSERVE_GPU_MEMORY_FRACTION and _MIB) and, with --cpu-limit, its own CPU cgroup
@@ -159,24 +181,59 @@ def pack(
 
     Options after the known ones are passed to every `serve`, e.g. --enable-batching
     --max-batch-size 8.
+
+    --spec FILE runs a mix: a `models:` list of entries (model, name, replicas, gpu,
+    gpu_memory_mib or gpu_memory_fraction, cpu_limit, serve_args, slo_p99_ms, weight; a key at
+    the top level is every entry's default). Entries without a cap share what their GPU has left
+    in proportion to their model's size on disk; entries without a gpu are placed by --policy.
     """
     from sharedserve.limits.gpu import parse_cap_request
     from sharedserve.pack.run import run_pack
+    from sharedserve.pack.spec import load_spec
 
-    cap = parse_cap_request(gpu_memory_fraction, gpu_memory_mib, None, None)
+    extra = check_server_args(list(ctx.args))
+    if spec is not None:
+        given = {
+            "--model": model,
+            "--replicas": replicas,
+            "--name": name,
+            "--gpu": gpu,
+            "--gpu-memory-fraction": gpu_memory_fraction,
+            "--gpu-memory-mib": gpu_memory_mib,
+            "--cpu-limit": cpu_limit,
+        }
+        clash = [flag for flag, value in given.items() if value is not None]
+        if clash:
+            raise ConfigError(
+                f"--spec with {', '.join(clash)}: set these in the spec (per entry, or at its "
+                "top level for every entry)"
+            )
+        entries = tuple(
+            replace(e, server_args=(*extra, *check_server_args(list(e.server_args))))
+            for e in load_spec(spec).entries
+        )
+    elif model is None:
+        raise ConfigError("give --model (with --replicas) or --spec")
+    else:
+        entries = (
+            PackEntry(
+                model_dir=model,
+                replicas=1 if replicas is None else replicas,
+                name=name,
+                gpu=gpu,
+                cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib, None, None),
+                cpu_limit_cores=cpu_limit,
+                server_args=extra,
+            ),
+        )
     settings = PackSettings(
-        model_dir=model,
-        replicas=replicas,
-        model_name=name,
-        gpu=gpu,
-        cap=cap,
+        entries=entries,
+        placement_policy=policy,
         context_reserve_mib=context_reserve_mib,
-        cpu_limit_cores=cpu_limit,
         host=host,
         base_port=base_port,
         targets_out=targets_out,
         log_dir=log_dir,
-        server_args=check_server_args(list(ctx.args)),
         fake_gpus=fake_gpus,
         environment=replica_environment(),
         start_timeout_s=start_timeout,

@@ -12,7 +12,9 @@ to the mount point is read and the smallest wins. Paths in ``/proc/self/cgroup``
 the cgroup namespace; ``/proc/self/mountinfo`` says which part of the tree each mount shows.
 
 The writers exist for the local packer, which plays the allocator's part without Kubernetes and
-gives each model server its own quota the way a kubelet would.
+gives each model server its own quota the way a kubelet would. The bench reads back what the
+quota did (``cpu.stat``: how many CFS periods throttled the cgroup), to tell a tail set by the
+quota from one set by neighbours.
 """
 
 from __future__ import annotations
@@ -107,6 +109,61 @@ def parse_cfs_quota(quota_text: str, period_text: str) -> float | None:
     if quota < 0:
         return None
     return _cores(quota, int(period_text.strip()))
+
+
+@dataclass(frozen=True)
+class CpuThrottling:
+    """A cgroup's CFS throttling counters (``cpu.stat``), cumulative since it was made."""
+
+    periods: int
+    """CFS enforcement periods in which the cgroup had runnable tasks (``nr_periods``)."""
+    throttled_periods: int
+    """Of ``periods``, those in which the quota ran out (``nr_throttled``)."""
+    throttled_us: int
+    """Time its tasks spent throttled, in microseconds (v2 ``throttled_usec``; v1
+    ``throttled_time`` in nanoseconds, converted)."""
+
+    def since(self, earlier: CpuThrottling) -> CpuThrottling:
+        """The counts between ``earlier`` and this reading."""
+        return CpuThrottling(
+            self.periods - earlier.periods,
+            self.throttled_periods - earlier.throttled_periods,
+            self.throttled_us - earlier.throttled_us,
+        )
+
+
+def parse_cpu_stat(text: str) -> CpuThrottling:
+    """Parse ``cpu.stat``: v2 (``throttled_usec``) or v1 (``throttled_time``, nanoseconds).
+
+    ValueError when the throttling counters are missing: a v2 cgroup without the cpu controller
+    enabled has only the ``usage_usec`` lines, and no quota to throttle it either.
+    """
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].isdigit():
+            values[fields[0]] = int(fields[1])
+    if "throttled_usec" in values:
+        throttled_us = values["throttled_usec"]
+    elif "throttled_time" in values:
+        throttled_us = values["throttled_time"] // 1000
+    else:
+        raise ValueError(f"no throttling counters in cpu.stat: {text[:200]!r}")
+    if "nr_periods" not in values or "nr_throttled" not in values:
+        raise ValueError(f"no nr_periods / nr_throttled in cpu.stat: {text[:200]!r}")
+    return CpuThrottling(values["nr_periods"], values["nr_throttled"], throttled_us)
+
+
+def read_cpu_throttling(cgroup_dir: Path) -> CpuThrottling | None:
+    """The throttling counters of the cgroup at ``cgroup_dir``; None when it has none to read
+    (gone, unreadable, or no cpu controller there)."""
+    text = _read(cgroup_dir / "cpu.stat")
+    if text is None:
+        return None
+    try:
+        return parse_cpu_stat(text)
+    except ValueError:
+        return None
 
 
 def parse_proc_cgroup(text: str) -> ProcCgroup:

@@ -31,11 +31,11 @@ class View(Protocol):
     def refresh(self) -> None: ...
 
 
-def _share_text(share: GpuShare, simulated: bool) -> str:
+def _share_text(share: GpuShare, simulated: bool, how: str = "even split") -> str:
     if share.gpu is None:
         cap = "none" if share.fraction is None and share.mib is None else "recorded, NOT enforced"
         return f"no GPU on this host; GPU memory cap {cap}"
-    how = "even split" if share.default_split else "as requested"
+    how = how if share.default_split else "as requested"
     kind = "SIMULATED " if simulated else ""
     return (
         f"{kind}GPU {share.gpu.index} {share.gpu.name} ({share.gpu.uuid}, {share.gpu.memory_mib} "
@@ -43,42 +43,65 @@ def _share_text(share: GpuShare, simulated: bool) -> str:
     )
 
 
+def _cpu_text(cpu: float | None, enforced: bool, note: str | None) -> str:
+    if cpu is None:
+        return "CPU: no limit"
+    if enforced:
+        return f"CPU: {cpu:g} cores per replica, enforced by a cgroup quota each"
+    return f"CPU: {cpu:g} cores per replica NOT enforced ({note}); servers size their threads to it"
+
+
 def describe_plan(pack: Pack) -> list[str]:
     """Lines that say what the pack run set up, printed once every replica is up."""
     plan = pack.plan
     assert plan is not None
-    share = _share_text(plan.share, plan.simulated_gpus)
-    lines = [f"{len(plan.specs)} replicas of {plan.specs[0].model}; {share}"]
-    cpu = pack.settings.cpu_limit_cores
-    if cpu is None:
-        lines.append("CPU: no limit")
-    elif plan.cpu_quota_enforced:
-        lines.append(f"CPU: {cpu:g} cores per replica, enforced by a cgroup quota each")
+    models = list(dict.fromkeys(spec.model for spec in plan.specs))
+    lines: list[str] = []
+    if len(models) == 1:
+        text = _share_text(plan.share, plan.simulated_gpus)
+        lines.append(f"{len(plan.specs)} replicas of {plan.specs[0].model}; {text}")
+        entry = plan.entries[0]
+        lines.append(_cpu_text(entry.cpu_limit_cores, plan.cpu_quota_enforced, plan.cpu_quota_note))
     else:
-        lines.append(
-            f"CPU: {cpu:g} cores per replica NOT enforced ({plan.cpu_quota_note}); "
-            "servers size their threads to it"
-        )
+        lines.append(f"{len(plan.specs)} replicas of {len(models)} models:")
+        for model in models:
+            rows = [i for i, spec in enumerate(plan.specs) if spec.model == model]
+            entry = plan.entries[rows[0]]
+            slo = "" if entry.slo_p99_ms is None else f", P99 objective {entry.slo_p99_ms:g} ms"
+            lines.append(f"  {model}: {len(rows)} replicas, weight {entry.weight:g}{slo}")
+            shares = list(dict.fromkeys(plan.shares[i] for i in rows))
+            for share in sorted(shares, key=lambda s: -1 if s.gpu is None else s.gpu.index):
+                on = len([i for i in rows if plan.shares[i] == share])
+                where = _share_text(share, plan.simulated_gpus, "split by footprint")
+                lines.append(f"    {on} on {where}")
+            cpu = _cpu_text(entry.cpu_limit_cores, plan.cpu_quota_enforced, plan.cpu_quota_note)
+            lines.append(f"    {cpu}")
     lines.append(f"targets file: {plan.targets_path}")
     lines.append(f"replica logs: {plan.log_dir}")
     return lines
 
 
 def replica_table(replicas: list[Replica]) -> Table:
+    """One row per replica, grouped by model (a section each), in spec order."""
     table = Table(title="sharedserve pack (Ctrl-C stops every replica)")
-    for column in ("replica", "pid", "REST", "gRPC", "state", "restarts", "last exit"):
+    for column in ("model", "replica", "pid", "REST", "gRPC", "state", "restarts", "last exit"):
         table.add_column(column)
-    for r in replicas:
-        style = _STATE_STYLE[r.state]
-        table.add_row(
-            r.spec.name,
-            str(r.pid or "-"),
-            r.spec.rest_url,
-            r.spec.grpc_address,
-            f"[{style}]{r.state.value}[/{style}]",
-            str(r.restarts),
-            "-" if r.last_exit is None else str(r.last_exit),
-        )
+    models = list(dict.fromkeys(r.spec.model for r in replicas))
+    for m, model in enumerate(models):
+        group = [r for r in replicas if r.spec.model == model]
+        for k, r in enumerate(group):
+            style = _STATE_STYLE[r.state]
+            table.add_row(
+                model if k == 0 else "",
+                r.spec.name,
+                str(r.pid or "-"),
+                r.spec.rest_url,
+                r.spec.grpc_address,
+                f"[{style}]{r.state.value}[/{style}]",
+                str(r.restarts),
+                "-" if r.last_exit is None else str(r.last_exit),
+                end_section=k == len(group) - 1 and m < len(models) - 1,
+            )
     return table
 
 

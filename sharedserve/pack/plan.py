@@ -1,4 +1,4 @@
-"""How N replicas share one GPU: which GPU, what cap each gets, and whether they fit. Pure.
+"""How replicas share GPUs: which GPU each goes on, what cap each gets, whether they fit. Pure.
 
 Every replica is a separate process, and each process pays for its own CUDA context (and the
 cuBLAS/cuDNN handles and workspaces the framework creates) *outside* the framework allocator that
@@ -12,18 +12,40 @@ outside the caps:
     cap per replica = floor((GPU memory - N x reserve) / N)
 
 and a requested cap is refused when ``N x (cap + reserve)`` exceeds the GPU's memory.
+
+A mix of models (``pack --spec``) generalises this per GPU: what is left after the explicit caps
+and every replica's reserve is split among the entries without a cap in proportion to each
+model's footprint (its weights on disk, or a profile's measured peak), so a model twice the size
+gets twice the cap; with one model that is exactly the even split above.
+
+Placement (which GPU each replica of an entry without ``gpu`` goes on, when the host has several)
+is the allocator's own ``preferred_allocation``, over an inventory cut into equal vGPUs big
+enough for the largest replica's minimum: ``bundle`` fills a GPU before the next, ``spread``
+puts each replica on the least used GPU.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
+from sharedserve.allocator.inventory import Sizing, build_inventory
+from sharedserve.allocator.placement import Policy, preferred_allocation
 from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 
-__all__ = ["GpuShare", "choose_gpu", "plan_gpu_share"]
+__all__ = [
+    "GpuShare",
+    "PlanItem",
+    "choose_gpu",
+    "place_replicas",
+    "plan_gpu",
+    "plan_gpu_share",
+    "slot_mib",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +84,28 @@ def choose_gpu(gpus: list[GpuInfo], selector: str | None) -> GpuInfo | None:
     return gpu
 
 
+@dataclass(frozen=True)
+class PlanItem:
+    """One entry's replicas on one GPU, as the planner sees them."""
+
+    name: str
+    """The entry's name, for refusals."""
+    replicas: int
+    """How many of the entry's replicas are on this GPU."""
+    cap: GpuCapRequest
+    """The cap each asked for; CapSource.NONE: a share in proportion to the footprint."""
+    footprint_mib: float = 0.0
+    """The model's weights as stored on disk, in MiB: a lower bound of what a replica needs."""
+    measured_peak_mib: float | None = None
+    """A profile's measured peak GPU memory of one replica, in MiB; used instead of
+    ``footprint_mib`` when given (no caller passes one yet)."""
+
+    @property
+    def need_mib(self) -> float:
+        """The least GPU memory one replica needs, in MiB: the measured peak, else the weights."""
+        return self.footprint_mib if self.measured_peak_mib is None else self.measured_peak_mib
+
+
 def plan_gpu_share(
     replicas: int,
     request: GpuCapRequest,
@@ -70,63 +114,205 @@ def plan_gpu_share(
     context_reserve_mib: int,
     footprint_mib: float = 0.0,
 ) -> GpuShare:
-    """Each replica's cap, or ConfigError when ``replicas`` of them cannot fit.
+    """Each of ``replicas`` replicas of one model's cap, or ConfigError when they cannot fit.
 
     ``footprint_mib`` is the model's weights as stored on disk, a lower bound of the GPU memory
     one replica needs: a cap below it can never hold the model.
     """
-    if replicas < 1:
-        raise ConfigError(f"--replicas must be at least 1, got {replicas}")
-    if request.source is CapSource.NONE:
-        share = _default_split(replicas, gpu, context_reserve_mib)
-    else:
-        share = _requested(replicas, request, gpu, context_reserve_mib)
-    if share.mib is not None and footprint_mib > share.mib:
-        raise ConfigError(
-            f"the model's weights alone take {footprint_mib:.0f} MiB, more than the "
-            f"{share.mib} MiB cap each of {replicas} replicas would get; pack fewer replicas"
-        )
+    item = PlanItem("the model", replicas, request, footprint_mib)
+    (share,) = plan_gpu(gpu, [item], context_reserve_mib=context_reserve_mib)
     return share
 
 
-def _default_split(replicas: int, gpu: GpuInfo | None, reserve: int) -> GpuShare:
+def plan_gpu(
+    gpu: GpuInfo | None, items: Sequence[PlanItem], *, context_reserve_mib: int
+) -> list[GpuShare]:
+    """The cap of each item's replicas on ``gpu`` (in ``items``' order), or ConfigError.
+
+    Free memory = GPU memory - the explicit caps - every replica's context reserve; the items
+    without a cap share it in proportion to ``need_mib`` x replicas. Refused, with a table of
+    what each replica would get, when the GPU is over or a cap is below a model's weights.
+    """
+    for item in items:
+        if item.replicas < 1:
+            raise ConfigError(f"--replicas must be at least 1, got {item.replicas}")
     if gpu is None:
-        return GpuShare(None, None, None, default_split=True)
-    mib = (gpu.memory_mib - replicas * reserve) // replicas
-    if mib <= 0:
-        raise ConfigError(
-            f"{replicas} replicas do not fit on GPU {gpu.index} ({gpu.memory_mib} MiB): each "
-            f"needs {reserve} MiB for its CUDA context before any model memory "
-            "(--context-reserve-mib)"
-        )
-    return GpuShare(gpu, _fraction(mib, gpu.memory_mib), mib, default_split=True)
+        return _without_gpu(items)
+    reserve = context_reserve_mib
+    explicit = {i: _explicit_mib(item.cap, gpu) for i, item in enumerate(items)}
+    count = sum(item.replicas for item in items)
+    free = gpu.memory_mib - count * reserve
+    free -= sum(item.replicas * m for i, item in enumerate(items) if (m := explicit[i]) is not None)
+    # Exact arithmetic: equal footprints give exactly (free // N), today's even split.
+    weights = {i: Fraction(max(item.need_mib, 1.0)) for i, item in enumerate(items)}
+    shared = sum(items[i].replicas * weights[i] for i in explicit if explicit[i] is None)
+    caps: list[int] = []
+    for i in range(len(items)):
+        mib = explicit[i]
+        if mib is None:
+            mib = max(0, math.floor(free * weights[i] / shared)) if free > 0 else 0
+        caps.append(mib)
+    _refuse_unless_fits(gpu, items, caps, explicit, reserve)
+    return [
+        GpuShare(gpu, _fraction(mib, gpu.memory_mib), mib, default_split=explicit[i] is None)
+        for i, mib in enumerate(caps)
+    ]
 
 
-def _requested(
-    replicas: int, request: GpuCapRequest, gpu: GpuInfo | None, reserve: int
-) -> GpuShare:
-    if gpu is None:
-        # No GPU to size against: only the fractions' sum can be checked.
-        if request.fraction is not None and replicas * request.fraction > 1 + 1e-9:
-            raise ConfigError(
-                f"{replicas} replicas x {request.fraction:g} of the GPU is "
-                f"{replicas * request.fraction:.3g} GPUs; the caps must sum to at most 1"
-            )
-        return GpuShare(None, request.fraction, request.mib, default_split=False)
+def _explicit_mib(request: GpuCapRequest, gpu: GpuInfo) -> int | None:
+    if request.source is CapSource.NONE:
+        return None
     if request.mib is not None:
-        mib = request.mib
-    else:
-        assert request.fraction is not None
-        mib = math.floor(request.fraction * gpu.memory_mib)
-    needed = replicas * (mib + reserve)
-    if needed > gpu.memory_mib:
-        fits = gpu.memory_mib // (mib + reserve)
-        raise ConfigError(
-            f"{replicas} replicas x ({mib} MiB cap + {reserve} MiB CUDA context) = {needed} MiB "
-            f"exceeds GPU {gpu.index}'s {gpu.memory_mib} MiB; at most {fits} fit at this cap "
-            "(omit the cap for an even split, or lower --context-reserve-mib if you measured less)"
+        return request.mib
+    assert request.fraction is not None
+    return math.floor(request.fraction * gpu.memory_mib)
+
+
+def _without_gpu(items: Sequence[PlanItem]) -> list[GpuShare]:
+    # No GPU to size against: only the fractions' sum can be checked.
+    asked = [(item, item.cap.fraction) for item in items if item.cap.source is not CapSource.NONE]
+    total = sum(item.replicas * f for item, f in asked if f is not None)
+    if total > 1 + 1e-9:
+        parts = " + ".join(f"{item.replicas} x {f:g}" for item, f in asked if f is not None)
+        raise ConfigError(f"{parts} of the GPU is {total:.3g} GPUs; the caps must sum to at most 1")
+    return [
+        GpuShare(None, None, None, default_split=True)
+        if item.cap.source is CapSource.NONE
+        else GpuShare(None, item.cap.fraction, item.cap.mib, default_split=False)
+        for item in items
+    ]
+
+
+def _refuse_unless_fits(
+    gpu: GpuInfo,
+    items: Sequence[PlanItem],
+    caps: list[int],
+    explicit: dict[int, int | None],
+    reserve: int,
+) -> None:
+    count = sum(item.replicas for item in items)
+    # The least this GPU must hold: explicit caps, the weights of the rest, every reserve.
+    least = sum(
+        item.replicas * (reserve + (m if (m := explicit[i]) is not None else _ceil(item.need_mib)))
+        for i, item in enumerate(items)
+    )
+    short = [
+        (item, caps[i])
+        for i, item in enumerate(items)
+        if caps[i] < max(item.need_mib, 1.0 if explicit[i] is None else 0.0)
+    ]
+    if least <= gpu.memory_mib and not short:
+        return
+    lines = []
+    if least > gpu.memory_mib:
+        lines.append(
+            f"{count} replicas do not fit: {least} MiB exceeds GPU {gpu.index}'s "
+            f"{gpu.memory_mib} MiB ({gpu.name}) by {least - gpu.memory_mib} MiB"
         )
-    return GpuShare(gpu, _fraction(mib, gpu.memory_mib), mib, default_split=False)
+    for item, cap in short:
+        if cap >= item.need_mib:
+            continue  # no room left at all: said above
+        lines.append(
+            f"{item.name}: the model's weights alone take {item.need_mib:.0f} MiB, more than "
+            f"the {cap} MiB cap each of its {item.replicas} replicas would get"
+        )
+    lines.append(_table(items, caps, reserve))
+    if len(items) == 1 and explicit[0] is not None:
+        fits = gpu.memory_mib // (caps[0] + reserve)
+        lines.append(
+            f"at most {fits} fit at this cap (omit the cap for an even split, or lower "
+            "--context-reserve-mib if you measured less)"
+        )
+    else:
+        lines.append(
+            f"each replica also keeps {reserve} MiB for its CUDA context "
+            "(--context-reserve-mib); pack fewer replicas, lower the caps or use another GPU"
+        )
+    raise ConfigError("\n".join(lines))
+
+
+def _ceil(mib: float) -> int:
+    return max(1, math.ceil(mib))
+
+
+def _table(items: Sequence[PlanItem], caps: list[int], reserve: int) -> str:
+    header = ("entry", "replicas", "weights MiB", "cap each MiB", "reserve each MiB", "total MiB")
+    rows: list[tuple[str, ...]] = [header]
+    for item, cap in zip(items, caps, strict=True):
+        total = item.replicas * (cap + reserve)
+        cells = (item.name, item.replicas, f"{item.need_mib:.1f}", cap, reserve, total)
+        rows.append(tuple(str(c) for c in cells))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    return "\n".join(
+        "  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def slot_mib(items: Sequence[PlanItem], gpus: Sequence[GpuInfo], context_reserve_mib: int) -> int:
+    """The vGPU size placement cuts GPUs into: the largest replica's least need plus a reserve.
+
+    Sized so that any set of replicas placed one to a vGPU holds every cap and weight.
+    """
+    smallest = min((g.memory_mib for g in gpus), default=0)
+    least = 1
+    for item in items:
+        mib = _explicit_mib(item.cap, GpuInfo("", 0, "", smallest))
+        least = max(least, _ceil(item.need_mib) if mib is None else mib)
+    return least + context_reserve_mib
+
+
+def place_replicas(
+    gpus: Sequence[GpuInfo],
+    requests: Sequence[tuple[str | None, int]],
+    *,
+    policy: Policy,
+    slot_mib: int,
+) -> list[list[GpuInfo | None]]:
+    """The GPU of each replica of each ``(gpu selector, replicas)`` request, in order.
+
+    A request with a selector goes where it says. The rest: on a host with one GPU, that one
+    (or none without a GPU); with several, one replica at a time by the allocator's
+    ``preferred_allocation`` over the healthy GPUs cut into vGPUs of ``slot_mib``, after the
+    pinned replicas have taken theirs. ConfigError when the vGPUs run out.
+    """
+    placed: list[list[GpuInfo | None]] = []
+    for selector, replicas in requests:
+        placed.append([choose_gpu(list(gpus), selector)] * replicas if selector else [])
+    loose = [i for i, (selector, _) in enumerate(requests) if not selector]
+    if not loose:
+        return placed
+    if len(gpus) <= 1:
+        gpu = choose_gpu(list(gpus), None)
+        for i in loose:
+            placed[i] = [gpu] * requests[i][1]
+        return placed
+    healthy = [g for g in gpus if g.healthy]
+    if not healthy:
+        raise ConfigError("every GPU on this host is unhealthy")
+    inventory = build_inventory(healthy, Sizing(vgpu_memory_mib=slot_mib))
+    by_uuid = {g.uuid: g for g in healthy}
+    available = list(inventory.vgpu_ids)
+    for gpus_of_entry in placed:  # pinned replicas take their GPU's first vGPUs
+        for gpu in gpus_of_entry:
+            taken = next((v for v in available if gpu and v.startswith(gpu.uuid + "::")), None)
+            if taken is not None:
+                available.remove(taken)
+    for i in loose:
+        for _ in range(requests[i][1]):
+            if not available:
+                total = sum(r for _, r in requests)
+                raise ConfigError(
+                    f"{total} replicas need {slot_mib} MiB each (the largest replica's least "
+                    f"need and its CUDA context reserve); the {len(healthy)} healthy GPUs hold "
+                    f"{len(inventory)}: pack fewer replicas"
+                )
+            (chosen,) = preferred_allocation(inventory, available, [], 1, policy)
+            available.remove(chosen)
+            vgpu = inventory.get(chosen)
+            assert vgpu is not None
+            placed[i].append(by_uuid[vgpu.gpu.uuid])
+    return placed
 
 
 def _fraction(mib: int, total_mib: int) -> float:

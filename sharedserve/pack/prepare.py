@@ -14,15 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sharedserve import contract
-from sharedserve.config import PackSettings
+from sharedserve.allocator.placement import Policy
+from sharedserve.config import PackEntry, PackSettings
 from sharedserve.contract import Grant, vgpu_id
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import open_gpu_backend
+from sharedserve.gpu.info import GpuInfo
 from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
-from sharedserve.pack.plan import GpuShare, choose_gpu, plan_gpu_share
+from sharedserve.pack.plan import GpuShare, PlanItem, place_replicas, plan_gpu, slot_mib
 from sharedserve.pack.probe import free_port, port_is_free
 from sharedserve.pack.replica import ReplicaSpec
-from sharedserve.server.model_source import find_model
+from sharedserve.server.model_source import ModelSource, find_model
 
 __all__ = ["PackPlan", "prepare_pack", "release_cgroups"]
 
@@ -34,7 +36,11 @@ _MIB = 1 << 20
 @dataclass(frozen=True)
 class PackPlan:
     specs: list[ReplicaSpec]
-    share: GpuShare
+    """Every replica, entry by entry."""
+    shares: list[GpuShare]
+    """Each replica's GPU share, in the order of ``specs``."""
+    entries: list[PackEntry]
+    """The entry of each replica, in the order of ``specs``."""
     simulated_gpus: bool
     cpu_quota_enforced: bool
     cpu_quota_note: str | None
@@ -42,38 +48,79 @@ class PackPlan:
     log_dir: Path
     targets_path: Path
 
+    @property
+    def share(self) -> GpuShare:
+        """The first replica's share (all of a one-model pack on one GPU have the same)."""
+        return self.shares[0]
+
 
 def _footprint_mib(path: Path) -> float:
     """Bytes of the model's files on disk, in MiB: weights a replica must hold at the least."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / _MIB
 
 
-def _share(settings: PackSettings, footprint_mib: float) -> tuple[GpuShare, bool]:
+def _list_gpus(
+    settings: PackSettings, entries: tuple[PackEntry, ...]
+) -> tuple[list[GpuInfo], bool]:
     backend = open_gpu_backend(settings.fake_gpus)
     if backend is None:
-        if settings.gpu is not None:
-            raise ConfigError(f"--gpu {settings.gpu} given, but this host has no NVIDIA GPU")
-        gpus = []
-        simulated = False
-    else:
-        try:
-            gpus = backend.list_gpus()
-            simulated = backend.simulated
-        finally:
-            backend.close()
-    gpu = choose_gpu(gpus, settings.gpu)
-    share = plan_gpu_share(
-        settings.replicas,
-        settings.cap,
-        gpu,
-        context_reserve_mib=settings.context_reserve_mib,
-        footprint_mib=footprint_mib,
+        pinned = next((e.gpu for e in entries if e.gpu is not None), None)
+        if pinned is not None:
+            raise ConfigError(f"--gpu {pinned} given, but this host has no NVIDIA GPU")
+        return [], False
+    try:
+        return backend.list_gpus(), backend.simulated
+    finally:
+        backend.close()
+
+
+def _shares(
+    settings: PackSettings,
+    entries: tuple[PackEntry, ...],
+    names: list[str],
+    footprints: list[float],
+) -> tuple[list[list[GpuShare]], bool]:
+    """Each entry's replicas' shares: placed on GPUs, then planned GPU by GPU."""
+    gpus, simulated = _list_gpus(settings, entries)
+    reserve = settings.context_reserve_mib
+    items = [
+        PlanItem(name, e.replicas, e.cap, fp)
+        for name, e, fp in zip(names, entries, footprints, strict=True)
+    ]
+    placed = place_replicas(
+        gpus,
+        [(e.gpu, e.replicas) for e in entries],
+        policy=Policy(settings.placement_policy),
+        slot_mib=slot_mib(items, gpus, reserve),
     )
-    return share, simulated
+    # Group the replicas by GPU, plan each GPU, and hand the shares back in replica order.
+    by_gpu: dict[str | None, list[tuple[int, int]]] = {}
+    for i, gpus_of_entry in enumerate(placed):
+        for r, gpu in enumerate(gpus_of_entry):
+            by_gpu.setdefault(None if gpu is None else gpu.uuid, []).append((i, r))
+    shares: list[list[GpuShare | None]] = [[None] * e.replicas for e in entries]
+    for where in by_gpu.values():
+        gpu = placed[where[0][0]][where[0][1]]
+        on_gpu = sorted({i for i, _ in where})
+        counts = [sum(1 for i2, _ in where if i2 == i) for i in on_gpu]
+        planned = plan_gpu(
+            gpu,
+            [replace_replicas(items[i], n) for i, n in zip(on_gpu, counts, strict=True)],
+            context_reserve_mib=reserve,
+        )
+        for i, share in zip(on_gpu, planned, strict=True):
+            for i2, r in where:
+                if i2 == i:
+                    shares[i][r] = share
+    return [[s for s in row if s is not None] for row in shares], simulated
 
 
-def _ports(settings: PackSettings) -> list[tuple[int, int]]:
-    n, host = settings.replicas, settings.host
+def replace_replicas(item: PlanItem, replicas: int) -> PlanItem:
+    return PlanItem(item.name, replicas, item.cap, item.footprint_mib, item.measured_peak_mib)
+
+
+def _ports(settings: PackSettings, n: int) -> list[tuple[int, int]]:
+    host = settings.host
     if settings.base_port is None:
         picked: set[int] = set()
         while len(picked) < 2 * n:
@@ -87,15 +134,18 @@ def _ports(settings: PackSettings) -> list[tuple[int, int]]:
     return pairs
 
 
-def _make_cgroups(names: list[str], cores: float) -> tuple[list[Path] | None, str | None]:
-    """One cgroup per replica under a parent named for this run, or (None, why not)."""
+def _make_cgroups(
+    wanted: list[tuple[str, float | None]],
+) -> tuple[list[Path | None] | None, str | None]:
+    """A cgroup for each replica with a CPU limit, under a parent named for this run, or
+    (None, why not)."""
     parent = f"sharedserve-pack-{os.getpid()}"
-    made: list[Path] = []
+    made: list[Path | None] = []
     try:
-        for name in names:
-            made.append(create_cpu_cgroup(parent, name, cores))
+        for name, cores in wanted:
+            made.append(None if cores is None else create_cpu_cgroup(parent, name, cores))
     except ConfigError as e:
-        release_cgroups(made)
+        release_cgroups([p for p in made if p is not None])
         return None, e.message
     return made, None
 
@@ -109,36 +159,54 @@ def release_cgroups(paths: list[Path]) -> None:
             log.error("%s", e.message)
 
 
-def _server_command(settings: PackSettings, name: str, ports: tuple[int, int]) -> list[str]:
-    command = [sys.executable, "-m", "sharedserve", "serve", "--model", str(settings.model_dir)]
+def _server_command(
+    settings: PackSettings, entry: PackEntry, name: str, ports: tuple[int, int]
+) -> list[str]:
+    command = [sys.executable, "-m", "sharedserve", "serve", "--model", str(entry.model_dir)]
     command += ["--name", name, "--host", settings.host]
     command += ["--rest-port", str(ports[0]), "--grpc-port", str(ports[1])]
     if settings.fake_gpus is not None:
         command += ["--fake-gpus", str(settings.fake_gpus)]
-    return command + list(settings.server_args)
+    return command + list(entry.server_args)
 
 
-def _contract_env(settings: PackSettings, share: GpuShare, index: int) -> dict[str, str]:
+def _contract_env(settings: PackSettings, share: GpuShare, slot: int) -> dict[str, str]:
     """The env contract (DESIGN.md), as the allocator would set it for one vGPU.
 
     A bare-host grant: no container runtime reads NVIDIA_VISIBLE_DEVICES here, so CUDA is told
     too, with indices in NVML (PCI bus) order, which is what --gpu and the targets file use.
     """
     uuid = None if share.gpu is None else share.gpu.uuid
-    ids = () if uuid is None else (vgpu_id(uuid, index),)
+    ids = () if uuid is None else (vgpu_id(uuid, slot),)
     grant = Grant((contract.GpuShare(uuid, share.fraction, share.mib, ids),), bare_host=True)
     return {**settings.environment, **grant.to_env()}
+
+
+def _sources(entries: tuple[PackEntry, ...]) -> list[ModelSource]:
+    sources = [find_model(e.model_dir, e.name) for e in entries]
+    names = [s.name for s in sources]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(
+            f"two entries serve the model name {', '.join(repeated)}; give each a unique 'name'"
+        )
+    return sources
 
 
 def prepare_pack(settings: PackSettings) -> PackPlan:
     """Check everything and make the cgroups; nothing is started. Raises ConfigError."""
     settings.validate()
-    source = find_model(settings.model_dir, settings.model_name)
-    share, simulated = _share(settings, _footprint_mib(source.path))
-    ports = _ports(settings)
-    names = [f"{source.name}-{i}" for i in range(settings.replicas)]
+    entries = settings.pack_entries()
+    sources = _sources(entries)
+    names = [s.name for s in sources]
+    shares, simulated = _shares(settings, entries, names, [_footprint_mib(s.path) for s in sources])
+    replicas = [
+        (e, src.name, r) for e, src in zip(entries, sources, strict=True) for r in range(e.replicas)
+    ]
+    ports = _ports(settings, len(replicas))
     if settings.log_dir is None:
-        log_dir = Path(tempfile.mkdtemp(prefix=f"sharedserve-pack-{source.name}-"))
+        prefix = names[0] if len(names) == 1 else "mix"
+        log_dir = Path(tempfile.mkdtemp(prefix=f"sharedserve-pack-{prefix}-"))
     else:
         log_dir = settings.log_dir
         try:
@@ -146,36 +214,48 @@ def prepare_pack(settings: PackSettings) -> PackPlan:
         except OSError as e:
             raise ConfigError(f"cannot create log directory {log_dir}: {e.strerror}") from e
     targets_path = settings.targets_out or log_dir / "targets.json"
-    cgroups: list[Path] | None = None
+    replica_names = [f"{model}-{r}" for _, model, r in replicas]
+    cgroups: list[Path | None] | None = None
     note = None
-    if settings.cpu_limit_cores is not None:
-        cgroups, note = _make_cgroups(names, settings.cpu_limit_cores)
+    if any(e.cpu_limit_cores is not None for e in entries):
+        wanted = [
+            (n, e.cpu_limit_cores) for n, (e, _, _) in zip(replica_names, replicas, strict=True)
+        ]
+        cgroups, note = _make_cgroups(wanted)
+    flat_shares = [share for row in shares for share in row]
+    used_slots: dict[str | None, int] = {}
     specs = []
-    for i, name in enumerate(names):
-        command = _server_command(settings, source.name, ports[i])
-        if cgroups is None and settings.cpu_limit_cores is not None:
+    for i, ((entry, model, _), name) in enumerate(zip(replicas, replica_names, strict=True)):
+        share = flat_shares[i]
+        uuid = None if share.gpu is None else share.gpu.uuid
+        slot = used_slots[uuid] = used_slots.get(uuid, -1) + 1  # vGPU slots per GPU
+        command = _server_command(settings, entry, model, ports[i])
+        if cgroups is None and entry.cpu_limit_cores is not None:
             # Fallback: no quota, but the server still sizes its threads to the limit.
-            command += ["--cpu-limit", f"{settings.cpu_limit_cores:g}"]
+            command += ["--cpu-limit", f"{entry.cpu_limit_cores:g}"]
         specs.append(
             ReplicaSpec(
                 name=name,
                 index=i,
-                model=source.name,
+                model=model,
                 host=settings.host,
                 rest_port=ports[i][0],
                 grpc_port=ports[i][1],
                 command=tuple(command),
-                env=_contract_env(settings, share, i),
+                env=_contract_env(settings, share, slot),
                 log_path=log_dir / f"{name}.log",
                 cgroup=None if cgroups is None else cgroups[i],
-                cpu_limit=settings.cpu_limit_cores,
-                gpu=None if share.gpu is None else share.gpu.uuid,
+                cpu_limit=entry.cpu_limit_cores,
+                gpu=uuid,
                 gpu_memory_fraction=share.fraction,
+                weight=entry.weight,
+                slo_p99_ms=entry.slo_p99_ms,
             )
         )
     return PackPlan(
         specs=specs,
-        share=share,
+        shares=flat_shares,
+        entries=[e for e, _, _ in replicas],
         simulated_gpus=simulated,
         cpu_quota_enforced=cgroups is not None,
         cpu_quota_note=note,

@@ -54,6 +54,10 @@ class ReplicaSpec:
     cpu_limit: float | None
     gpu: str | None
     gpu_memory_fraction: float | None
+    weight: float = 1.0
+    """The model's relative share of traffic (its entry's ``weight``)."""
+    slo_p99_ms: float | None = None
+    """The model's P99 latency objective in ms; None when its entry gives none."""
 
     @property
     def rest_url(self) -> str:
@@ -160,4 +164,6 @@ class Replica:
             gpu=spec.gpu,
             gpu_memory_fraction=spec.gpu_memory_fraction,
             cpu_limit=spec.cpu_limit,
+            weight=spec.weight,
+            slo_p99_ms=spec.slo_p99_ms,
         )

@@ -4,12 +4,14 @@ Format (one object per replica; ``null`` where a field does not apply)::
 
     {"targets": [{"name": "tiny-0", "model": "tiny", "rest": "http://127.0.0.1:PORT",
                   "grpc": "127.0.0.1:PORT", "pid": 1234, "cgroup": "/sys/fs/cgroup/...",
-                  "gpu": "GPU-uuid", "gpu_memory_fraction": 0.2, "cpu_limit": 0.5}],
+                  "gpu": "GPU-uuid", "gpu_memory_fraction": 0.2, "cpu_limit": 0.5,
+                  "weight": 1.0, "slo_p99_ms": null}],
      "simulated_gpus": false}
 
 It is written atomically (temporary file, then rename), so a reader never sees half a file even
 while the packer rewrites it after a restart. A Kubernetes deployment can be described in the same
-format by hand, with ``pid`` and ``cgroup`` null.
+format by hand, with ``pid`` and ``cgroup`` null. ``weight`` (default 1) and ``slo_p99_ms``
+(default null) come from the pack spec; files without them (older ones) read with the defaults.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class Target:
     """The replica's GPU memory cap as a share of the GPU."""
     cpu_limit: float | None = None
     """The replica's CPU limit in cores."""
+    weight: float = 1.0
+    """The model's relative share of traffic, as its pack spec entry gives it."""
+    slo_p99_ms: float | None = None
+    """The model's P99 latency objective in milliseconds; None when none was given."""
 
 
 def write_targets(path: Path, targets: list[Target], *, simulated_gpus: bool = False) -> None:
@@ -66,7 +72,10 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "gpu": (str, type(None)),
     "gpu_memory_fraction": (float, int, type(None)),
     "cpu_limit": (float, int, type(None)),
+    "weight": (float, int),
+    "slo_p99_ms": (float, int, type(None)),
 }
+_DEFAULTS: dict[str, Any] = {"weight": 1.0}
 
 
 def _target(entry: Any, where: str) -> Target:
@@ -77,10 +86,12 @@ def _target(entry: Any, where: str) -> Target:
             raise ConfigError(f"{where} has no {key!r}")
     values: dict[str, Any] = {}
     for key, kinds in _TYPES.items():
-        value = entry.get(key)
+        value = entry.get(key, _DEFAULTS.get(key))
         if not isinstance(value, kinds) or isinstance(value, bool):
             raise ConfigError(f"{where}.{key} has the wrong type: {value!r}")
         values[key] = value
+    if not values["weight"] >= 0:
+        raise ConfigError(f"{where}.weight must not be negative, got {values['weight']!r}")
     if not values["rest"].startswith(("http://", "https://")):
         raise ConfigError(
             f"{where}.rest must be an http:// or https:// URL, got {values['rest']!r}"

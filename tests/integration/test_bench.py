@@ -37,6 +37,9 @@ def test_density_sweep_writes_a_full_report_and_recommends(
     result = run_cli(
         "bench", "--model", str(models_dir / "tiny"), "--densities", "1,2", "--duration", "3",
         "--warmup", "1", "--slo-p99-ms", "500", "--cpu-limit", "0.5", "--out", str(out),
+        # One window: 1 s windows on a busy 2-core host need not agree, and this test is about
+        # the report, not about stability (test_windows_are_recorded... is).
+        "--stability-windows", "1",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
@@ -431,3 +434,51 @@ def test_a_signal_stops_bench_and_everything_it_started(
     assert not (out / "targets-density-1.json").exists()
     for root in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
         assert not (root / f"sharedserve-pack-{process.pid}").exists()
+
+
+def test_a_throttled_replica_says_its_quota_sets_its_tail(models_dir: Path, tmp_path: Path) -> None:
+    # 0.3 of a core against 4 requests in flight: the CFS quota runs out in most periods, and
+    # the tail is the wait for the next period (issue 17 item 6).
+    out = tmp_path / "report"
+    result = run_cli(
+        "bench", "--model", str(models_dir / "tiny"), "--densities", "1", "--duration", "3",
+        "--max-duration", "3", "--warmup", "1", "--cpu-limit", "0.3", "--pattern", "parallel",
+        "--concurrency", "4", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    ((model,),) = [r["per_model"] for r in report["rows"]]
+    assert model["cpu_throttled_share"] > 0.2, model
+    assert model["cpu_throttled_ms"] > 0, model
+    assert model["p99_ms"] >= 3 * model["p50_ms"], model
+    note = "model tiny-0: p99 "
+    quota = "the quota, not its neighbours, sets the tail; try a larger --cpu-limit"
+    for text in ((out / "report.md").read_text(), (out / "report.html").read_text()):
+        assert note in text and quota in text
+    assert quota in " ".join(result.stdout.split())
+
+
+def test_windows_are_recorded_and_max_duration_bounds_the_measurement(
+    stub_targets: Path, tmp_path: Path
+) -> None:
+    # Windows of 0.5 s, at most 4 of them (--max-duration 2) whether or not they agree.
+    out = tmp_path / "out"
+    began = time.monotonic()
+    result = run_cli(
+        "bench", "--targets", str(stub_targets), "--duration", "1.5", "--stability-windows", "3",
+        "--max-duration", "2", "--warmup", "0", "--pattern", "poisson", "--rate", "200",
+        "--out", str(out),
+    )  # fmt: skip
+    elapsed = time.monotonic() - began
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads((out / "report.json").read_text())["rows"]
+    assert 3 <= len(row["windows"]) <= 4, row["windows"]
+    for window in row["windows"]:
+        assert window["duration_s"] == pytest.approx(0.5, abs=0.1)
+        assert window["qps"] > 0 and window["p99_ms"] > 0
+    assert isinstance(row["stable"], bool)
+    assert row["duration_s"] == pytest.approx(1.5, abs=0.15)  # the last 3 windows
+    assert 0 <= row["late_share"] <= 1
+    # Without a cgroup (a targets file of remote endpoints), no throttling figure.
+    assert row["per_model"][0]["cpu_throttled_share"] is None
+    assert elapsed < 30

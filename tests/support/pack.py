@@ -25,13 +25,15 @@ def alive(pid: int) -> bool:
 class PackRun:
     """A ``sharedserve pack`` child process and its targets file."""
 
-    def __init__(self, tmp: Path, model: Path, *args: str) -> None:
+    def __init__(self, tmp: Path, model: Path | None, *args: str) -> None:
+        """``model`` None: a ``--spec`` run, the spec among ``args``."""
         tmp.mkdir(parents=True, exist_ok=True)
         self.targets_path = tmp / "targets.json"
         self.log_path = tmp / "pack.log"
         self._log = self.log_path.open("wb")
-        command = [*SHAREDSERVE, "pack", "--model", str(model), "--targets-out"]
-        command += [str(self.targets_path), "--log-dir", str(tmp / "logs"), *args]
+        command = [*SHAREDSERVE, "pack"]
+        command += [] if model is None else ["--model", str(model)]
+        command += ["--targets-out", str(self.targets_path), "--log-dir", str(tmp / "logs"), *args]
         self.process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env=clean_env()
         )

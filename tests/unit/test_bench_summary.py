@@ -12,12 +12,15 @@ from sharedserve.bench.summary import (
     LOADGEN_CPU_LIMIT,
     PER_MODEL_KEYS,
     ROW_KEYS,
+    TAIL_RATIO_NOTE,
+    THROTTLED_SHARE_NOTE,
     Pattern,
     Samples,
     TargetResult,
     build_row,
     finalize_rows,
     recommend,
+    throttle_notes,
 )
 
 # The report.json contract of issue 6, written out independently of the module's constant.
@@ -25,7 +28,7 @@ CONTRACT = {
     "density", "pattern", "requests", "errors", "dropped", "qps", "p50_ms", "p90_ms", "p99_ms",
     "p999_ms", "max_ms", "scaling_efficiency", "gpu_name", "gpu_util_mean", "gpu_util_max",
     "gpu_mem_used_mib", "cpu_util_mean", "loadgen_cpu_util", "slo_met", "per_model",
-    "duration_s", "error_rate", "unreliable",
+    "duration_s", "error_rate", "unreliable", "stable", "late_share", "windows",
 }  # fmt: skip
 NO_SAMPLES = Samples(None, None, None, None)
 
@@ -79,6 +82,7 @@ def test_row_figures() -> None:
     assert r["per_model"][0] == {
         "name": "tiny-0", "requests": 102, "errors": 2, "qps": 25.5,
         "p50_ms": pytest.approx(50.0, rel=1e-3), "p99_ms": pytest.approx(99.0, rel=1e-3),
+        "cpu_throttled_share": None, "cpu_throttled_ms": None,  # no cgroup named
     }  # fmt: skip
     assert r["per_model"][1]["p99_ms"] == 400.5  # never above the exact max
     for key in ("p50_ms", "p99_ms", "max_ms", "qps"):
@@ -338,3 +342,74 @@ def test_recommend_on_built_rows_and_error_rate_parameter() -> None:
     relaxed = [row(r, max_error_rate=0.01) for r in ([target("m0", [5.0])],)]
     assert relaxed[0]["slo_met"] is True
     assert "< 1% errors" in recommend(relaxed, 50.0, max_error_rate=0.01)["reason"]
+
+
+# --- issue 17 items 6 and 7: stability, lateness, throttling ------------------------------------
+
+
+def test_unstable_rows_are_never_recommended_and_the_reason_says_so() -> None:
+    fast = [target("tiny-0", [5.0] * 100)]
+    rows = [row(fast, density=1, stable=True), row(fast * 2, density=2, stable=False)]
+    rows[1]["windows"] = [{"duration_s": 1.0, "qps": q, "p99_ms": 5.0} for q in (10, 20, 30)]
+    rec = recommend(rows, 50.0)
+    assert rec["density"] == 1
+    assert "density 2 is not recommended: unstable" in rec["reason"]
+    assert "3 windows measured" in rec["reason"]
+    # Not judged (an older report, or --stability-windows 1 never says False): still recommended.
+    rows[1]["stable"] = None
+    assert recommend(rows, 50.0)["density"] == 2
+
+
+def test_late_share_is_reported_for_open_loop_rows_only() -> None:
+    hist = LatencyHistogram()
+    for _ in range(8):
+        hist.record(1000)
+    late = TargetResult("tiny-0", 10, 2, 0, hist, late=3)
+    assert row([late], pattern=Pattern.POISSON)["late_share"] == 0.3
+    assert row([late], pattern=Pattern.PARALLEL)["late_share"] is None
+
+
+def test_throttling_goes_into_per_model_and_the_note_names_the_quota() -> None:
+    hist = LatencyHistogram()
+    for ms in [9] * 95 + [61] * 5:
+        hist.record(ms * 1000)
+    throttled = TargetResult(
+        "tiny-0", 100, 0, 0, hist, cpu_throttled_share=0.4567, cpu_throttled_ms=1234.5678
+    )
+    r = row([throttled])
+    (model,) = r["per_model"]
+    assert model["cpu_throttled_share"] == 0.457 and model["cpu_throttled_ms"] == 1234.568
+    (note,) = throttle_notes([r])
+    assert note == (
+        "density 1, model tiny-0: p99 61 ms (p50 9.01 ms) with its CPU quota throttling 46% of "
+        "periods: the quota, not its neighbours, sets the tail; try a larger --cpu-limit"
+    )
+    assert row([target("tiny-0", [1.0])])["per_model"][0]["cpu_throttled_share"] is None
+
+
+@pytest.mark.parametrize(
+    ("share", "p50", "p99", "noted"),
+    [
+        (0.2, 9.0, 27.0, True),  # both at their thresholds
+        (0.19, 9.0, 61.0, False),  # barely throttled: the tail is someone else's
+        (0.9, 9.0, 26.9, False),  # throttled, but no long tail to explain
+        (None, 9.0, 61.0, False),  # no cgroup: nothing to say
+        (0.9, None, None, False),  # nothing succeeded
+    ],
+)
+def test_throttle_note_thresholds(
+    share: float | None, p50: float | None, p99: float | None, noted: bool
+) -> None:
+    model = {"name": "tiny-0", "cpu_throttled_share": share, "p50_ms": p50, "p99_ms": p99}
+    rows = [{"density": 1, "pattern": "parallel", "per_model": [model]}]
+    assert bool(throttle_notes(rows)) is noted
+    assert THROTTLED_SHARE_NOTE == 0.2 and TAIL_RATIO_NOTE == 3.0
+
+
+def test_throttle_notes_are_capped() -> None:
+    models = [
+        {"name": f"tiny-{i}", "cpu_throttled_share": 0.5, "p50_ms": 1.0, "p99_ms": 9.0}
+        for i in range(7)
+    ]
+    notes = throttle_notes([{"density": 7, "pattern": "parallel", "per_model": models}])
+    assert len(notes) == 6 and notes[-1] == "and 2 more models throttled likewise"

@@ -17,13 +17,16 @@ from sharedserve.limits.cpu import (
     CgroupMount,
     CpuLimit,
     CpuLimitSource,
+    CpuThrottling,
     ProcCgroup,
     create_cpu_cgroup,
     parse_cfs_quota,
     parse_cpu_max,
+    parse_cpu_stat,
     parse_mountinfo,
     parse_proc_cgroup,
     read_cgroup_cpu_limit,
+    read_cpu_throttling,
     resolve_cpu_limit,
     thread_pool_sizes,
 )
@@ -395,3 +398,50 @@ def test_create_rejects_bad_arguments(
     host.mount("cpu", "cgroup", "rw,cpu")
     with pytest.raises(ConfigError):
         create_cpu_cgroup(parent, name, cores, period, mountinfo=host.mountinfo)
+
+
+# --- cpu.stat: what the quota did ----------------------------------------------------------------
+
+V2_CPU_STAT = """usage_usec 8123456
+user_usec 7000000
+system_usec 1123456
+nr_periods 1200
+nr_throttled 300
+throttled_usec 4500000
+nr_bursts 0
+burst_usec 0
+"""
+V1_CPU_STAT = """nr_periods 1200
+nr_throttled 300
+throttled_time 4500000123
+nr_bursts 0
+burst_time 0
+"""
+
+
+@pytest.mark.parametrize("text", [V2_CPU_STAT, V1_CPU_STAT], ids=["v2", "v1"])
+def test_cpu_stat_parses_both_versions_in_microseconds(text: str) -> None:
+    assert parse_cpu_stat(text) == CpuThrottling(1200, 300, 4_500_000)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["usage_usec 5\nuser_usec 3\nsystem_usec 2\n", "nr_periods 3\nthrottled_usec 1\n", ""],
+    ids=["v2-without-cpu-controller", "no-nr_throttled", "empty"],
+)
+def test_cpu_stat_without_throttling_counters_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"cpu\.stat"):
+        parse_cpu_stat(text)
+
+
+def test_throttling_between_two_readings() -> None:
+    later = CpuThrottling(1500, 420, 6_000_000)
+    assert later.since(CpuThrottling(1200, 300, 4_500_000)) == CpuThrottling(300, 120, 1_500_000)
+
+
+def test_read_cpu_throttling_from_a_directory(tmp_path: Path) -> None:
+    assert read_cpu_throttling(tmp_path) is None  # no cpu.stat: no cgroup to read
+    (tmp_path / "cpu.stat").write_text("usage_usec 1\n")
+    assert read_cpu_throttling(tmp_path) is None  # no cpu controller there
+    (tmp_path / "cpu.stat").write_text(V1_CPU_STAT)
+    assert read_cpu_throttling(tmp_path) == CpuThrottling(1200, 300, 4_500_000)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from sharedserve.allocator.placement import Policy
 from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
-from sharedserve.pack.plan import choose_gpu, plan_gpu_share
+from sharedserve.pack.plan import (
+    PlanItem,
+    choose_gpu,
+    place_replicas,
+    plan_gpu,
+    plan_gpu_share,
+    slot_mib,
+)
 from sharedserve.pack.supervisor import restart_delay
 
 K80 = GpuInfo("GPU-aaaa-0000", 0, "Tesla K80", 11441)
@@ -122,3 +130,110 @@ def test_plan_gpu_share_refuses(
 )
 def test_restart_delay_doubles_up_to_a_cap(crashes: int, delay: float) -> None:
     assert restart_delay(crashes) == delay
+
+
+# --- mixes: the proportional split, refusals with a table, placement ----------------------------
+
+T4 = GpuInfo("GPU-dddd-3333", 3, "T4", 16384)
+T4B = GpuInfo("GPU-eeee-4444", 4, "T4", 16384)
+T4C = GpuInfo("GPU-ffff-5555", 5, "T4", 16384)
+
+
+@pytest.mark.parametrize(
+    ("items", "expected_mib"),
+    [
+        # Equal footprints: exactly today's even split, (16384 - 3 x 512) // 3.
+        ([PlanItem("a", 2, NONE, 100.0), PlanItem("b", 1, NONE, 100.0)], [4949, 4949]),
+        # b's weights are 3x a's: free 14848 split 1:3 per replica -> 14848 x 1/5 and x 3/5.
+        ([PlanItem("a", 2, NONE, 100.0), PlanItem("b", 1, NONE, 300.0)], [2969, 8908]),
+        # Explicit caps come off the top; the rest is split: 16384 - 6000 - 3 x 512 = 8848.
+        ([PlanItem("big", 1, mib(6000), 5000.0), PlanItem("s", 2, NONE, 10.0)], [6000, 4424]),
+        # A measured peak replaces the weights on disk.
+        ([PlanItem("a", 1, NONE, 100.0, 300.0), PlanItem("b", 1, NONE, 300.0)], [7680, 7680]),
+    ],
+)
+def test_entries_without_a_cap_share_in_proportion_to_footprint(
+    items: list[PlanItem], expected_mib: list[int]
+) -> None:
+    shares = plan_gpu(T4, items, context_reserve_mib=512)
+    assert [s.mib for s in shares] == expected_mib
+    used = sum(i.replicas * (s.mib or 0) for i, s in zip(items, shares, strict=True))
+    assert used + 512 * sum(i.replicas for i in items) <= T4.memory_mib
+
+
+def test_a_mix_that_cannot_fit_is_refused_with_a_table() -> None:
+    # 2 x 7000 + 3 x 1 MiB of weights + 5 x 512 = 16563 MiB.
+    items = [PlanItem("resnet", 2, mib(7000), 98.0), PlanItem("tiny", 3, NONE, 1.0)]
+    with pytest.raises(ConfigError) as e:
+        plan_gpu(T4, items, context_reserve_mib=512)
+    message = e.value.message
+    assert "5 replicas do not fit: 16563 MiB exceeds GPU 3's 16384 MiB (T4) by 179 MiB" in message
+    lines = message.splitlines()
+    header = next(line for line in lines if "entry" in line).split()
+    assert header[:2] == ["entry", "replicas"]
+    assert any(line.split()[:2] == ["resnet", "2"] and "15024" in line for line in lines)
+    assert any(line.split()[:2] == ["tiny", "3"] for line in lines)
+
+
+def test_a_cap_below_a_models_weights_names_the_entry() -> None:
+    items = [PlanItem("big", 1, mib(1000), 2000.0), PlanItem("s", 1, NONE, 10.0)]
+    with pytest.raises(ConfigError, match="big: the model's weights alone take 2000 MiB"):
+        plan_gpu(T4, items, context_reserve_mib=512)
+
+
+def test_without_a_gpu_a_mix_records_caps_and_checks_fractions() -> None:
+    items = [PlanItem("a", 2, fraction(0.25), 1.0), PlanItem("b", 1, NONE, 1.0)]
+    shares = plan_gpu(None, items, context_reserve_mib=512)
+    assert [(s.fraction, s.mib, s.gpu) for s in shares] == [(0.25, None, None), (None, None, None)]
+    with pytest.raises(ConfigError, match="sum to at most 1"):
+        plan_gpu(None, [*items, PlanItem("c", 1, fraction(0.6))], context_reserve_mib=512)
+
+
+def _indices(placed: list[list[GpuInfo | None]]) -> list[list[int | None]]:
+    return [[None if g is None else g.index for g in row] for row in placed]
+
+
+@pytest.mark.parametrize(
+    ("policy", "requests", "expected"),
+    [
+        # bundle fills a GPU (as far as its vGPUs of slot_mib go) before the next.
+        (Policy.BUNDLE, [(None, 2), (None, 1)], [[3, 3], [3]]),
+        (Policy.BUNDLE, [(None, 5), (None, 2)], [[3, 3, 3, 3, 3], [4, 4]]),
+        # spread: least used first, so one entry's replicas land on different GPUs.
+        (Policy.SPREAD, [(None, 3)], [[3, 4, 5]]),
+        (Policy.SPREAD, [(None, 1), (None, 2)], [[3], [4, 5]]),
+        (Policy.SPREAD, [(None, 4)], [[3, 4, 5, 3]]),
+        # A pinned entry takes its GPU's vGPUs first; the rest are placed around it.
+        (Policy.SPREAD, [("3", 2), (None, 2)], [[3, 3], [4, 5]]),
+        (Policy.BUNDLE, [("5", 1), (None, 1)], [[5], [5]]),
+    ],
+)
+def test_placement_over_several_gpus_uses_the_allocators_policy(
+    policy: Policy,
+    requests: list[tuple[str | None, int]],
+    expected: list[list[int]],
+) -> None:
+    # 16384 // 3000 = 5 vGPUs per GPU.
+    placed = place_replicas([T4, T4B, T4C], requests, policy=policy, slot_mib=3000)
+    assert _indices(placed) == expected
+
+
+def test_placement_skips_unhealthy_gpus_and_refuses_when_full() -> None:
+    sick = GpuInfo("GPU-9999", 0, "T4", 16384, healthy=False)
+    placed = place_replicas([sick, T4], [(None, 2)], policy=Policy.SPREAD, slot_mib=3000)
+    assert _indices(placed) == [[3, 3]]
+    with pytest.raises(ConfigError, match="the 1 healthy GPUs hold 5"):
+        place_replicas([sick, T4], [(None, 6)], policy=Policy.SPREAD, slot_mib=3000)
+
+
+def test_one_gpu_or_none_needs_no_placement() -> None:
+    assert _indices(place_replicas([K80], [(None, 2)], policy=Policy.SPREAD, slot_mib=1)) == [
+        [0, 0]
+    ]
+    assert place_replicas([], [(None, 1)], policy=Policy.BUNDLE, slot_mib=1) == [[None]]
+
+
+def test_slot_is_the_largest_least_need_plus_reserve() -> None:
+    items = [PlanItem("a", 1, NONE, 100.4), PlanItem("b", 1, fraction(0.25), 1.0)]
+    assert slot_mib(items, [T4], 512) == 4096 + 512
+    assert slot_mib(items[:1], [T4], 512) == 101 + 512

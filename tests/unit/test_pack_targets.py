@@ -40,8 +40,22 @@ def test_round_trip_and_documented_format(tmp_path: Path) -> None:
         "gpu",
         "gpu_memory_fraction",
         "cpu_limit",
+        "weight",
+        "slo_p99_ms",
     }
     assert raw["targets"][1]["pid"] is None
+
+
+def test_files_without_weight_and_slo_read_with_the_defaults(tmp_path: Path) -> None:
+    # Written before pack specs: no weight, no slo_p99_ms.
+    path = tmp_path / "targets.json"
+    old = {"name": "tiny-0", "model": "tiny", "rest": "http://127.0.0.1:9000"}
+    path.write_text(json.dumps({"targets": [old]}))
+    (target,) = read_targets(path)
+    assert (target.weight, target.slo_p99_ms) == (1.0, None)
+    mixed = Target(name="a-0", model="a", rest="http://h:1", weight=3.0, slo_p99_ms=50.0)
+    write_targets(path, [mixed])
+    assert read_targets(path) == [mixed]
 
 
 def test_rewrite_replaces_whole_file_and_leaves_no_temporaries(tmp_path: Path) -> None:
