@@ -43,12 +43,16 @@ def _share_text(share: GpuShare, simulated: bool, how: str = "even split") -> st
     )
 
 
+def _cores(cpu: float) -> str:
+    return f"{cpu:g} core{'' if cpu == 1 else 's'}"
+
+
 def _cpu_text(cpu: float | None, enforced: bool, note: str | None) -> str:
     if cpu is None:
         return "CPU: no limit"
     if enforced:
-        return f"CPU: {cpu:g} cores per replica, enforced by a cgroup quota each"
-    return f"CPU: {cpu:g} cores per replica NOT enforced ({note}); servers size their threads to it"
+        return f"CPU: {_cores(cpu)} per replica, enforced by a cgroup quota each"
+    return f"CPU: {_cores(cpu)} per replica NOT enforced ({note}); servers size their threads to it"
 
 
 def describe_plan(pack: Pack) -> list[str]:
@@ -68,7 +72,8 @@ def describe_plan(pack: Pack) -> list[str]:
             rows = [i for i, spec in enumerate(plan.specs) if spec.model == model]
             entry = plan.entries[rows[0]]
             slo = "" if entry.slo_p99_ms is None else f", P99 objective {entry.slo_p99_ms:g} ms"
-            lines.append(f"  {model}: {len(rows)} replicas, weight {entry.weight:g}{slo}")
+            count = f"{len(rows)} replica{'' if len(rows) == 1 else 's'}"
+            lines.append(f"  {model}: {count}, weight {entry.weight:g}{slo}")
             shares = list(dict.fromkeys(plan.shares[i] for i in rows))
             for share in sorted(shares, key=lambda s: -1 if s.gpu is None else s.gpu.index):
                 on = len([i for i in rows if plan.shares[i] == share])

@@ -109,3 +109,17 @@ def test_unreadable_and_bad_yaml(tmp_path: Path) -> None:
     bad.write_text("models: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_spec(bad)
+
+
+def test_the_example_mix_loads_and_points_at_the_readmes_models() -> None:
+    root = Path(__file__).resolve().parents[2]
+    spec = load_spec(root / "examples" / "mix.yaml")
+    models = {e.model_dir.resolve(): e for e in spec.entries}
+    assert set(models) == {
+        root / "models" / "tiny",
+        root / "models" / "mobilenet_v2",
+        root / "torch-models" / "resnet50",
+    }
+    assert [e.replicas for e in spec.entries] == [4, 2, 1]
+    assert all(e.cpu_limit_cores == 1.0 and e.slo_p99_ms for e in spec.entries)
+    assert spec.entries[2].server_args[:1] == ("--enable-batching",)
