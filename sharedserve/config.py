@@ -281,35 +281,17 @@ class PackEntry:
 
 @dataclass(frozen=True)
 class PackSettings:
-    """``sharedserve pack``: capped model servers on one host, supervised.
+    """``sharedserve pack``: capped model servers on one host, supervised. ``pack --model``
+    is a spec of one entry; ``bench``'s density sweep varies that entry's replicas."""
 
-    The models are ``entries`` (a pack spec). Without entries, ``model_dir`` and the fields
-    after it up to ``server_args`` are the one-entry shorthand (what ``bench``'s density sweep
-    varies); ``pack_entries()`` gives the entries either way, and everything downstream reads
-    only that.
-    """
-
-    model_dir: Path | None = None
-    """One-entry shorthand: model base path handed to every replica's ``serve --model``."""
-    replicas: int = 1
-    """One-entry shorthand: number of server processes to run."""
-    model_name: str | None = None
-    """One-entry shorthand: model name in URLs; replicas are ``NAME-0``... [default: dir name]."""
-    gpu: str | None = None
-    """One-entry shorthand: GPU to pack onto, by NVML index or UUID (prefix); None: placed."""
-    cap: GpuCapRequest = _NO_CAP
-    """One-entry shorthand: GPU memory cap per replica; CapSource.NONE means an even split with
-    context headroom."""
-    entries: tuple[PackEntry, ...] = ()
-    """The models to run (a pack spec); empty: the one-entry shorthand above."""
+    entries: tuple[PackEntry, ...]
+    """The models to run (a pack spec), at least one."""
     placement_policy: str = "bundle"
     """How replicas of entries without a ``gpu`` are placed on a host with several GPUs: the
     allocator's ``bundle`` (fill a GPU before the next) or ``spread`` (least used first)."""
     context_reserve_mib: int = 512
     """GPU memory in MiB kept outside each replica's cap for its CUDA context and libraries
     (cuBLAS/cuDNN workspaces), which no framework allocator accounts for."""
-    cpu_limit_cores: float | None = None
-    """One-entry shorthand: CPU quota per replica in cores (a cgroup each where possible)."""
     host: str = "127.0.0.1"
     """Address the replicas listen on and the targets file names."""
     base_port: int | None = None
@@ -318,8 +300,6 @@ class PackSettings:
     """Where the targets file is written; None: ``targets.json`` in the log directory."""
     log_dir: Path | None = None
     """Directory for each replica's log (``NAME-i.log``); None: a new temporary directory."""
-    server_args: tuple[str, ...] = ()
-    """One-entry shorthand: extra ``sharedserve serve`` options for every replica."""
     fake_gpus: Path | None = None
     """Simulated GPU inventory (JSON) instead of NVML; reported as simulated."""
     environment: dict[str, str] = field(default_factory=dict)
@@ -332,33 +312,15 @@ class PackSettings:
     max_restarts: int = 5
     """Restarts in a row (without a stable minute between) after which a replica is given up."""
 
-    def pack_entries(self) -> tuple[PackEntry, ...]:
-        """The models to run: ``entries``, or the one entry the shorthand fields describe."""
-        if self.entries:
-            return self.entries
-        if self.model_dir is None:
-            raise ConfigError("nothing to pack: give a model (--model) or a spec (--spec)")
-        return (
-            PackEntry(
-                model_dir=self.model_dir,
-                replicas=self.replicas,
-                name=self.model_name,
-                gpu=self.gpu,
-                cap=self.cap,
-                cpu_limit_cores=self.cpu_limit_cores,
-                server_args=self.server_args,
-            ),
-        )
-
     @property
     def total_replicas(self) -> int:
-        return sum(e.replicas for e in self.pack_entries())
+        return sum(e.replicas for e in self.entries)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work."""
-        if self.entries and self.model_dir is not None:
-            raise ConfigError("give a model (--model) or a spec (--spec), not both")
-        for entry in self.pack_entries():
+        if not self.entries:
+            raise ConfigError("nothing to pack: give a model (--model) or a spec (--spec)")
+        for entry in self.entries:
             if entry.replicas < 1:
                 raise ConfigError(f"--replicas must be at least 1, got {entry.replicas}")
             cores = entry.cpu_limit_cores

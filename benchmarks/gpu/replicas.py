@@ -103,15 +103,18 @@ def packed(
     as the packer writes it, every replica AVAILABLE before the block runs. Unsupervised: a
     replica that dies stays dead, so the stage sees it."""
     from sharedserve.cli.pack import replica_environment
-    from sharedserve.config import PackSettings
+    from sharedserve.config import PackEntry, PackSettings
     from sharedserve.limits.gpu import parse_cap_request
     from sharedserve.pack import Pack
 
-    settings = PackSettings(
+    entry = PackEntry(
         model_dir=model_dir,
         replicas=replicas,
         cap=parse_cap_request(fraction, None, None, None),
         server_args=extra,
+    )
+    settings = PackSettings(
+        entries=(entry,),
         fake_gpus=stage.fake_gpus,
         environment=replica_environment(),
         log_dir=stage.work / f"pack-{model_dir.name}-{replicas}",

@@ -333,7 +333,7 @@ def run_bench(
                 on_density(density)
                 pack_settings = replace(
                     settings.pack,
-                    replicas=density,
+                    entries=tuple(replace(e, replicas=density) for e in settings.pack.entries),
                     targets_out=settings.out_dir / f"targets-density-{density}.json",
                     log_dir=settings.out_dir / "logs" / f"density-{density}",
                 )

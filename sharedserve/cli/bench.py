@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sharedserve.cli._app import app
 from sharedserve.cli.pack import check_server_args, replica_environment
-from sharedserve.config import BenchSettings, LoadPattern, PackSettings
+from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
@@ -159,13 +159,15 @@ def bench(
         raise ConfigError("give --model (a density sweep) or --targets (running endpoints)")
     pack_settings = None
     if model is not None:
-        pack_settings = PackSettings(
+        entry = PackEntry(
             model_dir=model,
-            replicas=1,
             gpu=gpu,
             cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib, None, None),
             cpu_limit_cores=cpu_limit,
             server_args=check_server_args(list(ctx.args)),
+        )
+        pack_settings = PackSettings(
+            entries=(entry,),  # the sweep sets its replicas to each density
             fake_gpus=fake_gpus,
             environment=replica_environment(),
         )

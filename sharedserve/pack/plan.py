@@ -43,7 +43,6 @@ __all__ = [
     "choose_gpu",
     "place_replicas",
     "plan_gpu",
-    "plan_gpu_share",
     "slot_mib",
 ]
 
@@ -104,24 +103,6 @@ class PlanItem:
     def need_mib(self) -> float:
         """The least GPU memory one replica needs, in MiB: the measured peak, else the weights."""
         return self.footprint_mib if self.measured_peak_mib is None else self.measured_peak_mib
-
-
-def plan_gpu_share(
-    replicas: int,
-    request: GpuCapRequest,
-    gpu: GpuInfo | None,
-    *,
-    context_reserve_mib: int,
-    footprint_mib: float = 0.0,
-) -> GpuShare:
-    """Each of ``replicas`` replicas of one model's cap, or ConfigError when they cannot fit.
-
-    ``footprint_mib`` is the model's weights as stored on disk, a lower bound of the GPU memory
-    one replica needs: a cap below it can never hold the model.
-    """
-    item = PlanItem("the model", replicas, request, footprint_mib)
-    (share,) = plan_gpu(gpu, [item], context_reserve_mib=context_reserve_mib)
-    return share
 
 
 def plan_gpu(
@@ -295,7 +276,9 @@ def place_replicas(
     available = list(inventory.vgpu_ids)
     for gpus_of_entry in placed:  # pinned replicas take their GPU's first vGPUs
         for gpu in gpus_of_entry:
-            taken = next((v for v in available if gpu and v.startswith(gpu.uuid + "::")), None)
+            physical = None if gpu is None else inventory.gpu(gpu.uuid)
+            own = physical.vgpu_ids if physical is not None else ()
+            taken = next((v for v in own if v in available), None)
             if taken is not None:
                 available.remove(taken)
     for i in loose:

@@ -196,7 +196,7 @@ def _sources(entries: tuple[PackEntry, ...]) -> list[ModelSource]:
 def prepare_pack(settings: PackSettings) -> PackPlan:
     """Check everything and make the cgroups; nothing is started. Raises ConfigError."""
     settings.validate()
-    entries = settings.pack_entries()
+    entries = settings.entries
     sources = _sources(entries)
     names = [s.name for s in sources]
     shares, simulated = _shares(settings, entries, names, [_footprint_mib(s.path) for s in sources])

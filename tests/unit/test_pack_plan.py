@@ -9,11 +9,11 @@ from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.pack.plan import (
+    GpuShare,
     PlanItem,
     choose_gpu,
     place_replicas,
     plan_gpu,
-    plan_gpu_share,
     slot_mib,
 )
 from sharedserve.pack.supervisor import restart_delay
@@ -22,6 +22,20 @@ K80 = GpuInfo("GPU-aaaa-0000", 0, "Tesla K80", 11441)
 A100 = GpuInfo("GPU-bbbb-1111", 1, "A100", 81920)
 SICK = GpuInfo("GPU-cccc-2222", 2, "T4", 15360, healthy=False)
 NONE = GpuCapRequest(None, None, CapSource.NONE)
+
+
+def plan_gpu_share(
+    replicas: int,
+    request: GpuCapRequest,
+    gpu: GpuInfo | None,
+    *,
+    context_reserve_mib: int,
+    footprint_mib: float = 0.0,
+) -> GpuShare:
+    """One model's pack: the one-entry case of ``plan_gpu``, as ``pack --model`` plans it."""
+    item = PlanItem("the model", replicas, request, footprint_mib)
+    (share,) = plan_gpu(gpu, [item], context_reserve_mib=context_reserve_mib)
+    return share
 
 
 def fraction(f: float) -> GpuCapRequest:
