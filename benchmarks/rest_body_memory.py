@@ -25,6 +25,8 @@ from pathlib import Path
 
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 
+from sharedserve.pack.probe import free_port, model_state
+
 MIB = 1024 * 1024
 PACKAGES = ("sharedserve", "tensorflow", "orjson", "numpy", "uvicorn")
 UNBOUNDED = str(1 << 40)
@@ -43,14 +45,6 @@ def status_kib(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} for pid {pid}")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def post(port: int, payload: bytes) -> tuple[int, float]:
@@ -81,14 +75,7 @@ def scenario(model: Path, payload: bytes, clients: int, budget: str | None) -> R
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/v1/models/tiny")
-                if b"AVAILABLE" in conn.getresponse().read():
-                    break
-            except OSError:
-                pass
+        while model_state(f"http://127.0.0.1:{port}", "tiny") != "AVAILABLE":
             if time.monotonic() > deadline or server.poll() is not None:
                 raise RuntimeError("the server did not become available")
             time.sleep(0.2)

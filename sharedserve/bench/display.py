@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sharedserve.bench.sigfig import row_cell
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, throttle_notes
 
 __all__ = ["COLUMNS", "plain_table", "print_summary", "summary_cells"]
@@ -42,27 +43,10 @@ _UNRELIABLE = " (!)"
 _UNBOUNDED = 1 << 16
 
 
-def _number(value: Any) -> str:
-    """A cell as report.json has it (rows are rounded to 3 decimals there): '-' for null."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, float):
-        return f"{value:.3f}".rstrip("0").rstrip(".")
-    return str(value)
-
-
-def _loadgen(row: dict[str, Any]) -> str:
-    cpu = row.get("loadgen_cpu_util")
-    text = "-" if cpu is None else f"{cpu * 100:.0f}%"
-    return text + _UNRELIABLE if row.get("unreliable") else text
-
-
 def summary_cells(report: dict[str, Any]) -> list[list[str]]:
     """One list of cells per row of the report, in ``COLUMNS`` order."""
     return [
-        [_loadgen(row) if key == "loadgen_cpu_util" else _number(row.get(key)) for key in COLUMNS]
+        [row_cell(row, key, unreliable=_UNRELIABLE, no="NO") for key in COLUMNS]
         for row in report.get("rows") or []
     ]
 

@@ -10,10 +10,11 @@ density sweep records one entry per density unless its replicas differ.
 
 from __future__ import annotations
 
-import http.client
 import json
 from typing import Any
-from urllib.parse import urlsplit
+
+from sharedserve.limits.cpu import cores_text
+from sharedserve.pack.probe import get_json
 
 __all__ = [
     "LIMITS_HEADERS",
@@ -42,18 +43,8 @@ _QUOTA_SOURCES = ("cgroup-v1", "cgroup-v2")
 def read_limits(rest_url: str, timeout: float = 5.0) -> dict[str, Any] | None:
     """The server's ``/sharedserve/v1/limits`` body; None when it has none to give (not a
     sharedserve server, not answering, or not JSON)."""
-    url = urlsplit(rest_url)
-    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    connection = kind(url.hostname or "127.0.0.1", url.port, timeout=timeout)
-    try:
-        connection.request("GET", url.path.rstrip("/") + "/sharedserve/v1/limits")
-        response = connection.getresponse()
-        body = json.loads(response.read())
-    except (OSError, http.client.HTTPException, ValueError):
-        return None
-    finally:
-        connection.close()
-    return body if response.status == 200 and isinstance(body, dict) else None
+    body = get_json(rest_url, "/sharedserve/v1/limits", timeout)
+    return body if isinstance(body, dict) else None
 
 
 def replica_limits(body: dict[str, Any] | None, *, simulated_gpus: bool) -> dict[str, Any] | None:
@@ -142,7 +133,7 @@ def limits_table(entries: Any) -> list[list[str]]:
             [
                 str(entry.get("density")),
                 who,
-                "none" if cores is None else f"{cores:g} cores ({source})",
+                "none" if cores is None else f"{cores_text(cores)} ({source})",
                 "enforced" if limits.get("cpu_quota_enforced") else "not enforced",
                 cap or "none",
                 "yes" if limits.get("gpu_memory_enforced") else "no",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
 from sharedserve.bench.plots import GPU_KEYS, PLOT_NAMES, draw_plots
 from sharedserve.bench.report_html import render_html
+from sharedserve.bench.sigfig import as_recorded, row_cell
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, PER_MODEL_KEYS, ROW_KEYS, throttle_notes
 from sharedserve.files import write_atomic
 
@@ -79,23 +79,6 @@ def _csv(header: tuple[str, ...], lines: list[dict[str, Any]]) -> bytes:
     writer.writerow(header)
     writer.writerows([_cell(line.get(k)) for k in header] for line in lines)
     return buf.getvalue().encode()
-
-
-def _num(value: Any) -> str:
-    """A table cell: '-' for no data, floats without trailing zeros."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.3f}".rstrip("0").rstrip(".")
-    return str(value)
-
-
-def _loadgen(row: dict[str, Any]) -> str:
-    cpu = row.get("loadgen_cpu_util")
-    text = "-" if cpu is None else f"{cpu * 100:.0f}%"
-    return f"{text} (unreliable)" if row.get("unreliable") else text
 
 
 # Blocks: what the Markdown and HTML renderers both draw from.
@@ -198,15 +181,14 @@ def _blocks(report: dict[str, Any], plots: list[str]) -> list[_Block]:
         _Heading("Results"),
     ]
     if rows:
-        table = [[_loadgen(r) if k == "loadgen_cpu_util" else _num(r.get(k)) for k, _ in _TABLE]
-                 for r in rows]  # fmt: skip
+        table = [[row_cell(r, k, unreliable=" (unreliable)") for k, _ in _TABLE] for r in rows]
         blocks.append(_Table([h for _, h in _TABLE], table))
     else:
         blocks.append(_Text("No density was measured."))
     models = _model_lines(rows)
     if models:
         columns = _columns(PER_MODEL_COLUMNS, models)
-        table = [[_num(m.get(k)) for k in columns] for m in models]
+        table = [[as_recorded(m.get(k)) for k in columns] for m in models]
         headers = [_MODEL_HEADINGS.get(k, k) for k in columns]
         blocks += [_Heading("Per model"), _Table(headers, table)]
     if plots:

@@ -1,4 +1,5 @@
-"""Numbers as a reader takes them in: measurements to three significant figures.
+"""Numbers as the reports show them: measurements to three significant figures (HTML), or as
+report.json records them (Markdown, the terminal summary).
 
 A latency printed to the microsecond (``1753.087`` ms) claims a precision the run does not have
 and hides its size among the digits; ``1,750`` says what matters. Counts are not measurements
@@ -8,8 +9,9 @@ and stay exact. Pure: standard library only.
 from __future__ import annotations
 
 import math
+from typing import Any
 
-__all__ = ["count", "sig3"]
+__all__ = ["as_recorded", "count", "row_cell", "sig3"]
 
 
 def sig3(value: float) -> str:
@@ -31,3 +33,25 @@ def sig3(value: float) -> str:
 def count(value: int) -> str:
     """A count, exact, with thousands separators: 12345 -> ``12,345``."""
     return f"{value:,}"
+
+
+def as_recorded(value: Any, *, no: str = "no") -> str:
+    """A cell as report.json has it (rows are rounded to 3 decimals there): ``-`` for no data,
+    floats without trailing zeros, ``yes``/``no`` (``no`` as given, to stand out or not)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else no
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def row_cell(row: dict[str, Any], key: str, *, unreliable: str, no: str = "no") -> str:
+    """``row[key]`` as recorded; the load generator's CPU in percent, with ``unreliable``
+    appended when the row was flagged for it."""
+    if key != "loadgen_cpu_util":
+        return as_recorded(row.get(key), no=no)
+    cpu = row.get(key)
+    text = "-" if cpu is None else f"{cpu * 100:.0f}%"
+    return text + unreliable if row.get("unreliable") else text

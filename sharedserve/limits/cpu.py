@@ -408,3 +408,8 @@ def remove_cgroup(path: Path) -> None:
     if not os.path.ismount(path.parent):
         with contextlib.suppress(OSError):  # siblings still there, or already gone: leave it
             path.parent.rmdir()
+
+
+def cores_text(cores: float) -> str:
+    """A CPU limit in words: ``1 core``, ``0.5 cores``."""
+    return f"{cores:g} core{'' if cores == 1 else 's'}"

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.logging import RichHandler
 from rich.table import Table
 
+from sharedserve.limits.cpu import cores_text
 from sharedserve.pack.plan import GpuShare
 from sharedserve.pack.replica import Replica, ReplicaState
 from sharedserve.pack.supervisor import Pack
@@ -43,16 +44,13 @@ def _share_text(share: GpuShare, simulated: bool, how: str = "even split") -> st
     )
 
 
-def _cores(cpu: float) -> str:
-    return f"{cpu:g} core{'' if cpu == 1 else 's'}"
-
-
 def _cpu_text(cpu: float | None, enforced: bool, note: str | None) -> str:
     if cpu is None:
         return "CPU: no limit"
     if enforced:
-        return f"CPU: {_cores(cpu)} per replica, enforced by a cgroup quota each"
-    return f"CPU: {_cores(cpu)} per replica NOT enforced ({note}); servers size their threads to it"
+        return f"CPU: {cores_text(cpu)} per replica, enforced by a cgroup quota each"
+    limit = cores_text(cpu)
+    return f"CPU: {limit} per replica NOT enforced ({note}); servers size their threads to it"
 
 
 def describe_plan(pack: Pack) -> list[str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["free_port", "model_state", "port_is_free"]
+__all__ = ["free_port", "get_json", "model_state", "port_is_free"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -28,21 +29,29 @@ def port_is_free(host: str, port: int) -> bool:
         return True
 
 
-def model_state(rest_url: str, model: str, timeout: float = 1.0) -> str | None:
-    """The TF Serving state (``AVAILABLE``, ``LOADING``...) the server reports for ``model``.
-
-    None when the server does not answer (not listening yet, or gone) or answers something
-    that is not a model status.
-    """
+def get_json(rest_url: str, path: str, timeout: float = 1.0) -> Any:
+    """The JSON body of a 200 answer to ``GET path``; None when the server does not answer
+    (not listening yet, or gone), answers another status, or not in JSON."""
     url = urlsplit(rest_url)
-    connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=timeout)
+    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    connection = kind(url.hostname or "127.0.0.1", url.port, timeout=timeout)
     try:
-        connection.request("GET", f"/v1/models/{model}")
+        connection.request("GET", url.path.rstrip("/") + path)
         response = connection.getresponse()
-        body = json.loads(response.read())
-        state = body["model_version_status"][0]["state"]
-        return state if isinstance(state, str) else None
-    except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError):
+        body = response.read()
+        return json.loads(body) if response.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
         return None
     finally:
         connection.close()
+
+
+def model_state(rest_url: str, model: str, timeout: float = 1.0) -> str | None:
+    """The TF Serving state (``AVAILABLE``, ``LOADING``...) the server reports for ``model``;
+    None when it does not answer, or answers something that is not a model status."""
+    body = get_json(rest_url, f"/v1/models/{model}", timeout)
+    try:
+        state = body["model_version_status"][0]["state"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return state if isinstance(state, str) else None
