@@ -15,6 +15,7 @@ from sharedserve.errors import ConfigError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "REPLICA_SERVE_OPTIONS",
     "BatchingSettings",
     "BenchSettings",
     "CapSource",
@@ -174,23 +175,29 @@ class LoadPattern(str, Enum):
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """``sharedserve bench``: a density sweep (``pack`` per density) or given targets."""
+    """``sharedserve bench``: a sweep of scales (``pack`` per scale) or given targets."""
 
     out_dir: Path
     """Where the report files go."""
-    densities: tuple[int, ...] = (1, 2, 4, 8)
-    """Numbers of co-located replicas to measure, in order (ignored with ``targets_file``)."""
+    scales: tuple[int, ...] = (1, 2, 4, 8)
+    """Multiples of every pack entry's replicas to measure, in order (ignored with
+    ``targets_file``). A density sweep of one model is one entry of one replica: scale = density."""
     pack: PackSettings | None = None
-    """How each density is packed (``replicas`` is set per density); None with ``targets_file``."""
+    """The mix at scale 1 (each scale multiplies its entries' replicas); None with
+    ``targets_file``."""
+    spec_file: Path | None = None
+    """The pack spec ``pack`` came from, recorded in the report; None for ``--model``."""
     targets_file: Path | None = None
     """Measure these running endpoints (pack's targets format) as one row instead of a sweep."""
     pattern: LoadPattern = LoadPattern.SEQUENTIAL
     concurrency: int = 10
-    """Users per model for ``parallel``."""
+    """Parallel: users of the whole mix at scale 1, split by model weight, at least one per
+    replica; scale s runs s times as many (``bench.offered``)."""
     rate: float = 10.0
-    """Requests per second per model for ``poisson``."""
+    """Poisson: requests per second of the whole mix at scale 1, split by model weight, then
+    evenly over each model's replicas; scale s offers s times as much (``bench.offered``)."""
     max_in_flight: int = 100
-    """Poisson only: requests in flight per model beyond which new ones are dropped (counted)."""
+    """Poisson only: requests in flight per replica beyond which new ones are dropped (counted)."""
     protocol: str = "rest"
     """``rest`` or ``grpc``."""
     duration_s: float = 30.0
@@ -206,7 +213,8 @@ class BenchSettings:
     warmup_s: float = 5.0
     """Seconds of load before the window opens (not recorded)."""
     slo_p99_ms: float | None = None
-    """P99 latency objective per model in milliseconds; None: no recommendation."""
+    """P99 latency objective in milliseconds of every model whose spec entry (or target) gives
+    none; None: only those models' own objectives are judged."""
     loadgen_workers: int | None = None
     """Local Locust worker processes; 0 runs users in the master; None sizes to the load."""
     external_workers: int = 0
@@ -226,9 +234,13 @@ class BenchSettings:
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work."""
         if (self.pack is None) == (self.targets_file is None):
-            raise ConfigError("give --model (a density sweep) or --targets (running endpoints)")
-        if not self.densities or any(d < 1 for d in self.densities):
-            raise ConfigError(f"--densities must be positive integers, got {list(self.densities)}")
+            raise ConfigError(
+                "give --model (a density sweep), --spec (a mix) or --targets (running endpoints)"
+            )
+        if not self.scales or any(d < 1 for d in self.scales):
+            raise ConfigError(f"--scales must be positive integers, got {list(self.scales)}")
+        if len(set(self.scales)) != len(self.scales):
+            raise ConfigError(f"--scales repeats a value: {list(self.scales)}")
         if self.protocol not in ("rest", "grpc"):
             raise ConfigError(f"--protocol must be rest or grpc, got {self.protocol!r}")
         checks = [
@@ -252,6 +264,17 @@ class BenchSettings:
 
 
 _NO_CAP = GpuCapRequest(None, None, CapSource.NONE)
+
+REPLICA_SERVE_OPTIONS = frozenset(
+    {
+        *("--model", "--name", "--host", "--rest-port", "--grpc-port"),
+        *("--gpu-memory-fraction", "--gpu-memory-mib", "--cpu-limit", "--fake-gpus"),
+    }
+)
+"""Options of ``sharedserve serve`` that whoever runs a replica (``pack``, a rendered pod) sets
+itself, so extra ``serve`` arguments must not carry them: the model and its name, where it
+listens, and its limits, which come from the env contract and the CPU cgroup (a flag would
+override the share it was granted); fake GPUs are for tests."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,15 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def torch_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny`` built as TorchScript by the real ``models build``: a third framework for mixes."""
+    out = tmp_path_factory.mktemp("torch-models")
+    result = run_cli("models", "build", "tiny", "--framework", "torch", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One ``tiny`` server for the whole session, with a small body limit to test 413."""
     log = tmp_path_factory.mktemp("logs") / "tiny.log"

@@ -239,11 +239,13 @@ class MemoryWatch(_Loop):
 
 
 def run_bench(
-    stage: Stage, out: Path, model_dir: Path, *args: str, env: dict[str, str] | None = None
+    stage: Stage, out: Path, model_dir: Path | None, *args: str, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """``sharedserve bench --model`` into ``out``; its report.json (the error if it failed)."""
+    """``sharedserve bench --model`` (or, ``model_dir`` None, what ``args`` say: ``--spec``) into
+    ``out``; its report.json (the error if it failed)."""
     fake = ("--fake-gpus", str(stage.fake_gpus)) if stage.fake_gpus else ()
-    command = sharedserve("bench", "--model", str(model_dir), "--out", str(out), *fake, *args)
+    model = ("--model", str(model_dir)) if model_dir is not None else ()
+    command = sharedserve("bench", *model, "--out", str(out), *fake, *args)
     log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:

@@ -7,6 +7,9 @@ blocks that each fit, every block led by the density; output that is not a termi
 file, CI, a pipe) has no width to fit, so it gets one aligned line per row, as ``kubectl get``
 prints, whatever ``COLUMNS`` says. Prose (the recommendation) is never cut either: word-wrapped
 on a terminal, one line each elsewhere so that a log can be searched for it.
+
+A mix of models is led by its scale, and each model gets a line per scale under the table: its
+QPS and P99 against its own objective, as it is judged.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sharedserve.bench.sigfig import row_cell
+from sharedserve.bench.mix import is_mix, model_lines, scale_of
+from sharedserve.bench.sigfig import as_recorded, row_cell
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, throttle_notes
 
-__all__ = ["COLUMNS", "plain_table", "print_summary", "summary_cells"]
+__all__ = [
+    "COLUMNS",
+    "MODEL_COLUMNS",
+    "model_cells",
+    "plain_table",
+    "print_summary",
+    "summary_cells",
+]
 
 COLUMNS = {
     "density": "density",
@@ -37,18 +48,43 @@ COLUMNS = {
     "slo_met": "SLO",
 }
 """Row key -> heading of the columns printed, in order; the first leads every block."""
+MIX_COLUMNS = {"scale": "scale", "density": "replicas"} | {
+    k: v for k, v in COLUMNS.items() if k != "density"
+}
+"""``COLUMNS`` for a mix of models: led by the scale, the density (all replicas) after it."""
+MODEL_COLUMNS = {
+    "scale": "scale",
+    "model": "model",
+    "qps": "QPS",
+    "p99_ms": "p99 ms",
+    "slo_p99_ms": "SLO ms",
+    "slo_met": "met",
+}
+"""A mix's line per model per scale: key -> heading."""
 
 _GAP = "  "
 _UNRELIABLE = " (!)"
 _UNBOUNDED = 1 << 16
 
 
+def _columns(report: dict[str, Any]) -> dict[str, str]:
+    return MIX_COLUMNS if is_mix(list(report.get("rows") or [])) else COLUMNS
+
+
 def summary_cells(report: dict[str, Any]) -> list[list[str]]:
-    """One list of cells per row of the report, in ``COLUMNS`` order."""
+    """One list of cells per row of the report, in ``COLUMNS`` order (a mix's, led by scale)."""
     return [
-        [row_cell(row, key, unreliable=_UNRELIABLE, no="NO") for key in COLUMNS]
+        [row_cell(row, key, unreliable=_UNRELIABLE, no="NO") for key in _columns(report)]
         for row in report.get("rows") or []
     ]
+
+
+def model_cells(report: dict[str, Any]) -> list[list[str]]:
+    """A mix's line per model per row, in ``MODEL_COLUMNS`` order; none for one model."""
+    rows = list(report.get("rows") or [])
+    if not is_mix(rows):
+        return []
+    return [[as_recorded(ln.get(k), no="NO") for k in MODEL_COLUMNS] for ln in model_lines(rows)]
 
 
 def plain_table(headers: list[str], rows: list[list[str]], width: int | None) -> list[str]:
@@ -84,6 +120,10 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
     return table
 
 
+def _label(row: dict[str, Any], mix: bool) -> str:
+    return f"scale {scale_of(row)}" if mix else f"density {row['density']}"
+
+
 def _line(console: Console, text: str, *, prose: bool = False) -> None:
     """Print ``text`` as it is. Prose on a terminal is wrapped at word boundaries; anything else
     is left for the terminal to fold (or the log to keep on one line), never cut by rich."""
@@ -91,10 +131,7 @@ def _line(console: Console, text: str, *, prose: bool = False) -> None:
     console.print(text, soft_wrap=not wrap, markup=False, highlight=False)
 
 
-def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> None:
-    """Print the results table, the recommendation and the report's path on ``console``."""
-    title = "sharedserve bench" + (" (PARTIAL)" if report.get("partial") else "")
-    headers, rows = list(COLUMNS.values()), summary_cells(report)
+def _table(console: Console, title: str, headers: list[str], rows: list[list[str]]) -> None:
     table = _rich_table(title, headers, rows)
     # Measured without room to spare, the table reports the width it needs, not the one it has.
     natural = console.measure(table, options=console.options.update_width(_UNBOUNDED)).maximum
@@ -105,6 +142,16 @@ def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> No
         width = console.width if console.is_terminal else None
         for line in plain_table(headers, rows, width):
             _line(console, line.rstrip())
+
+
+def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> None:
+    """Print the results table (and a mix's per-model lines), the recommendation and the
+    report's path on ``console``."""
+    title = "sharedserve bench" + (" (PARTIAL)" if report.get("partial") else "")
+    _table(console, title, list(_columns(report).values()), summary_cells(report))
+    mix = is_mix(list(report.get("rows") or []))
+    if mix:
+        _table(console, "per model", list(MODEL_COLUMNS.values()), model_cells(report))
     if any(row.get("unreliable") for row in report.get("rows") or []):
         _line(
             console,
@@ -116,7 +163,7 @@ def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> No
         if row.get("stable") is False:
             _line(
                 console,
-                f"(!) density {row['density']} is unstable: its last windows never agreed within "
+                f"(!) {_label(row, mix)} is unstable: its last windows never agreed within "
                 "10% on QPS and p99 before --max-duration; never recommended",
                 prose=True,
             )
@@ -125,7 +172,10 @@ def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> No
     recommendation = report.get("recommendation") or {}
     density = recommendation.get("density")
     reason = recommendation.get("reason") or "no recommendation was made"
-    _line(
-        console, f"recommendation: {'none' if density is None else density} — {reason}", prose=True
-    )
+    chosen = "none" if density is None else str(density)
+    if mix and recommendation.get("scale") is not None:
+        chosen = f"scale {recommendation['scale']}"
+        if density is not None:
+            chosen += f" ({density} replica{'' if density == 1 else 's'})"
+    _line(console, f"recommendation: {chosen} — {reason}", prose=True)
     _line(console, f"report: {out_dir / 'report.html'}")

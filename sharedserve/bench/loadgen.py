@@ -5,8 +5,9 @@ this module; it runs ``python -m sharedserve.bench.loadgen master|worker ...`` a
 result file the master writes.
 
 One run: the master (or a LocalRunner when no workers are asked for) hands the run spec to its
-workers, starts one Locust user class per target (``fixed_count`` users each: 1 for sequential
-and poisson, K for parallel), lets the warm-up pass, then measures in windows of equal length
+workers, starts one Locust user class per target (``fixed_count`` users each: the target's
+``users``, 1 for sequential and poisson; a Poisson user sends at the target's ``rate``), lets
+the warm-up pass, then measures in windows of equal length
 (``duration / stability_windows`` seconds), every process closing one window and opening the
 next at once. Each process records every request that completes inside a window from Locust's
 request event into an HDR-style histogram (integer microseconds), and reports each window's
@@ -250,7 +251,7 @@ class _Poisson(User):
     def drive(self) -> None:
         if self.sender is None:
             raise StopUser()
-        sender, name, rate = self.sender, self.target["name"], self.spec["rate"]
+        sender, name, rate = self.sender, self.target["name"], self.target["rate"]
         scheduled = time.perf_counter()
         while True:
             scheduled += self.rng.expovariate(rate)
@@ -273,9 +274,9 @@ class _Poisson(User):
 def user_classes(spec: dict[str, Any]) -> list[type[User]]:
     """One Locust user class per target, with its fixed user count."""
     base = _Poisson if spec["pattern"] == "poisson" else _ClosedLoop
-    count = spec["concurrency"] if spec["pattern"] == "parallel" else 1
     classes: list[type[User]] = []
     for i, target in enumerate(spec["targets"]):
+        count = target["users"]
         attrs = {"target": target, "spec": spec, "fixed_count": count, "abstract": False}
         classes.append(type(f"Target{i}", (base,), attrs))
     return classes

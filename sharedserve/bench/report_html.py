@@ -7,53 +7,53 @@ to three significant figures and counts exactly; a column with no value in any r
 on a CPU run, the SLO without one) is left out. One self-contained file: CSS inline, plots as
 base64 PNG, no script and no link out, and a print stylesheet.
 
+A mix of models is led by its scale, and judged model by model against each one's own objective:
+its verdict and its per-model and per-GPU sections are ``sharedserve.bench.report_html_mix``'s.
+The tables' cells and the embedded plots are ``sharedserve.bench.report_table``'s.
+
 Pure: it renders a report dict; ``sharedserve.bench.report`` writes it.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
+from sharedserve.bench.mix import is_mix, objectives, scale_of
 from sharedserve.bench.report_css import CSS
+from sharedserve.bench.report_html_mix import mix_sections, mix_verdict
+from sharedserve.bench.report_table import (
+    NONE,
+    Col,
+    applies,
+    card,
+    esc,
+    figure,
+    number,
+    over,
+    table,
+)
 from sharedserve.bench.sigfig import count, sig3
 
 __all__ = ["render_html"]
 
-_esc = html.escape
-_NONE = "\u2014"  # an em dash: this figure was not measured in this row
 _DOT = " \u00b7 "
 
 
-@dataclass(frozen=True)
-class _Col:
-    """A table column: the key of the row (or per-model line) it shows, and its heading."""
-
-    key: str
-    heading: str
-    kind: Literal["num", "pct", "loadgen", "yesno", "text"] = "num"
-    """``num``: three significant figures, counts exact; ``pct``: a fraction, as a percentage;
-    ``loadgen``: ``pct``, marked when the row is unreliable; ``yesno``; ``text``: left-aligned."""
-
-
 _LATENCY = (
-    _Col("p50_ms", "p50"), _Col("p90_ms", "p90"), _Col("p99_ms", "p99"),
-    _Col("p999_ms", "p99.9"), _Col("max_ms", "max"), _Col("late_share", "sent late", "pct"),
-    _Col("stable", "stable", "yesno"), _Col("slo_met", "SLO met", "yesno"),
+    Col("p50_ms", "p50"), Col("p90_ms", "p90"), Col("p99_ms", "p99"),
+    Col("p999_ms", "p99.9"), Col("max_ms", "max"), Col("late_share", "sent late", "pct"),
+    Col("stable", "stable", "yesno"), Col("slo_met", "SLO met", "yesno"),
 )  # fmt: skip
 _THROUGHPUT = (
-    _Col("requests", "requests"), _Col("errors", "errors"), _Col("dropped", "dropped"),
-    _Col("qps", "QPS"), _Col("scaling_efficiency", "scaling eff."),
-    _Col("cpu_util_mean", "server CPU cores"), _Col("loadgen_cpu_util", "loadgen CPU", "loadgen"),
+    Col("requests", "requests"), Col("errors", "errors"), Col("dropped", "dropped"),
+    Col("qps", "QPS"), Col("scaling_efficiency", "scaling eff."),
+    Col("cpu_util_mean", "server CPU cores"), Col("loadgen_cpu_util", "loadgen CPU", "loadgen"),
 )  # fmt: skip
 _GPU = (
-    _Col("gpu_name", "GPU", "text"), _Col("gpu_util_mean", "util mean %"),
-    _Col("gpu_util_max", "util max %"), _Col("gpu_mem_used_mib", "memory used MiB"),
+    Col("gpu_name", "GPU", "text"), Col("gpu_util_mean", "util mean %"),
+    Col("gpu_util_max", "util max %"), Col("gpu_mem_used_mib", "memory used MiB"),
 )  # fmt: skip
 _SECTIONS = (  # (heading, table columns, the plot drawn from the same figures)
     ("Latency (ms, all models merged)", _LATENCY, "p99_vs_density.png"),
@@ -62,112 +62,38 @@ _SECTIONS = (  # (heading, table columns, the plot drawn from the same figures)
 )
 # Row keys said elsewhere on the page (or derived from what is); any other scalar key a row
 # carries goes in "Other figures", so a figure added to the rows is never silently dropped.
-_SAID = {"density", "pattern", "duration_s", "error_rate", "unreliable", "per_model"}
+_SAID = {
+    "density", "scale", "pattern", "duration_s", "error_rate", "unreliable", "per_model", "models",
+    "gpus",
+}  # fmt: skip
 _MODEL = (
-    _Col("name", "model", "text"), _Col("requests", "requests"), _Col("errors", "errors"),
-    _Col("qps", "QPS"), _Col("p50_ms", "p50 ms"), _Col("p99_ms", "p99 ms"),
+    Col("name", "model", "text"), Col("requests", "requests"), Col("errors", "errors"),
+    Col("qps", "QPS"), Col("p50_ms", "p50 ms"), Col("p99_ms", "p99 ms"),
 )  # fmt: skip
 _MODEL_EXTRA = {  # per-model keys the sweep adds
-    "gpu_mem_mib": _Col("gpu_mem_mib", "GPU mem MiB"),
-    "gpu_memory_fraction": _Col("gpu_memory_fraction", "GPU mem cap", "pct"),
-    "cpu_throttled_share": _Col("cpu_throttled_share", "CPU throttled", "pct"),
-    "cpu_throttled_ms": _Col("cpu_throttled_ms", "throttled ms"),
+    "gpu_mem_mib": Col("gpu_mem_mib", "GPU mem MiB"),
+    "gpu_memory_fraction": Col("gpu_memory_fraction", "GPU mem cap", "pct"),
+    "cpu_throttled_share": Col("cpu_throttled_share", "CPU throttled", "pct"),
+    "cpu_throttled_ms": Col("cpu_throttled_ms", "throttled ms"),
 }
 
 
-def _number(value: Any) -> str:
-    if value is None:
-        return _NONE
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return count(value)
-    if isinstance(value, float):
-        return sig3(value)
-    return str(value)
-
-
-def _cell(col: _Col, line: dict[str, Any]) -> str:
-    """One ``<td>``; a failed SLO or an unreliable row is marked by class, not colour alone."""
-    value = line.get(col.key)
-    if value is None:
-        return f'<td class="none">{_NONE}</td>'
-    if col.kind == "yesno":
-        return f'<td class="{"ok" if value else "bad"}">{"yes" if value else "no"}</td>'
-    if col.kind in ("pct", "loadgen"):
-        text = f"{sig3(float(value) * 100)}%"
-        if col.kind == "loadgen" and line.get("unreliable"):
-            return f'<td class="bad">{text} <span class="tag">unreliable</span></td>'
-        return f"<td>{text}</td>"
-    if col.kind == "text":
-        return f'<td class="text">{_esc(str(value))}</td>'
-    return f"<td>{_esc(_number(value))}</td>"
-
-
-def _applies(col: _Col, lines: list[dict[str, Any]]) -> bool:
-    """Whether a column says anything: some line has a value, drops only where a loop can drop
-    (an open loop) or some were counted, and the GPU's name only when it differs between rows
-    (else the section's heading names it)."""
-    if all(line.get(col.key) is None for line in lines):
-        return False
-    if col.key == "gpu_name":
-        return len({ln.get("gpu_name") for ln in lines}) > 1
-    if col.key == "dropped":
-        return any(ln.get("pattern") == "poisson" or ln.get("dropped") for ln in lines)
-    return True
-
-
-def _table(
-    cols: Sequence[_Col], lines: list[dict[str, Any]], lead: Sequence[_Col], marks: list[str]
-) -> str:
-    """A table of the columns that apply, after the ``lead`` columns that name each line;
-    ``marks`` is each line's CSS class ("" for none)."""
-    shown = [*lead, *(c for c in cols if _applies(c, lines))]
-    left = ' class="text"'
-    head = "".join(
-        f'<th scope="col"{left if c.kind == "text" else ""}>{_esc(c.heading)}</th>' for c in shown
-    )
-    body = "".join(
-        (f'<tr class="{mark}">' if mark else "<tr>")
-        + "".join(_cell(c, ln) for c in shown)
-        + "</tr>"
-        for ln, mark in zip(lines, marks, strict=True)
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _lead(lines: Iterable[dict[str, Any]]) -> list[_Col]:
+def _lead(lines: Iterable[dict[str, Any]], mix: bool) -> list[Col]:
     several = len({ln.get("pattern") for ln in lines}) > 1
-    return [_Col("density", "density"), *([_Col("pattern", "pattern", "text")] if several else [])]
+    if mix:  # its rows are its scales; the density, all its replicas, says how much was packed
+        first = [Col("scale", "scale"), Col("density", "replicas")]
+    else:
+        first = [Col("density", "density")]
+    return [*first, *([Col("pattern", "pattern", "text")] if several else [])]
 
 
-def _row_mark(row: dict[str, Any], best: Any) -> str:
+def _row_mark(row: dict[str, Any], best: Any, mix: bool) -> str:
     if row.get("slo_met") is False:
         return "miss"
     if row.get("unreliable"):
         return "unreliable"
-    return "rec" if best is not None and row.get("density") == best else ""
-
-
-def _png_size(data: bytes) -> tuple[int, int] | None:
-    # The IHDR chunk leads every PNG; its size lets the browser lay the page out before decoding.
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
-        width, height = struct.unpack(">II", data[16:24])
-        return width, height
-    return None
-
-
-def _figure(name: str, data: bytes) -> str:
-    alt = name.removesuffix(".png").replace("_", " ")
-    size = _png_size(data)
-    dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
-    src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-    return f'<figure><img alt="{_esc(alt)}"{dims} src="{src}"></figure>'
-
-
-def _by(value: float, limit: float) -> str:
-    ratio = value / limit
-    return f"{sig3((ratio - 1) * 100)}% over" if ratio < 2 else f"{sig3(ratio)} times"
+    at = scale_of(row) if mix else row.get("density")
+    return "rec" if best is not None and at == best else ""
 
 
 def _worst_model(row: dict[str, Any], slo: float) -> str:
@@ -176,7 +102,7 @@ def _worst_model(row: dict[str, Any], slo: float) -> str:
     slow = [m for m in models if m.get("p99_ms") is not None and m["p99_ms"] > slo]
     if slow:
         m = max(slow, key=lambda m: float(m["p99_ms"]))
-        return f"{m['name']}: p99 {sig3(m['p99_ms'])} ms, {_by(m['p99_ms'], slo)} the SLO"
+        return f"{m['name']}: p99 {sig3(m['p99_ms'])} ms, {over(m['p99_ms'], slo)} the SLO"
     failing = [m for m in models if m.get("errors") and m.get("requests")]
     if failing:
         m = max(failing, key=lambda m: m["errors"] / m["requests"])
@@ -199,16 +125,14 @@ def _label(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return f"density {row.get('density')}" + (f" ({row.get('pattern')})" if several else "")
 
 
-def _card(label: str, value: str, detail: str) -> str:
-    return (
-        f'<div class="card"><div class="label">{_esc(label)}</div>'
-        f'<div class="value">{_esc(value)}</div><div class="detail">{_esc(detail)}</div></div>'
-    )
-
-
 def _verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """The recommended density and what it gives, the SLO, and what missed it first above."""
+    """The recommended density (a mix's scale) and what it gives, the SLO, and what missed it
+    first above."""
     rec = report.get("recommendation") or {}
+    if is_mix(rows):
+        headline, cards = mix_verdict(report, rows)
+        good = rec.get("scale") is not None
+        return _verdict_section(headline, cards, good, rec)
     best, slo = rec.get("density"), report.get("slo_p99_ms")
     cards = []
     at_best = [r for r in rows if best is not None and r.get("density") == best]
@@ -216,13 +140,13 @@ def _verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         detail = [f"p99 {sig3(row['p99_ms'])} ms"] if row.get("p99_ms") is not None else []
         if row.get("scaling_efficiency") is not None:
             detail.append(f"scaling efficiency {sig3(row['scaling_efficiency'])}")
-        qps = f"{sig3(row['qps'])} requests/s" if row.get("qps") is not None else _NONE
-        cards.append(_card(f"At {_label(row, rows)}", qps, ", ".join(detail)))
+        qps = f"{sig3(row['qps'])} requests/s" if row.get("qps") is not None else NONE
+        cards.append(card(f"At {_label(row, rows)}", qps, ", ".join(detail)))
     if slo is None:
-        cards.append(_card("SLO", "none given", "set one with --slo-p99-ms"))
+        cards.append(card("SLO", "none given", "set one with --slo-p99-ms"))
     else:
         cards.append(
-            _card("SLO", f"p99 \u2264 {slo:g} ms", "for every model, and errors under the limit")
+            card("SLO", f"p99 \u2264 {slo:g} ms", "for every model, and errors under the limit")
         )
         judged = sorted(
             (r for r in rows if r.get("slo_met") is False),
@@ -231,51 +155,55 @@ def _verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         above = [r for r in judged if best is None or (r.get("density") or 0) > best]
         if above:
             cards.append(
-                _card("First to miss the SLO", _label(above[0], rows), _worst_model(above[0], slo))
+                card("First to miss the SLO", _label(above[0], rows), _worst_model(above[0], slo))
             )
         elif rows:
-            cards.append(_card("First to miss the SLO", "none", "every density measured met it"))
-    mark = "good" if best is not None else "bad"
+            cards.append(card("First to miss the SLO", "none", "every density measured met it"))
     headline = f"Recommended density: {best if best is not None else 'none'}"
     if best is not None:
         headline += " replica" if best == 1 else " replicas"
         if any(r.get(k) is not None for r in rows for k in ("gpu_name", *(c.key for c in _GPU))):
             headline += " per GPU"
+    return _verdict_section(headline, cards, best is not None, rec)
+
+
+def _verdict_section(headline: str, cards: list[str], good: bool, rec: dict[str, Any]) -> str:
+    mark = "good" if good else "bad"
     reason = rec.get("reason", "no recommendation was made")
     return (
-        f'<section id="verdict" class="verdict {mark}"><h2>{_esc(headline)}</h2>'
+        f'<section id="verdict" class="verdict {mark}"><h2>{esc(headline)}</h2>'
         f'<div class="cards">{"".join(cards)}</div>'
-        f'<p class="reason"><strong>Why:</strong> {_esc(reason)}.</p></section>'
+        f'<p class="reason"><strong>Why:</strong> {esc(reason)}.</p></section>'
     )
 
 
 def _plain(value: Any) -> str:
     """A setting or environment value in words."""
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items()) or _NONE
+        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items()) or NONE
     if isinstance(value, list):
-        return ", ".join(_plain(v) for v in value) or _NONE
+        return ", ".join(_plain(v) for v in value) or NONE
     if isinstance(value, float):
         return f"{value:g}"  # as given: a setting, not a measurement
-    return _number(value) if not isinstance(value, str) else value
+    return number(value) if not isinstance(value, str) else value
 
 
 def _pairs(title: str, data: Any) -> str:
     items = data.items() if isinstance(data, dict) and data else [("", "(none recorded)")]
     body = "".join(
-        f'<tr><th scope="row">{_esc(str(k))}</th><td class="text">{_esc(_plain(v))}</td></tr>'
+        f'<tr><th scope="row">{esc(str(k))}</th><td class="text">{esc(_plain(v))}</td></tr>'
         for k, v in items
     )
-    return f'<div><h3>{_esc(title)}</h3><table class="pairs"><tbody>{body}</tbody></table></div>'
+    return f'<div><h3>{esc(title)}</h3><table class="pairs"><tbody>{body}</tbody></table></div>'
 
 
 def _limits(settings: Any) -> str:
     rows = limits_table((settings or {}).get("replica_limits"))
     if not rows:
         return ""
-    head = "".join(f'<th class="text">{_esc(h)}</th>' for h in LIMITS_HEADERS)
+    head = "".join(f'<th class="text">{esc(h)}</th>' for h in LIMITS_HEADERS)
     body = "".join(
-        "<tr>" + "".join(f'<td class="text">{_esc(c)}</td>' for c in row) + "</tr>" for row in rows
+        "<tr>" + "".join(f'<td class="text">{esc(c)}</td>' for c in row) + "</tr>" for row in rows
     )
     return (
         "<section><h2>Replica limits</h2><p>As each server reported them once up, before any "
@@ -283,7 +211,7 @@ def _limits(settings: Any) -> str:
     )
 
 
-def _subtitle(report: dict[str, Any]) -> str:
+def _subtitle(report: dict[str, Any], mix: bool) -> str:
     settings = report.get("settings") or {}
     env = report.get("environment") or {}
     parts = []
@@ -297,60 +225,77 @@ def _subtitle(report: dict[str, Any]) -> str:
     if settings.get("protocol"):
         parts.append(str(settings["protocol"]).upper())
     if settings.get("duration_s"):
-        parts.append(f"{settings['duration_s']:g} s measured per density")
+        parts.append(f"{settings['duration_s']:g} s measured per {'scale' if mix else 'density'}")
     if "gpus" in env:
         gpus = env.get("gpus") or []
         names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
         parts.append(", ".join(names) if names else "no GPU measured")
-    return f'<p class="meta">{_esc(_DOT.join(parts))}</p>' if parts else ""
+    return f'<p class="meta">{esc(_DOT.join(parts))}</p>' if parts else ""
 
 
-def _sections(rows: list[dict[str, Any]], best: Any, images: dict[str, bytes]) -> list[str]:
+def _sections(
+    rows: list[dict[str, Any]], best: Any, images: dict[str, bytes], placed: set[str], mix: bool
+) -> list[str]:
+    """A section per question, each table beside its plot; then what the rows carry that none of
+    them shows, and the plots not ``placed`` yet."""
     out = []
-    lead, marks = _lead(rows), [_row_mark(r, best) for r in rows]
-    placed = set()
+    lead, marks = _lead(rows, mix), [_row_mark(r, best, mix) for r in rows]
     names = {r.get("gpu_name") for r in rows}
     gpu = f": {next(iter(names))}" if len(names) == 1 and None not in names else ""
     for title, cols, plot in _SECTIONS:
-        shown = [c for c in cols if _applies(c, rows)]
+        shown = [c for c in cols if applies(c, rows)]
         if not shown and plot not in images:
             continue
-        parts = [f'<div class="table">{_table(cols, rows, lead, marks)}</div>']
+        parts = [f'<div class="table">{table(cols, rows, lead, marks)}</div>']
         if plot in images:
-            parts.append(_figure(plot, images[plot]))
+            parts.append(figure(plot, images[plot]))
             placed.add(plot)
         heading = title + gpu if cols is _GPU else title
-        out.append(f'<section><h2>{_esc(heading)}</h2><div class="pair">{"".join(parts)}</div>'
+        out.append(f'<section><h2>{esc(heading)}</h2><div class="pair">{"".join(parts)}</div>'
                    "</section>")  # fmt: skip
     known = {c.key for _, cols, _ in _SECTIONS for c in cols} | _SAID
     other = dict.fromkeys(
         k for r in rows for k, v in r.items() if k not in known and not isinstance(v, list | dict)
     )
-    extra = [_Col(k, k.replace("_", " ")) for k in other]
-    if any(_applies(c, rows) for c in extra):
-        out.append(f"<section><h2>Other figures</h2>{_table(extra, rows, lead, marks)}</section>")
+    extra = [Col(k, k.replace("_", " ")) for k in other]
+    if any(applies(c, rows) for c in extra):
+        out.append(f"<section><h2>Other figures</h2>{table(extra, rows, lead, marks)}</section>")
     rest = [name for name in images if name not in placed]
     if rest:
-        figures = "".join(_figure(name, images[name]) for name in rest)
+        figures = "".join(figure(name, images[name]) for name in rest)
         out.append(f'<section><h2>More plots</h2><div class="plots">{figures}</div></section>')
     return out
 
 
-def _per_model(rows: list[dict[str, Any]], slo: float | None) -> str:
+def _per_model(rows: list[dict[str, Any]], slo: float | None, mix: bool) -> str:
+    """Each replica of each row: "Per model" for a sweep of one model, where each replica was
+    counted as a model of its own; "Per replica" in a mix, grouped by model."""
     lines = [
-        {"density": r.get("density"), "pattern": r.get("pattern"), **m}
+        {"scale": scale_of(r), "density": r.get("density"), "pattern": r.get("pattern"), **m}
         for r in rows
         for m in r.get("per_model") or []
     ]
     if not lines:
         return ""
-    base = {c.key for c in _MODEL} | {"density", "pattern"}
+    # One model's name on every line of a sweep says nothing the page has not.
+    base = {c.key for c in _MODEL} | {"scale", "density", "pattern", "model"}
     keys = dict.fromkeys(
         k for ln in lines for k, v in ln.items() if k not in base and not isinstance(v, list | dict)
     )
-    cols = [*_MODEL, *(_MODEL_EXTRA.get(k) or _Col(k, k.replace("_", " ")) for k in keys)]
-    slow = ["miss" if slo is not None and (ln.get("p99_ms") or 0) > slo else "" for ln in lines]
-    return f"<section><h2>Per model</h2>{_table(cols, lines, _lead(lines), slow)}</section>"
+    cols = [*_MODEL, *(_MODEL_EXTRA.get(k) or Col(k, k.replace("_", " ")) for k in keys)]
+    if not mix:
+        slow = ["miss" if slo is not None and (ln.get("p99_ms") or 0) > slo else "" for ln in lines]
+        return f"<section><h2>Per model</h2>{table(cols, lines, _lead(lines, mix), slow)}</section>"
+    own = objectives(rows)
+    slow = [
+        "miss" if (limit := own.get(str(ln.get("model")))) is not None
+        and (ln.get("p99_ms") or 0) > limit else ""
+        for ln in lines
+    ]  # fmt: skip
+    several = len({ln.get("pattern") for ln in lines}) > 1
+    lead = [Col("scale", "scale"), *([Col("pattern", "pattern", "text")] if several else []),
+            Col("model", "model", "text"), Col("name", "replica", "text")]  # fmt: skip
+    return f"<section><h2>Per replica</h2>{table(cols[1:], lines, lead, slow)}</section>"
 
 
 def render_html(report: dict[str, Any], images: dict[str, bytes], notes: Sequence[str]) -> str:
@@ -358,8 +303,9 @@ def render_html(report: dict[str, Any], images: dict[str, bytes], notes: Sequenc
     file name, as ``plots.draw_plots`` returns them) embedded and ``notes`` (the Markdown
     report's notes, so both say the same) as a list."""
     rows: list[dict[str, Any]] = list(report.get("rows") or [])
-    best = (report.get("recommendation") or {}).get("density")
-    body = ["<header><h1>sharedserve bench report</h1>", _subtitle(report), "</header>"]
+    mix = is_mix(rows)
+    best = (report.get("recommendation") or {}).get("scale" if mix else "density")
+    body = ["<header><h1>sharedserve bench report</h1>", _subtitle(report, mix), "</header>"]
     if report.get("partial"):
         body.append(
             '<p class="banner">PARTIAL: the sweep has not finished (interrupted, or still '
@@ -367,12 +313,17 @@ def render_html(report: dict[str, Any], images: dict[str, bytes], notes: Sequenc
         )
     body.append(_verdict(report, rows))
     if rows:
-        body += _sections(rows, best, images)
-        body.append(_per_model(rows, report.get("slo_p99_ms")))
+        placed: set[str] = set()
+        if mix:
+            # The mix is judged model by model: that table leads, before the merged figures.
+            sections, placed = mix_sections(rows, best, images)
+            body += sections
+        body += _sections(rows, best, images, placed, mix)
+        body.append(_per_model(rows, report.get("slo_p99_ms"), mix))
     else:
         body.append("<section><h2>Results</h2><p>No density was measured.</p></section>")
     body.append(
-        "<section><h2>Notes</h2><ul>" + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>"
+        "<section><h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
         '</section><section class="context">'
         + _pairs("Environment", report.get("environment"))
         + _pairs("Settings", without_limits(report.get("settings")))

@@ -1,8 +1,8 @@
 """Samples GPU and CPU use while a density is under load, summarised over the measured window.
 
 A background thread samples every ``interval_s`` (wall-clock timestamps, the clock the load
-generator stamps its window with): GPU utilisation and memory used on the packed GPU, each
-replica's GPU memory, each replica's CPU time from ``/proc/PID/stat``, and the throttling
+generator stamps its window with): GPU utilisation and memory used on each GPU the replicas are
+on, each replica's GPU memory, each replica's CPU time from ``/proc/PID/stat``, and the throttling
 counters (``cpu.stat``) of each replica's CPU cgroup where it has one. Only a real GPU (NVML)
 gives GPU figures; without one, or with simulated GPUs, every GPU field stays None.
 """
@@ -15,13 +15,21 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sharedserve.bench.summary import Samples
 from sharedserve.errors import GpuError
 from sharedserve.gpu.backend import GpuBackend
 from sharedserve.limits.cpu import CpuThrottling, read_cpu_throttling
 
-__all__ = ["Sample", "Sampler", "cpu_throttling", "process_cpu_seconds", "summarize"]
+__all__ = [
+    "Sample",
+    "Sampler",
+    "cpu_throttling",
+    "gpu_figures",
+    "process_cpu_seconds",
+    "summarize",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +51,58 @@ def process_cpu_seconds(pid: int) -> float | None:
 class Sample:
     at: float
     """Wall-clock time (``time.time()``)."""
-    gpu_util: float | None
-    gpu_mem_used_mib: float | None
+    gpus: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    """(utilisation %, memory used MiB) of each sampled GPU, by UUID; empty without a real GPU."""
     process_gpu_mib: dict[int, int | None] = field(default_factory=dict)
     process_cpu_s: dict[int, float | None] = field(default_factory=dict)
     cgroup_cpu: dict[str, CpuThrottling | None] = field(default_factory=dict)
     """Throttling counters of each replica's CPU cgroup, by replica name."""
 
 
-def summarize(samples: list[Sample], start: float, end: float) -> Samples:
-    """Window figures from the samples taken in [start, end] (CPU from the nearest bounds)."""
+def gpu_figures(
+    samples: list[Sample], start: float, end: float, names: dict[str, str] | None = None
+) -> list[dict[str, Any]] | None:
+    """Each sampled GPU's figures over [start, end]: ``{"uuid", "name", "util_mean", "util_max",
+    "mem_used_mib"}`` (utilisation in %, memory the highest sample in MiB); None when no GPU was
+    sampled (none, or a simulated one)."""
     inside = [s for s in samples if start <= s.at <= end]
-    util = [s.gpu_util for s in inside if s.gpu_util is not None]
-    memory = [s.gpu_mem_used_mib for s in inside if s.gpu_mem_used_mib is not None]
+    uuids = list(dict.fromkeys(u for s in inside for u in s.gpus))
+    if not uuids:
+        return None
+    out: list[dict[str, Any]] = []
+    for uuid in uuids:
+        util = [s.gpus[uuid][0] for s in inside if uuid in s.gpus]
+        memory = [s.gpus[uuid][1] for s in inside if uuid in s.gpus]
+        utils = [u for u in util if u is not None]
+        used = [m for m in memory if m is not None]
+        out.append(
+            {
+                "uuid": uuid,
+                "name": (names or {}).get(uuid),
+                "util_mean": round(sum(utils) / len(utils), 2) if utils else None,
+                "util_max": max(utils) if utils else None,
+                "mem_used_mib": max(used) if used else None,
+            }
+        )
+    return out
+
+
+def _total(values: list[float | None], combine: str) -> float | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if combine == "mean":
+        return round(sum(present) / len(present), 2)
+    return max(present) if combine == "max" else sum(present)
+
+
+def summarize(samples: list[Sample], start: float, end: float) -> Samples:
+    """Window figures from the samples taken in [start, end] (CPU from the nearest bounds).
+
+    Over several GPUs: utilisation is the mean of their means and the highest of their highs,
+    memory used the sum of each one's highest sample."""
+    inside = [s for s in samples if start <= s.at <= end]
+    gpus = gpu_figures(samples, start, end) or []
     cpu = None
     if len(inside) >= 2:
         first, last = inside[0], inside[-1]
@@ -68,9 +115,9 @@ def summarize(samples: list[Sample], start: float, end: float) -> Samples:
         if deltas and last.at > first.at:
             cpu = round(sum(deltas) / (last.at - first.at), 3)
     return Samples(
-        gpu_util_mean=None if not util else round(sum(util) / len(util), 2),
-        gpu_util_max=max(util) if util else None,
-        gpu_mem_used_mib=max(memory) if memory else None,
+        gpu_util_mean=_total([g["util_mean"] for g in gpus], "mean"),
+        gpu_util_max=_total([g["util_max"] for g in gpus], "max"),
+        gpu_mem_used_mib=_total([g["mem_used_mib"] for g in gpus], "sum"),
         cpu_util_mean=cpu,
     )
 
@@ -109,28 +156,27 @@ def process_gpu_peak(samples: list[Sample], start: float, end: float) -> dict[in
 
 
 class Sampler:
-    """Background sampling of one GPU and some processes."""
+    """Background sampling of the GPUs some processes are on, and of those processes."""
 
     def __init__(
         self,
         backend: GpuBackend | None,
-        gpu_uuid: str | None,
-        pids: list[int],
+        pids: dict[int, str | None],
         interval_s: float = 0.5,
         cgroups: dict[str, str] | None = None,
     ) -> None:
+        """``pids``: each server process and the UUID of its GPU (None without one)."""
         # A simulated GPU has no utilisation or memory to sample: never invent figures.
         self._backend = backend if backend is not None and not backend.simulated else None
-        self._gpu = gpu_uuid
-        self._pids = list(pids)
+        self._pids = dict(pids)
         self._cgroups = {name: Path(path) for name, path in (cgroups or {}).items()}
         self._interval = interval_s
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
-    def set_pids(self, pids: list[int]) -> None:
-        self._pids = list(pids)  # replicas restarted by the packer get new pids
+    def set_pids(self, pids: dict[int, str | None]) -> None:
+        self._pids = dict(pids)  # replicas restarted by the packer get new pids
 
     def start(self) -> None:
         self._thread.start()
@@ -141,29 +187,34 @@ class Sampler:
         return self.samples
 
     def _gpu_figures(
-        self, pids: list[int]
-    ) -> tuple[float | None, float | None, dict[int, int | None]]:
-        if self._backend is None or self._gpu is None:
-            return None, None, {}
+        self, pids: dict[int, str | None]
+    ) -> tuple[dict[str, tuple[float | None, float | None]], dict[int, int | None]]:
+        if self._backend is None:
+            return {}, {}
+        gpus: dict[str, tuple[float | None, float | None]] = {}
+        per_process: dict[int, int | None] = {}
         try:
-            util = self._backend.utilization_percent(self._gpu)
-            used = self._backend.memory_used_mib(self._gpu)
-            per_process = {p: self._backend.process_memory_mib(self._gpu, p) for p in pids}
+            for uuid in dict.fromkeys(g for g in pids.values() if g is not None):
+                util = self._backend.utilization_percent(uuid)
+                used = self._backend.memory_used_mib(uuid)
+                gpus[uuid] = (
+                    None if util is None else float(util),
+                    None if used is None else float(used),
+                )
+            for pid, gpu in pids.items():
+                if gpu is not None:
+                    per_process[pid] = self._backend.process_memory_mib(gpu, pid)
         except GpuError as e:
             log.warning("GPU sample failed: %s", e.message)
-            return None, None, {}
-        return (
-            (None if util is None else float(util)),
-            (None if used is None else float(used)),
-            per_process,
-        )
+            return {}, {}
+        return gpus, per_process
 
     def _run(self) -> None:
         while True:
             pids = self._pids
-            util, used, per_process = self._gpu_figures(pids)
+            gpus, per_process = self._gpu_figures(pids)
             cpu = {p: process_cpu_seconds(p) for p in pids}
             throttling = {n: read_cpu_throttling(d) for n, d in self._cgroups.items()}
-            self.samples.append(Sample(time.time(), util, used, per_process, cpu, throttling))
+            self.samples.append(Sample(time.time(), gpus, per_process, cpu, throttling))
             if self._stop.wait(self._interval):
                 return

@@ -1,7 +1,9 @@
-"""Report math: one row per (density, pattern) run, scaling efficiency, and the recommendation.
+"""Report math: one row per (scale, pattern) run, scaling efficiency, and the recommendation.
 
 A row is a plain JSON-safe dict because it *is* the ``report.json`` contract (issue 6); its keys
-are listed in ``ROW_KEYS`` and ``PER_MODEL_KEYS``. Figures with no data behind them (percentiles
+are listed in ``ROW_KEYS``, ``PER_MODEL_KEYS`` (each replica, ``per_model``) and ``MODEL_KEYS``
+(each model over its replicas, ``models``). A model is judged by what its users see: the merged
+histogram of its replicas against its own objective. Figures with no data behind them (percentiles
 of a run with no successful request, GPU figures without a real GPU) are ``None``, never 0, so a
 reader cannot mistake "not measured" for "idle" or "instant".
 
@@ -10,16 +12,19 @@ Pure: standard library and the histogram only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.mix import is_mix
 from sharedserve.bench.windows import STABILITY_TOLERANCE
 from sharedserve.config import LoadPattern
 
 __all__ = [
     "LOADGEN_CPU_LIMIT",
+    "MODEL_KEYS",
     "PER_MODEL_KEYS",
     "ROW_KEYS",
     "TAIL_RATIO_NOTE",
@@ -46,6 +51,7 @@ TAIL_RATIO_NOTE = 3.0
 
 ROW_KEYS = (
     "density",
+    "scale",
     "pattern",
     "duration_s",
     "requests",
@@ -70,21 +76,46 @@ ROW_KEYS = (
     "late_share",
     "slo_met",
     "windows",
+    "gpus",
+    "models",
     "per_model",
 )
 """Every key of a row, in the order reports show them."""
 
 PER_MODEL_KEYS = (
     "name",
+    "model",
     "requests",
     "errors",
+    "dropped",
     "qps",
     "p50_ms",
     "p99_ms",
     "cpu_throttled_share",
     "cpu_throttled_ms",
+    "gpu_mem_mib",
+    "gpu_memory_fraction",
 )
-"""Every key of an entry of a row's ``per_model`` list."""
+"""Every key of an entry of a row's ``per_model`` list (one per replica)."""
+
+MODEL_KEYS = (
+    "replicas",
+    "weight",
+    "requests",
+    "errors",
+    "dropped",
+    "qps",
+    "p50_ms",
+    "p99_ms",
+    "p999_ms",
+    "slo_p99_ms",
+    "slo_met",
+    "gpu_memory_fraction",
+    "cpu_limit",
+    "cpu_throttled_share",
+    "gpu_mem_mib",
+)
+"""Every key of a value of a row's ``models`` object (one per model, keyed by its name)."""
 
 
 # One enum for the flag, the settings and the rows.
@@ -112,6 +143,18 @@ class TargetResult:
     (``cpu.stat``); None without a cgroup to read."""
     cpu_throttled_ms: float | None = None
     """Time the replica's tasks spent throttled in the window, in ms; None without a cgroup."""
+    model: str | None = None
+    """The model the replica serves (its spec entry's name); None: the replica is its own."""
+    weight: float = 1.0
+    """The model's share of traffic, as its spec entry gives it."""
+    slo_p99_ms: float | None = None
+    """The model's own P99 objective in ms; None: the run's (``build_row``'s ``slo_p99_ms``)."""
+    gpu_memory_fraction: float | None = None
+    """The replica's GPU memory cap as a share of its GPU; None when uncapped or simulated."""
+    cpu_limit: float | None = None
+    """The replica's CPU limit in cores; None without one."""
+    gpu_mem_mib: int | None = None
+    """The replica's peak GPU memory over the window (NVML); None without a real GPU."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.errors <= self.requests or self.dropped < 0:
@@ -161,14 +204,14 @@ def _pct(rate: float) -> str:
 
 
 def _model_miss(
-    model: dict[str, Any], dropped: int, slo_p99_ms: float, max_error_rate: float
+    name: str, model: dict[str, Any], slo_p99_ms: float, max_error_rate: float
 ) -> str | None:
-    """Why one model missed the SLO, in words; None when it met it.
+    """Why one model missed its objective, in words; None when it met it.
 
     Dropped requests count as failures: an open loop drops only when requests pile up, which is
     the overload the SLO is there to catch, and the latencies they would have had are unmeasured.
     """
-    name, requests, errors = model["name"], model["requests"], model["errors"]
+    requests, errors, dropped = model["requests"], model["errors"], model.get("dropped") or 0
     if requests == 0:
         return f"model {name} completed no requests"
     failed = (errors + dropped) / (requests + dropped)
@@ -179,8 +222,81 @@ def _model_miss(
     if model["p99_ms"] is None:
         return f"model {name} had no successful request"
     if model["p99_ms"] > slo_p99_ms:
-        return f"model {name} p99 {model['p99_ms']:g} ms"
+        return f"model {name} p99 {model['p99_ms']:g} ms > {slo_p99_ms:g} ms"
     return None
+
+
+def _miss_severity(model: dict[str, Any]) -> float:
+    """How far a model missed: failures first, then P99 over its objective (for ordering)."""
+    if not model["requests"] or model["p99_ms"] is None or model["slo_p99_ms"] is None:
+        return math.inf
+    failed = model["errors"] + (model.get("dropped") or 0)
+    return math.inf if failed else model["p99_ms"] / model["slo_p99_ms"]
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _per_replica(t: TargetResult, window_s: float) -> dict[str, Any]:
+    lat = _latencies(t.histogram)
+    return {
+        "name": t.name,
+        "model": t.model or t.name,
+        "requests": t.requests,
+        "errors": t.errors,
+        "dropped": t.dropped,
+        "qps": round(t.requests / window_s, 3),
+        "p50_ms": lat["p50_ms"],
+        "p99_ms": lat["p99_ms"],
+        "cpu_throttled_share": _r3(t.cpu_throttled_share),
+        "cpu_throttled_ms": _r3(t.cpu_throttled_ms),
+        "gpu_mem_mib": t.gpu_mem_mib,
+        "gpu_memory_fraction": t.gpu_memory_fraction,
+    }
+
+
+def _per_model(
+    targets: list[TargetResult],
+    window_s: float,
+    slo_p99_ms: float | None,
+    max_error_rate: float,
+) -> dict[str, dict[str, Any]]:
+    """Each model over its replicas, in order of first appearance."""
+    groups: dict[str, list[TargetResult]] = {}
+    for t in targets:
+        groups.setdefault(t.model or t.name, []).append(t)
+    models = {}
+    for name, replicas in groups.items():
+        merged = LatencyHistogram()
+        for t in replicas:
+            merged.merge(t.histogram)
+        lat = _latencies(merged)
+        first = replicas[0]
+        slo = first.slo_p99_ms if first.slo_p99_ms is not None else slo_p99_ms
+        requests = sum(t.requests for t in replicas)
+        model: dict[str, Any] = {
+            "replicas": len(replicas),
+            "weight": first.weight,
+            "requests": requests,
+            "errors": sum(t.errors for t in replicas),
+            "dropped": sum(t.dropped for t in replicas),
+            "qps": round(requests / window_s, 3),
+            "p50_ms": lat["p50_ms"],
+            "p99_ms": lat["p99_ms"],
+            "p999_ms": lat["p999_ms"],
+            "slo_p99_ms": slo,
+            "slo_met": None,
+            "gpu_memory_fraction": first.gpu_memory_fraction,
+            "cpu_limit": first.cpu_limit,
+            "cpu_throttled_share": _r3(_max(t.cpu_throttled_share for t in replicas)),
+            "gpu_mem_mib": _max(t.gpu_mem_mib for t in replicas),
+        }
+        if slo is not None:
+            model["slo_met"] = _model_miss(name, model, slo, max_error_rate) is None
+        models[name] = {key: model[key] for key in MODEL_KEYS}
+    return models
 
 
 def build_row(
@@ -196,16 +312,22 @@ def build_row(
     gpu_name: str | None = None,
     stable: bool | None = None,
     windows: list[dict[str, Any]] | None = None,
+    scale: int | None = None,
+    gpus: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One report row for a run of ``density`` models under ``pattern``.
+    """One report row for a run of ``density`` replicas at ``scale`` (default: ``density``, a
+    sweep of one model) under ``pattern``.
 
     ``qps`` is throughput: every request completed in the window, failed ones included, per
     second of ``window_s`` (the measured window's length in seconds); dropped requests were never
-    sent and are not in it. Row percentiles come from all targets' histograms merged. ``slo_met``
-    is None without an SLO, else whether every model's p99 is <= ``slo_p99_ms`` and its failures
-    (errors and dropped requests, over completed plus dropped) are under ``max_error_rate``.
+    sent and are not in it. Row percentiles come from all targets' histograms merged; each model's
+    (``models``) from its replicas' histograms merged. A model's ``slo_met`` is None without an
+    objective (its own, else ``slo_p99_ms``), else whether its p99 is <= it and its failures
+    (errors and dropped requests, over completed plus dropped) are under ``max_error_rate``; the
+    row's ``slo_met`` is whether every model with an objective met it (None when none has one).
     ``scaling_efficiency`` is None until ``finalize_rows`` fills it. ``gpu_name`` is the name of
-    the real GPU the models ran on, whose figures the GPU columns are; None without one.
+    the real GPU the models ran on, whose figures the GPU columns are; None without one; ``gpus``
+    the figures of each real GPU sampled, None without one.
     ``stable`` is whether the measurement's last windows agreed (``bench.windows``), None when
     not judged; ``windows`` is every window's ``{"duration_s", "qps", "p99_ms"}``, the last
     ``--stability-windows`` of them the ones judged and whose figures the row has.
@@ -218,32 +340,15 @@ def build_row(
             f"window_s={window_s} targets={len(targets)}"
         )
     merged = LatencyHistogram()
-    per_model = []
     for t in targets:
         merged.merge(t.histogram)
-        lat = _latencies(t.histogram)
-        per_model.append(
-            {
-                "name": t.name,
-                "requests": t.requests,
-                "errors": t.errors,
-                "qps": round(t.requests / window_s, 3),
-                "p50_ms": lat["p50_ms"],
-                "p99_ms": lat["p99_ms"],
-                "cpu_throttled_share": _r3(t.cpu_throttled_share),
-                "cpu_throttled_ms": _r3(t.cpu_throttled_ms),
-            }
-        )
-    slo_met = None
-    if slo_p99_ms is not None:
-        slo_met = all(
-            _model_miss(m, t.dropped, slo_p99_ms, max_error_rate) is None
-            for m, t in zip(per_model, targets, strict=True)
-        )
+    models = _per_model(targets, window_s, slo_p99_ms, max_error_rate)
+    judged = [m["slo_met"] for m in models.values() if m["slo_met"] is not None]
     requests = sum(t.requests for t in targets)
     errors = sum(t.errors for t in targets)
     row: dict[str, Any] = {
         "density": density,
+        "scale": density if scale is None else scale,
         "pattern": Pattern(pattern).value,
         "duration_s": _r3(window_s),
         "requests": requests,
@@ -266,45 +371,57 @@ def build_row(
             if Pattern(pattern) is Pattern.POISSON and requests
             else None
         ),
-        "slo_met": slo_met,
+        "slo_met": all(judged) if judged else None,
         "windows": list(windows or []),
-        "per_model": per_model,
+        "gpus": None if gpus is None else list(gpus),
+        "models": models,
+        "per_model": [_per_replica(t, window_s) for t in targets],
     }
     return {key: row[key] for key in ROW_KEYS}
+
+
+def _scale(row: dict[str, Any]) -> int:
+    scale: int = row.get("scale") or row["density"]
+    return scale
 
 
 def finalize_rows(rows: list[dict[str, Any]]) -> None:
     """Fill each row's ``scaling_efficiency``, in place.
 
-    It is ``qps / (density * qps at density 1)`` for the same pattern: 1.0 means N models get N
-    times the throughput of one, 0.5 that packing halved each one's share. None without a density
-    1 row of that pattern (or when it served nothing).
+    It is ``qps / (scale * qps at scale 1)`` for the same pattern: 1.0 means N copies of the mix
+    (N models for a density sweep) get N times the throughput of one, 0.5 that packing halved
+    each one's share. None without a scale 1 row of that pattern (or when it served nothing).
     """
     base: dict[str, float] = {}
     for row in rows:
-        if row["density"] == 1 and row.get("qps") is not None:
+        if _scale(row) == 1 and row.get("qps") is not None:
             base.setdefault(row["pattern"], row["qps"])
     for row in rows:
         one = base.get(row["pattern"])
         qps = row.get("qps")
         row["scaling_efficiency"] = (
-            round(qps / (row["density"] * one), 3) if one and qps is not None else None
+            round(qps / (_scale(row) * one), 3) if one and qps is not None else None
         )
 
 
-def _row_misses(row: dict[str, Any], slo_p99_ms: float, max_error_rate: float) -> list[str]:
-    """Why a row missed, model by model. Per-model dropped counts are not in the row, so the
-    row's are judged as a whole."""
-    misses = []
-    dropped = row.get("dropped") or 0
-    for model in row.get("per_model") or []:
-        miss = _model_miss(model, 0, slo_p99_ms, max_error_rate)
-        if miss:
-            misses.append(miss)
-    # A single model's drops can sink it while the row's share stays small: name them then too.
-    attempted = (row.get("requests") or 0) + dropped
-    if dropped and (dropped / attempted >= max_error_rate or not misses):
-        misses.append(f"{dropped} of {attempted} requests dropped (too many in flight)")
+def _failing(row: dict[str, Any], max_error_rate: float) -> list[tuple[str, str]]:
+    """The models of a row that missed their objective, worst first: (name, why)."""
+    missed = [
+        (name, m)
+        for name, m in (row.get("models") or {}).items()
+        if m.get("slo_met") is False and m.get("slo_p99_ms") is not None
+    ]
+    missed.sort(key=lambda item: -_miss_severity(item[1]))
+    out = []
+    for name, m in missed:
+        why = _model_miss(name, m, m["slo_p99_ms"], max_error_rate)
+        out.append((name, why or f"model {name} missed its objective"))
+    return out
+
+
+def _row_misses(row: dict[str, Any], max_error_rate: float) -> list[str]:
+    """Why a row missed, model by model, worst first."""
+    misses = [why for _, why in _failing(row, max_error_rate)]
     if not misses:
         misses.append("the SLO was not evaluated" if row.get("slo_met") is None else "SLO missed")
     if len(misses) > 3:
@@ -312,60 +429,95 @@ def _row_misses(row: dict[str, Any], slo_p99_ms: float, max_error_rate: float) -
     return misses
 
 
-def _label(rows: Iterable[dict[str, Any]], row: dict[str, Any]) -> str:
+def _label(rows: list[dict[str, Any]], row: dict[str, Any]) -> str:
     patterns = {r["pattern"] for r in rows}
-    return f"density {row['density']}" + (f" ({row['pattern']})" if len(patterns) > 1 else "")
+    if not is_mix(rows):  # one model: its replicas say it all
+        label = f"density {row['density']}"
+    else:
+        label = f"scale {_scale(row)} ({row['density']} replicas)"
+    return label + (f" ({row['pattern']})" if len(patterns) > 1 else "")
+
+
+def _objective(rows: list[dict[str, Any]], slo_p99_ms: float | None, errors: str) -> str | None:
+    """The objective in words: one figure when every model has the same, else "its own"."""
+    slos = {m.get("slo_p99_ms") for r in rows for m in (r.get("models") or {}).values()}
+    slos.discard(None)
+    if not slos and slo_p99_ms is None:
+        return None
+    if len(slos) <= 1:
+        slo = next(iter(slos)) if slos else slo_p99_ms
+        return f"p99 <= {slo:g} ms with < {errors} errors"
+    return f"its own p99 objective with < {errors} errors"
 
 
 def recommend(
-    rows: list[dict[str, Any]], slo_p99_ms: float | None, max_error_rate: float = 0.001
+    rows: list[dict[str, Any]], slo_p99_ms: float | None = None, max_error_rate: float = 0.001
 ) -> dict[str, Any]:
-    """The density to run: ``{"density": int | None, "reason": str}``.
+    """The scale to run: ``{"scale", "density", "reason", "failing_model"}``.
 
-    The largest density whose every row (one per pattern measured) has ``slo_met`` True, is
-    not ``unreliable`` and not unstable (``stable`` False; None, not judged, passes). The reason
-    says what the SLO was, which density above it missed and why, and which rows were set aside
-    because the load generator was CPU-bound or their windows never agreed.
+    ``scale`` is the largest scale whose every row (one per pattern measured) has ``slo_met``
+    True, is not ``unreliable`` and not unstable (``stable`` False; None, not judged, passes);
+    ``density`` the replicas at that scale (for a density sweep of one model, the same number).
+    The reason says what the objective was (``slo_p99_ms``, the run's, where every model has the
+    same), which scale above it missed and which of its models missed worst (``failing_model``),
+    and which rows were set aside because the load generator was CPU-bound or their windows never
+    agreed.
     """
-    if slo_p99_ms is None:
-        return {"density": None, "reason": "no SLO given (--slo-p99-ms)"}
+    none = {"scale": None, "density": None, "failing_model": None}
+    slo = _objective(rows, slo_p99_ms, _pct(max_error_rate))
+    if slo is None:
+        return {**none, "reason": "no SLO given (--slo-p99-ms, or slo_p99_ms in the spec)"}
     if not rows:
-        return {"density": None, "reason": "no density was measured"}
-    slo = f"p99 <= {slo_p99_ms:g} ms with < {_pct(max_error_rate)} errors"
-    ordered = sorted(rows, key=lambda r: (r["density"], r["pattern"]))
+        return {**none, "reason": "nothing was measured"}
+    ordered = sorted(rows, key=lambda r: (_scale(r), r["pattern"]))
     unreliable = [r for r in ordered if r.get("unreliable")]
     unstable = [r for r in ordered if r.get("stable") is False]
     failed = [r for r in ordered if r.get("slo_met") is not True]
     good = sorted(
-        {r["density"] for r in ordered}
-        - {r["density"] for r in unreliable}
-        - {r["density"] for r in unstable}
-        - {r["density"] for r in failed}
+        {_scale(r) for r in ordered}
+        - {_scale(r) for r in unreliable}
+        - {_scale(r) for r in unstable}
+        - {_scale(r) for r in failed}
     )
     best = good[-1] if good else None
+    sweep = not is_mix(rows)
+    noun = "density" if sweep else "scale"
 
     def why(row: dict[str, Any]) -> str:
-        return f"{_label(rows, row)} missed it: " + ", ".join(
-            _row_misses(row, slo_p99_ms, max_error_rate)
-        )
+        return f"{_label(rows, row)} missed it: " + ", ".join(_row_misses(row, max_error_rate))
 
     notes = []
+    next_failed = None
     if best is None:
-        reason = f"no density met {slo}"
+        met = [r for r in ordered if r.get("slo_met") is True]
+        reason = (
+            f"no {noun} met {slo}"
+            if not met
+            else f"no {noun} can be recommended: every one that met {slo} was set aside"
+        )
         if failed:
+            next_failed = failed[0]
             notes.append(why(failed[0]))
     else:
-        reason = f"density {best} is the largest whose every model met {slo}"
-        above = [r for r in failed if r["density"] > best]
-        below = [r for r in failed if r["density"] < best]
+        best_row = next(r for r in ordered if _scale(r) == best)
+        if sweep:
+            reason = f"density {best} is the largest whose every model met {slo}"
+        else:
+            reason = (
+                f"scale {best} ({best_row['density']} replicas) is the largest at which every "
+                f"model met {slo}"
+            )
+        above = [r for r in failed if _scale(r) > best]
+        below = [r for r in failed if _scale(r) < best]
         if above:
+            next_failed = above[0]
             notes.append(why(above[0]))
-        elif not any(r["density"] > best for r in ordered):
-            notes.append("no larger density was measured")
+        elif not any(_scale(r) > best for r in ordered):
+            notes.append(f"no larger {noun} was measured")
         if below:
             notes.append(f"though smaller {why(below[0])}, so the runs may be noisy")
     for row in unreliable:
-        if best is None or row["density"] > best:
+        if best is None or _scale(row) > best:
             cpu = _pct(row["loadgen_cpu_util"]) if row.get("loadgen_cpu_util") is not None else "?"
             notes.append(
                 f"{_label(rows, row)} is not recommended: the load generator used {cpu} of a core "
@@ -373,14 +525,25 @@ def recommend(
                 "bottleneck"
             )
     for row in unstable:
-        if best is None or row["density"] > best:
+        if best is None or _scale(row) > best:
             judged = len(row.get("windows") or [])
             notes.append(
                 f"{_label(rows, row)} is not recommended: unstable, its last windows never agreed "
                 f"within {_pct(STABILITY_TOLERANCE)} on QPS and p99 ({judged} windows measured); "
                 "a longer --max-duration or --duration may let it settle"
             )
-    return {"density": best, "reason": "; ".join([reason, *notes])}
+    unjudged = sorted(
+        {n for r in rows for n, m in (r.get("models") or {}).items() if m.get("slo_p99_ms") is None}
+    )
+    if unjudged:
+        notes.append(f"not judged, no objective: model {', '.join(unjudged)}")
+    failing = _failing(next_failed, max_error_rate) if next_failed is not None else []
+    return {
+        "scale": best,
+        "density": None if best is None else best_row["density"],
+        "reason": "; ".join([reason, *notes]),
+        "failing_model": failing[0][0] if failing else None,
+    }
 
 
 def throttle_notes(rows: list[dict[str, Any]], most: int = 5) -> list[str]:

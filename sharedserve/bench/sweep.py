@@ -1,10 +1,12 @@
-"""The density sweep: for each density, pack that many replicas, drive load, sample, report.
+"""The sweep: for each scale, pack the mix (or that many replicas of one model), drive load,
+sample, report.
 
 Locust never runs in this process (it monkey-patches with gevent on import): each measurement
 starts ``python -m sharedserve.bench.loadgen master`` (plus local workers when one process
 cannot offer the load) and reads the result file it writes. This process packs, supervises,
-samples and reports. The report is rewritten after every density, so an interrupted sweep
-keeps what it measured.
+samples and reports. The report is rewritten after every scale, so an interrupted sweep keeps
+what it measured. Scale ``s`` runs ``s`` times every pack entry's replicas; a density sweep of one
+model is one entry of one replica, so its scales are its densities.
 
 Stopping is asked for, not forced: ``should_stop`` is polled wherever the sweep waits (replicas
 starting, load running), and the sweep then stops the load generator and the replicas in order
@@ -30,8 +32,15 @@ from typing import Any
 from sharedserve.bench.environment import describe_environment
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.limits import group_limits, read_limits, replica_limits
+from sharedserve.bench.offered import Offered, ReplicaRef, offered_load
 from sharedserve.bench.report import write_report
-from sharedserve.bench.sampler import Sampler, cpu_throttling, process_gpu_peak, summarize
+from sharedserve.bench.sampler import (
+    Sampler,
+    cpu_throttling,
+    gpu_figures,
+    process_gpu_peak,
+    summarize,
+)
 from sharedserve.bench.summary import TargetResult, build_row, finalize_rows, recommend
 from sharedserve.config import BenchSettings, LoadPattern
 from sharedserve.errors import GpuError, SharedServeError
@@ -55,28 +64,45 @@ class BenchInterrupted(SharedServeError):
     """Stop was asked for (``should_stop``); the rows measured so far are in a partial report."""
 
 
-def loadgen_processes(settings: BenchSettings, density: int) -> int:
-    """Local Locust workers for this density: 0 when the master process alone can run the users."""
+def loadgen_processes(settings: BenchSettings, offered: dict[str, Offered]) -> int:
+    """Local Locust workers for this load: 0 when the master process alone can run the users."""
     if settings.loadgen_workers is not None:
         return settings.loadgen_workers
     if settings.external_workers:
         return 0  # remote workers were sized for the load (Kubernetes); the master only leads
-    parallel = settings.pattern is LoadPattern.PARALLEL
-    users = settings.concurrency * density if parallel else density
-    needed = math.ceil(users / _USERS_PER_PROCESS)
-    if settings.pattern is LoadPattern.POISSON:
-        needed = max(needed, math.ceil(settings.rate * density / _RPS_PER_PROCESS))
+    users = sum(o.users for o in offered.values())
+    rate = sum(o.rate or 0.0 for o in offered.values())
+    needed = max(math.ceil(users / _USERS_PER_PROCESS), math.ceil(rate / _RPS_PER_PROCESS))
     return 0 if needed <= 1 else min(needed, os.cpu_count() or 1)
 
 
-def _spec(settings: BenchSettings, targets: list[Target], workers: int) -> dict[str, Any]:
+def replica_load(settings: BenchSettings, targets: list[Target], scale: int) -> dict[str, Offered]:
+    """Each target's share of the load the settings offer at ``scale`` (``bench.offered``)."""
+    return offered_load(
+        [ReplicaRef(t.name, t.model, t.weight) for t in targets],
+        settings.pattern,
+        concurrency=settings.concurrency,
+        rate=settings.rate,
+        scale=scale,
+    )
+
+
+def _spec(
+    settings: BenchSettings, targets: list[Target], offered: dict[str, Offered], workers: int
+) -> dict[str, Any]:
     return {
         "targets": [
-            {"name": t.name, "model": t.model, "rest": t.rest, "grpc": t.grpc} for t in targets
+            {
+                "name": t.name,
+                "model": t.model,
+                "rest": t.rest,
+                "grpc": t.grpc,
+                "users": offered[t.name].users,
+                "rate": offered[t.name].rate,
+            }
+            for t in targets
         ],
         "pattern": settings.pattern.value,
-        "concurrency": settings.concurrency,
-        "rate": settings.rate,
         "max_in_flight": settings.max_in_flight,
         "protocol": settings.protocol,
         "warmup_s": settings.warmup_s,
@@ -92,15 +118,17 @@ def _spec(settings: BenchSettings, targets: list[Target], workers: int) -> dict[
 class _Loadgen:
     """The master process (and its local workers) of one measurement."""
 
-    def __init__(self, settings: BenchSettings, targets: list[Target], tag: str) -> None:
+    def __init__(
+        self, settings: BenchSettings, targets: list[Target], offered: dict[str, Offered], tag: str
+    ) -> None:
         directory = settings.out_dir / "loadgen"
         directory.mkdir(parents=True, exist_ok=True)
-        local = loadgen_processes(settings, len(targets))
+        local = loadgen_processes(settings, offered)
         workers = local + settings.external_workers
         self.result_path = directory / f"{tag}-result.json"
         self.result_path.unlink(missing_ok=True)
         spec_path = directory / f"{tag}-spec.json"
-        spec_path.write_text(json.dumps(_spec(settings, targets, workers), indent=2))
+        spec_path.write_text(json.dumps(_spec(settings, targets, offered, workers), indent=2))
         if settings.external_workers:
             host, port = "*", settings.master_bind_port  # remote workers must reach us
         else:
@@ -160,7 +188,7 @@ class _Loadgen:
 
 
 class _Run:
-    """What one ``run_bench`` call shares between densities."""
+    """What one ``run_bench`` call shares between scales."""
 
     def __init__(self, settings: BenchSettings, should_stop: Callable[[], bool]) -> None:
         self.settings = settings
@@ -211,11 +239,23 @@ def _cgroups(targets: list[Target]) -> dict[str, str]:
     return {t.name: t.cgroup for t in targets if t.cgroup is not None}
 
 
+def _pids(targets: list[Target]) -> dict[int, str | None]:
+    """Each local server process and its GPU, for the sampler."""
+    return {t.pid: t.gpu for t in targets if t.pid is not None}
+
+
+def _gpu_name(run: _Run, targets: list[Target]) -> str | None:
+    """The name of the real GPU(s) the replicas ran on (several names joined by ", ")."""
+    names = dict.fromkeys(run.gpu_names[t.gpu] for t in targets if t.gpu in run.gpu_names)
+    return ", ".join(names) or None
+
+
 def _measure(
-    run: _Run, targets: list[Target], tag: str, pack: Pack | None, sampler: Sampler
+    run: _Run, targets: list[Target], scale: int, pack: Pack | None, sampler: Sampler
 ) -> dict[str, Any]:
+    tag = f"scale-{scale}" if pack is not None else "targets"
     settings = run.settings
-    loadgen = _Loadgen(settings, targets, tag)
+    loadgen = _Loadgen(settings, targets, replica_load(settings, targets, scale), tag)
     deadline = time.monotonic() + settings.warmup_s + settings.max_measured_s + 300
     sampler.start()
     try:
@@ -225,53 +265,60 @@ def _measure(
                 raise SharedServeError(f"the load generator did not finish; see {loadgen.log_path}")
             if pack is not None:
                 pack.poll()
-                sampler.set_pids([t.pid for t in pack.targets() if t.pid is not None])
+                sampler.set_pids(_pids(pack.targets()))
             time.sleep(0.2)
     finally:
         samples = sampler.stop()
         loadgen.stop()
     run.check()  # a load generator stopped by the same signal is no failure to report
     result = loadgen.result()
-    window = result["window"]
-    throttling = cpu_throttling(samples, window["start"], window["end"])
-    per_target = [
-        TargetResult(
-            name=name,
-            requests=part["requests"],
-            errors=part["errors"],
-            dropped=part["dropped"],
-            histogram=LatencyHistogram.from_dict(part["histogram"]),
-            late=part["late"],
-            cpu_throttled_share=throttling[name][0] if name in throttling else None,
-            cpu_throttled_ms=throttling[name][1] if name in throttling else None,
+    start, end = result["window"]["start"], result["window"]["end"]
+    throttling = cpu_throttling(samples, start, end)
+    peaks = process_gpu_peak(samples, start, end)
+    # The pid now: a replica the packer restarted is sampled under its new one.
+    now = {t.name: t for t in (pack.targets() if pack else targets)}
+    by_name = {t.name: t for t in targets}
+    per_target = []
+    for name, part in result["targets"].items():
+        target, pid = by_name[name], now[name].pid
+        per_target.append(
+            TargetResult(
+                name=name,
+                requests=part["requests"],
+                errors=part["errors"],
+                dropped=part["dropped"],
+                histogram=LatencyHistogram.from_dict(part["histogram"]),
+                late=part["late"],
+                cpu_throttled_share=throttling[name][0] if name in throttling else None,
+                cpu_throttled_ms=throttling[name][1] if name in throttling else None,
+                model=target.model,
+                weight=target.weight,
+                slo_p99_ms=target.slo_p99_ms,
+                gpu_memory_fraction=None if run.simulated_gpus else target.gpu_memory_fraction,
+                cpu_limit=target.cpu_limit,
+                gpu_mem_mib=None if pid is None else peaks.get(pid),
+            )
         )
-        for name, part in result["targets"].items()
-    ]
-    row = build_row(
+    return build_row(
         density=len(targets),
+        scale=scale,
         pattern=settings.pattern,
-        window_s=window["end"] - window["start"],
+        window_s=end - start,
         targets=per_target,
-        samples=summarize(samples, window["start"], window["end"]),
+        samples=summarize(samples, start, end),
         loadgen_cpu_util=result["loadgen_cpu_util"],
         slo_p99_ms=settings.slo_p99_ms,
-        gpu_name=run.gpu_names.get(next((t.gpu for t in targets if t.gpu), "")),
+        gpu_name=_gpu_name(run, targets),
         stable=result["stable"],
         windows=result["windows"],
+        gpus=gpu_figures(samples, start, end, run.gpu_names),
     )
-    peaks = process_gpu_peak(samples, window["start"], window["end"])
-    pids = {t.name: t.pid for t in (pack.targets() if pack else targets)}
-    caps = {t.name: None if run.simulated_gpus else t.gpu_memory_fraction for t in targets}
-    for model in row["per_model"]:
-        pid = pids.get(model["name"])
-        model["gpu_mem_mib"] = None if pid is None else peaks.get(pid)
-        model["gpu_memory_fraction"] = caps.get(model["name"])
-    return row
 
 
 def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, Any]:
     settings, rows = run.settings, run.rows
     finalize_rows(rows)
+    scale_one = sum(e.replicas for e in settings.pack.entries) if settings.pack else None
     return {
         "rows": rows,
         "recommendation": recommend(rows, settings.slo_p99_ms),
@@ -289,7 +336,9 @@ def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, 
             "stability_windows": settings.stability_windows,
             "max_duration_s": settings.max_measured_s,
             "warmup_s": settings.warmup_s,
-            "densities": list(settings.densities),
+            "scales": list(settings.scales),
+            "densities": [] if scale_one is None else [s * scale_one for s in settings.scales],
+            "spec": None if settings.spec_file is None else str(settings.spec_file),
             "targets_file": None if settings.targets_file is None else str(settings.targets_file),
             # What each server reported it got, which the flags alone do not say (limits.py).
             "replica_limits": run.limits,
@@ -298,18 +347,41 @@ def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, 
     }
 
 
+def _measure_scale(run: _Run, scale: int) -> None:
+    settings = run.settings
+    assert settings.pack is not None
+    pack_settings = replace(
+        settings.pack,
+        entries=tuple(replace(e, replicas=e.replicas * scale) for e in settings.pack.entries),
+        targets_out=settings.out_dir / f"targets-scale-{scale}.json",
+        log_dir=settings.out_dir / "logs" / f"scale-{scale}",
+    )
+    pack = Pack(pack_settings)
+    try:
+        try:
+            targets = pack.start(should_stop=run.should_stop)
+        except PackInterrupted as e:
+            raise BenchInterrupted(e.message) from e
+        run.record_limits(targets)
+        sampler = Sampler(run.backend, _pids(targets), cgroups=_cgroups(targets))
+        run.rows.append(_measure(run, targets, scale, pack, sampler))
+    finally:
+        pack.stop()
+
+
 def run_bench(
     settings: BenchSettings,
     *,
-    on_density: Callable[[int], None] = lambda d: None,
+    on_scale: Callable[[int, int], None] = lambda scale, replicas: None,
     on_row: Callable[[dict[str, Any]], None] = lambda r: None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
-    """Measure every density (or the given targets); write and return the report.
+    """Measure every scale (or the given targets, as scale 1); write and return the report.
 
-    Once ``should_stop`` returns True (it is polled a few times a second), or on
-    KeyboardInterrupt, the running density is stopped, the rows so far are written marked
-    partial, and BenchInterrupted (or the KeyboardInterrupt) propagates.
+    ``on_scale(scale, replicas)`` is called as each scale starts. Once ``should_stop`` returns
+    True (it is polled a few times a second), or on KeyboardInterrupt, the running scale is
+    stopped, the rows so far are written marked partial, and BenchInterrupted (or the
+    KeyboardInterrupt) propagates.
     """
     settings.validate()
     settings.out_dir.mkdir(parents=True, exist_ok=True)
@@ -319,37 +391,17 @@ def run_bench(
     try:
         if settings.targets_file is not None:
             targets = read_targets(settings.targets_file)
-            on_density(len(targets))
-            gpu = next((t.gpu for t in targets if t.gpu), None)
-            pids = [t.pid for t in targets if t.pid is not None]
+            on_scale(1, len(targets))
             run.record_limits(targets)
-            sampler = Sampler(backend, gpu, pids, cgroups=_cgroups(targets))
-            run.rows.append(_measure(run, targets, f"targets-{len(targets)}", None, sampler))
+            sampler = Sampler(backend, _pids(targets), cgroups=_cgroups(targets))
+            run.rows.append(_measure(run, targets, 1, None, sampler))
             on_row(run.rows[-1])
         else:
             assert settings.pack is not None
-            for density in settings.densities:
+            for scale in settings.scales:
                 run.check()
-                on_density(density)
-                pack_settings = replace(
-                    settings.pack,
-                    entries=tuple(replace(e, replicas=density) for e in settings.pack.entries),
-                    targets_out=settings.out_dir / f"targets-density-{density}.json",
-                    log_dir=settings.out_dir / "logs" / f"density-{density}",
-                )
-                pack = Pack(pack_settings)
-                try:
-                    try:
-                        targets = pack.start(should_stop=should_stop)
-                    except PackInterrupted as e:
-                        raise BenchInterrupted(e.message) from e
-                    run.record_limits(targets)
-                    gpu = targets[0].gpu
-                    pids = [t.pid for t in targets if t.pid is not None]
-                    sampler = Sampler(backend, gpu, pids, cgroups=_cgroups(targets))
-                    run.rows.append(_measure(run, targets, f"density-{density}", pack, sampler))
-                finally:
-                    pack.stop()
+                on_scale(scale, scale * sum(e.replicas for e in settings.pack.entries))
+                _measure_scale(run, scale)
                 on_row(run.rows[-1])
                 write_report(settings.out_dir, _report(run, environment, partial=True))
     except (BenchInterrupted, KeyboardInterrupt):

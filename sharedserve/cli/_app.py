@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from enum import Enum
 from typing import Annotated
 
 import typer
 
 from sharedserve import framework_output
+from sharedserve.errors import ConfigError
 
-__all__ = ["MODEL_NAMES", "ExampleModel", "app", "models_app"]
+__all__ = ["MODEL_NAMES", "ExampleModel", "app", "models_app", "refuse_flags"]
 
 app = typer.Typer(
     help="Pack many inference models onto one GPU, and measure how many is too many.",
@@ -74,3 +76,12 @@ def _root(
     if log_level.lower() not in ("debug", "info", "warning", "error"):
         raise typer.BadParameter("choose debug, info, warning or error", param_hint="--log-level")
     _setup_logging(log_level)
+
+
+def refuse_flags(flags: Mapping[str, object], why: str, *, beside: str = "") -> None:
+    """ConfigError naming every flag of ``flags`` (flag: value) that was given (not None), after
+    "``beside`` with" when given, then ``why``; nothing when none was."""
+    given = [flag for flag, value in flags.items() if value is not None]
+    if given:
+        lead = f"{beside} with " if beside else ""
+        raise ConfigError(f"{lead}{', '.join(given)}: {why}")

@@ -1,4 +1,5 @@
-"""``sharedserve bench`` and ``bench-worker``: the density sweep and its remote load generators."""
+"""``sharedserve bench`` and ``bench-worker``: the sweep (one model's densities, or a mix's
+scales) and its remote load generators."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sharedserve.cli._app import app
-from sharedserve.cli.pack import check_server_args, replica_environment
+from sharedserve.cli.pack import check_server_args, replica_environment, spec_entries
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 from sharedserve.errors import ConfigError
 
@@ -24,14 +25,40 @@ __all__: list[str] = []
 log = logging.getLogger(__name__)
 
 
-def _densities(text: str) -> tuple[int, ...]:
+def _integers(flag: str, text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ConfigError(f"--densities must be comma-separated integers, got {text!r}") from None
+        raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
     if not values or any(v < 1 for v in values):
-        raise ConfigError(f"--densities must be positive integers, got {text!r}")
+        raise ConfigError(f"{flag} must be positive integers, got {text!r}")
     return values
+
+
+def _scales(
+    densities: str | None, scales: str | None, *, spec: bool, targets: bool
+) -> tuple[int, ...]:
+    """The sweep's scales: ``--scales``, or ``--densities`` for one model (the same numbers)."""
+    if targets:
+        given = [f for f, v in (("--densities", densities), ("--scales", scales)) if v is not None]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} with --targets: the running endpoints are measured once, "
+                "as they are"
+            )
+        return (1,)
+    if densities is not None and scales is not None:
+        raise ConfigError("give --densities or --scales, not both")
+    if densities is not None:
+        if spec:
+            raise ConfigError(
+                "--densities counts replicas of one model; with --spec give --scales "
+                "(multiples of every entry's replicas)"
+            )
+        return _integers("--densities", densities)
+    if scales is not None:
+        return _integers("--scales", scales)
+    return (1, 2, 4) if spec else (1, 2, 4, 8)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -42,28 +69,71 @@ def bench(
         Path | None,
         typer.Option(
             help="Sweep density with `pack` replicas of this model.",
-            show_default="none: give --model or --targets",
+            show_default="none: give --model, --spec or --targets",
+        ),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="Sweep a mix of models: a `pack --spec` file (weights and slo_p99_ms per model).",
+            show_default="none: give --model, --spec or --targets",
         ),
     ] = None,
     targets: Annotated[
         Path | None,
         typer.Option(
             help="Measure running endpoints (pack's targets file) instead.",
-            show_default="none: give --model or --targets",
+            show_default="none: give --model, --spec or --targets",
         ),
     ] = None,
     densities: Annotated[
-        str, typer.Option(help="Replica counts to sweep, e.g. 1,2,4,8.")
-    ] = "1,2,4,8",
+        str | None,
+        typer.Option(
+            help="--model: replica counts to sweep, e.g. 1,2,4,8.", show_default="1,2,4,8"
+        ),
+    ] = None,
+    scales: Annotated[
+        str | None,
+        typer.Option(
+            help="--spec: multiples of every entry's replicas to sweep, e.g. 1,2,4 (scale 2 runs "
+            "twice each entry's replicas).",
+            show_default="1,2,4",
+        ),
+    ] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Placement of replicas without a `gpu` on several GPUs: bundle or spread, as "
+            "`pack --policy`."
+        ),
+    ] = "bundle",
     pattern: Annotated[
         LoadPattern,
-        typer.Option(help="sequential: 1 in flight per model; parallel: K; poisson: open loop."),
+        typer.Option(
+            help="sequential: 1 in flight per replica; parallel: --concurrency users; poisson: "
+            "open loop at --rate."
+        ),
     ] = LoadPattern.SEQUENTIAL,
-    concurrency: Annotated[int, typer.Option(help="Users per model for parallel.")] = 10,
-    rate: Annotated[float, typer.Option(help="Requests/s per model for poisson.")] = 10.0,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            help="Parallel: users of the whole mix at scale 1, split by model weight, at least "
+            "one per replica; scale s runs s times as many. With --model: users per replica."
+        ),
+    ] = 10,
+    rate: Annotated[
+        float,
+        typer.Option(
+            help="Poisson: requests/s of the whole mix at scale 1, split by model weight, then "
+            "over each model's replicas; scale s offers s times as much. With --model: per "
+            "replica."
+        ),
+    ] = 10.0,
     max_in_flight: Annotated[
         int,
-        typer.Option(help="Poisson: requests in flight per model past which new ones are dropped."),
+        typer.Option(
+            help="Poisson: requests in flight per replica past which new ones are dropped."
+        ),
     ] = 100,
     duration: Annotated[
         float,
@@ -92,8 +162,9 @@ def bench(
     slo_p99_ms: Annotated[
         float | None,
         typer.Option(
-            help="P99 objective per model in ms; enables the recommendation.",
-            show_default="none: no recommendation",
+            help="P99 objective in ms of every model without its own (a spec's slo_p99_ms); "
+            "enables the recommendation.",
+            show_default="none: only the spec's objectives",
         ),
     ] = None,
     protocol: Annotated[str, typer.Option(help="rest or grpc.")] = "rest",
@@ -137,8 +208,12 @@ def bench(
     With --model, each density in --densities gets that many `pack` replicas (GPU cap, CPU
     cgroup, env contract as `pack` gives them), load from Locust for --warmup then --duration
     seconds, sampling aligned to the measured window, then the replicas are stopped. With
+    --spec, a mix of models is packed as `pack --spec` does, at each of --scales (scale 2:
+    twice every entry's replicas); each model gets its weight's share of the load and is judged
+    against its own slo_p99_ms (else --slo-p99-ms), and the recommendation is the largest scale at
+    which every model met its objective, naming the model that missed first above it. With
     --targets, the endpoints already running (a `pack` targets file, or a Kubernetes deployment
-    written in that format) are measured as one row.
+    written in that format) are measured as one row, load split by their weights.
 
     Latencies are recorded per request from Locust's request event into an HDR-style histogram
     at microsecond resolution. GPU columns are null unless a real GPU was sampled. A row whose
@@ -151,14 +226,31 @@ def bench(
     from sharedserve.bench.sweep import BenchInterrupted, run_bench
     from sharedserve.limits.gpu import parse_cap_request
 
-    if model is not None and targets is not None:
+    sources = [f for f, v in (("--model", model), ("--spec", spec), ("--targets", targets)) if v]
+    if len(sources) != 1:
+        what = "give one of"
+        if sources:
+            together = "not both" if len(sources) == 2 else "only one"
+            what = f"{', '.join(sources)}: {together}; give one of"
         raise ConfigError(
-            "give --model (a density sweep) or --targets (running endpoints), not both"
+            f"{what} --model (a density sweep), --spec (a mix) or --targets (running endpoints)"
         )
-    if model is None and targets is None:
-        raise ConfigError("give --model (a density sweep) or --targets (running endpoints)")
+    sweep = _scales(densities, scales, spec=spec is not None, targets=targets is not None)
     pack_settings = None
-    if model is not None:
+    if spec is not None:
+        given = {
+            "--gpu": gpu,
+            "--gpu-memory-fraction": gpu_memory_fraction,
+            "--gpu-memory-mib": gpu_memory_mib,
+            "--cpu-limit": cpu_limit,
+        }
+        pack_settings = PackSettings(
+            entries=spec_entries(spec, given, check_server_args(list(ctx.args))),
+            placement_policy=policy,
+            fake_gpus=fake_gpus,
+            environment=replica_environment(),
+        )
+    elif model is not None:
         entry = PackEntry(
             model_dir=model,
             gpu=gpu,
@@ -167,7 +259,8 @@ def bench(
             server_args=check_server_args(list(ctx.args)),
         )
         pack_settings = PackSettings(
-            entries=(entry,),  # the sweep sets its replicas to each density
+            entries=(entry,),  # one replica: each scale is a density
+            placement_policy=policy,
             fake_gpus=fake_gpus,
             environment=replica_environment(),
         )
@@ -175,8 +268,9 @@ def bench(
         raise ConfigError(f"unexpected arguments with --targets: {' '.join(ctx.args)}")
     settings = BenchSettings(
         out_dir=out,
-        densities=_densities(densities),
+        scales=sweep,
         pack=pack_settings,
+        spec_file=spec,
         targets_file=targets,
         pattern=pattern,
         concurrency=concurrency,
@@ -197,7 +291,8 @@ def bench(
     )
     settings.validate()
     console = Console(stderr=True)
-    steps = 1 if targets is not None else len(settings.densities)
+    steps = len(settings.scales)
+    noun = "scale" if spec is not None else "density"
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -206,14 +301,20 @@ def bench(
         console=console,
         disable=not console.is_terminal,
     ) as progress:
-        task = progress.add_task("densities", total=steps)
+        task = progress.add_task(noun, total=steps)
 
-        def on_density(density: int) -> None:
-            progress.update(task, description=f"density {density}")
+        def label(scale: int, replicas: int) -> str:
+            return f"scale {scale} ({replicas} replicas)" if spec else f"density {replicas}"
+
+        def on_scale(scale: int, replicas: int) -> None:
+            progress.update(task, description=label(scale, replicas))
 
         def on_row(row: dict[str, Any]) -> None:
             progress.advance(task)
-            console.log(f"density {row['density']}: {row['qps']:.1f} qps, p99 {row['p99_ms']} ms")
+            console.log(
+                f"{label(row['scale'], row['density'])}: {row['qps']:.1f} qps, "
+                f"p99 {row['p99_ms']} ms"
+            )
 
         received: list[int] = []
 
@@ -227,7 +328,7 @@ def bench(
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             report = run_bench(
-                settings, on_density=on_density, on_row=on_row, should_stop=lambda: bool(received)
+                settings, on_scale=on_scale, on_row=on_row, should_stop=lambda: bool(received)
             )
         except (BenchInterrupted, KeyboardInterrupt):
             console.print(f"interrupted: the rows measured so far are in {out} (marked partial)")

@@ -4,31 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import app
-from sharedserve.config import PackEntry, PackSettings
+from sharedserve.cli._app import app, refuse_flags
+from sharedserve.config import REPLICA_SERVE_OPTIONS, PackEntry, PackSettings
 from sharedserve.contract import CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES
 from sharedserve.errors import ConfigError
 
-__all__ = ["check_server_args", "replica_environment"]
+__all__ = ["check_server_args", "replica_environment", "spec_entries"]
 
-# Options of `serve` that the packer sets itself, per replica.
-_PACK_OWNED = {
-    "--model",
-    "--name",
-    "--host",
-    "--rest-port",
-    "--grpc-port",
-    "--gpu-memory-fraction",
-    "--gpu-memory-mib",
-    "--cpu-limit",
-    "--fake-gpus",
-}
 _CONTRACT_VARS = {CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES}
 # The usage errors typer raises: click's, or those of the copy of click newer typers carry.
 _CLICK_ERROR: type[Exception] = next(
@@ -38,7 +27,7 @@ _CLICK_ERROR: type[Exception] = next(
 
 def check_server_args(args: list[str]) -> tuple[str, ...]:
     """Refuse pass-through options `serve` does not know, before any replica starts."""
-    owned = [a for a in args if a.split("=", 1)[0] in _PACK_OWNED]
+    owned = [a for a in args if a.split("=", 1)[0] in REPLICA_SERVE_OPTIONS]
     if owned:
         raise ConfigError(f"pack sets {', '.join(owned)} itself for each replica; use pack's flags")
     serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
@@ -53,6 +42,24 @@ def check_server_args(args: list[str]) -> tuple[str, ...]:
             "`sharedserve serve` (see `sharedserve serve --help`)"
         ) from e
     return tuple(args)
+
+
+def spec_entries(
+    spec: Path, given: Mapping[str, object], extra: tuple[str, ...]
+) -> tuple[PackEntry, ...]:
+    """The entries of a pack spec, each with the pass-through ``serve`` options ``extra`` before
+    its own; ``given`` (flag: value) are the one-model flags, refused beside a spec."""
+    from sharedserve.pack.spec import load_spec
+
+    refuse_flags(
+        given,
+        "set these in the spec (per entry, or at its top level for every entry)",
+        beside="--spec",
+    )
+    return tuple(
+        replace(e, server_args=(*extra, *check_server_args(list(e.server_args))))
+        for e in load_spec(spec).entries
+    )
 
 
 def replica_environment() -> dict[str, str]:
@@ -189,7 +196,6 @@ def pack(
     """
     from sharedserve.limits.gpu import parse_cap_request
     from sharedserve.pack.run import run_pack
-    from sharedserve.pack.spec import load_spec
 
     extra = check_server_args(list(ctx.args))
     if spec is not None:
@@ -202,16 +208,7 @@ def pack(
             "--gpu-memory-mib": gpu_memory_mib,
             "--cpu-limit": cpu_limit,
         }
-        clash = [flag for flag, value in given.items() if value is not None]
-        if clash:
-            raise ConfigError(
-                f"--spec with {', '.join(clash)}: set these in the spec (per entry, or at its "
-                "top level for every entry)"
-            )
-        entries = tuple(
-            replace(e, server_args=(*extra, *check_server_args(list(e.server_args))))
-            for e in load_spec(spec).entries
-        )
+        entries = spec_entries(spec, given, extra)
     elif model is None:
         raise ConfigError("give --model (with --replicas) or --spec")
     else:

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from sharedserve.errors import ConfigError
 
-__all__ = ["parse_cpu", "parse_memory", "parse_quantity"]
+__all__ = ["format_cpu", "parse_cpu", "parse_memory", "parse_quantity"]
 
 # k8s.io/apimachinery/pkg/api/resource: <signedNumber><binarySI | decimalSI | decimalExponent>.
 _QUANTITY = re.compile(
@@ -70,3 +70,17 @@ def parse_memory(text: str, flag: str = "--memory") -> Decimal:
         # "m" is milli, not mebi: 500m of memory is half a byte.
         raise ConfigError(f"{flag} {text!r} is a fraction of a byte; did you mean Mi (mebibytes)?")
     return size
+
+
+def format_cpu(cores: float, flag: str = "--cpu") -> str:
+    """``cores`` as Kubernetes writes a CPU quantity: whole cores bare (``1``), else millicores
+    (``500m``); ConfigError naming ``flag`` when not positive or finer than 1m."""
+    # From the shortest repr, so 0.1 is 100m rather than the binary float's 100.000000000000005m.
+    value = Decimal(str(cores))
+    if not value.is_finite() or not value > 0:
+        raise ConfigError(f"{flag} must be a positive number of cores, got {cores!r}")
+    if value % _MILLI != 0:
+        raise ConfigError(f"{flag} {cores!r} is finer than 1m (one millicore), the CPU precision")
+    if value % 1 == 0:
+        return str(int(value))
+    return f"{int(value / _MILLI)}m"

@@ -11,12 +11,15 @@ differs per model; everything else, and the comments explaining it, live in that
 - Probes: liveness and start-up on ``GET /v1/models/NAME``, readiness on
   ``GET /v1/models/NAME/metadata``, which answers 503 until the model has loaded and warmed up.
 - ``maxSurge: 0``: a surge pod would need one more vGPU, which a full node does not have.
+
+A mix of models (a pack spec) is several of these; ``sharedserve.k8s.mix`` sizes them.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -24,6 +27,7 @@ from typing import Any
 import yaml
 
 from sharedserve import contract
+from sharedserve.config import REPLICA_SERVE_OPTIONS
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.quantity import parse_cpu, parse_memory
 
@@ -31,6 +35,7 @@ __all__ = [
     "RUN_AS_USER",
     "VGPU_RESOURCE",
     "ModelDeployment",
+    "check_serve_args",
     "render_model",
     "render_model_yaml",
 ]
@@ -48,12 +53,23 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 
 
+def check_serve_args(args: Sequence[str]) -> None:
+    """ConfigError for extra ``serve`` options that the pod's manifest or the allocator set."""
+    owned = [a for a in args if a.split("=", 1)[0] in REPLICA_SERVE_OPTIONS]
+    if owned:
+        raise ConfigError(
+            f"serve_args {', '.join(owned)}: set by k8s render or the allocator for each pod "
+            "(model, name, ports; the GPU cap from its vGPUs, the CPU limit from its quota)"
+        )
+
+
 @dataclass(frozen=True)
 class ModelDeployment:
     """What ``sharedserve k8s render`` needs to know about one model."""
 
     model: str
-    """Model name: in URLs (``/v1/models/NAME``) and as its directory on the volume."""
+    """Model name: in URLs (``/v1/models/NAME``) and, unless ``model_dir``, its directory on the
+    volume."""
     image: str
     """The sharedserve image reference (``REGISTRY/sharedserve:0.1.0``)."""
     name: str | None = None
@@ -72,6 +88,15 @@ class ModelDeployment:
     """Pods; each takes ``vgpu`` vGPUs."""
     runtime_class: str | None = None
     """RuntimeClass for nodes whose NVIDIA runtime is not the default (often ``nvidia``)."""
+    model_dir: str | None = None
+    """The model's directory on the claim, ``/models/DIR`` [default: the model name]; differs
+    when a pack spec entry names a model other than its directory."""
+    serve_args: tuple[str, ...] = ()
+    """Extra ``sharedserve serve`` options (batching, body limit), after the ones set here."""
+
+    @property
+    def directory(self) -> str:
+        return self.model if self.model_dir is None else self.model_dir
 
     @property
     def resource_name(self) -> str:
@@ -85,6 +110,10 @@ class ModelDeployment:
             raise ConfigError(
                 f"--model {self.model!r}: use 1-63 letters, digits, '.', '_' or '-', "
                 "starting and ending with a letter or digit"
+            )
+        if self.model_dir is not None and not _MODEL_NAME.fullmatch(self.model_dir):
+            raise ConfigError(
+                f"model directory {self.model_dir!r}: use 1-63 letters, digits, '.', '_' or '-'"
             )
         if not _DNS_LABEL.fullmatch(self.resource_name):
             flag = "--name" if self.name is not None else "--model (pass --name)"
@@ -106,6 +135,7 @@ class ModelDeployment:
             raise ConfigError(f"--namespace {self.namespace!r} is not a valid namespace name")
         if self.runtime_class is not None and not _DNS_SUBDOMAIN.fullmatch(self.runtime_class):
             raise ConfigError(f"--runtime-class {self.runtime_class!r} is not a valid name")
+        check_serve_args(self.serve_args)
 
 
 def _labels(spec: ModelDeployment) -> dict[str, str]:
@@ -154,8 +184,9 @@ def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     container["image"] = spec.image
     mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "models")
     args = container["args"]
-    args[args.index("--model") + 1] = f"{mount}/{spec.model}"
+    args[args.index("--model") + 1] = f"{mount}/{spec.directory}"
     args[args.index("--name") + 1] = spec.model
+    args.extend(spec.serve_args)
     quantities = {"cpu": spec.cpu, "memory": spec.memory, VGPU_RESOURCE: str(spec.vgpu)}
     container["resources"] = {"requests": dict(quantities), "limits": dict(quantities)}
     status = f"/v1/models/{spec.model}"

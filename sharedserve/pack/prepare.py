@@ -26,7 +26,7 @@ from sharedserve.pack.probe import free_port, port_is_free
 from sharedserve.pack.replica import ReplicaSpec
 from sharedserve.server.model_source import ModelSource, find_model
 
-__all__ = ["PackPlan", "prepare_pack", "release_cgroups"]
+__all__ = ["PackPlan", "footprint_mib", "prepare_pack", "release_cgroups"]
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class PackPlan:
         return self.shares[0]
 
 
-def _footprint_mib(path: Path) -> float:
+def footprint_mib(path: Path) -> float:
     """Bytes of the model's files on disk, in MiB: weights a replica must hold at the least."""
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / _MIB
 
@@ -199,7 +199,7 @@ def prepare_pack(settings: PackSettings) -> PackPlan:
     entries = settings.entries
     sources = _sources(entries)
     names = [s.name for s in sources]
-    shares, simulated = _shares(settings, entries, names, [_footprint_mib(s.path) for s in sources])
+    shares, simulated = _shares(settings, entries, names, [footprint_mib(s.path) for s in sources])
     replicas = [
         (e, src.name, r) for e, src in zip(entries, sources, strict=True) for r in range(e.replicas)
     ]

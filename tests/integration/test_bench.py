@@ -103,13 +103,16 @@ def test_targets_poisson_with_two_locust_workers(models_dir: Path, tmp_path: Pat
         report = json.loads((out / "report.json").read_text())
         (row,) = report["rows"]
         assert row["density"] == 2 and row["pattern"] == "poisson"
-        # Open loop: each model gets about rate x duration requests, whatever its latency.
+        # Open loop: --rate is the mix's total, split over the two replicas of its one model;
+        # each gets about rate / 2 x duration requests, whatever its latency.
         for model in row["per_model"]:
-            assert 0.75 * rate * duration <= model["requests"] <= 1.25 * rate * duration, model
+            share = rate / 2 * duration
+            assert 0.75 * share <= model["requests"] <= 1.25 * share, model
+        assert row["models"]["tiny"]["replicas"] == 2
         assert row["errors"] == 0 and row["dropped"] == 0
         assert report["recommendation"]["density"] is None  # no SLO given
         assert "SLO" in report["recommendation"]["reason"]
-        spec = json.loads((out / "loadgen" / "targets-2-spec.json").read_text())
+        spec = json.loads((out / "loadgen" / "targets-spec.json").read_text())
         assert spec["expect_workers"] == 2
     finally:
         assert pack.stop() == 0, pack.log()
@@ -126,7 +129,7 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
     try:
         deadline = time.monotonic() + 120
-        density_2 = out / "targets-density-2.json"
+        density_2 = out / "targets-scale-2.json"
         # Interrupt once density 1 is reported and density 2's replicas are up and under load.
         while not ((out / "report.json").exists() and density_2.exists()):
             assert process.poll() is None, (tmp_path / "bench.log").read_text()
@@ -170,7 +173,7 @@ def test_bad_bench_options_are_refused_before_anything_starts(
 def test_bench_needs_model_or_targets(tmp_path: Path) -> None:
     result = run_cli("bench", "--out", str(tmp_path))
     assert result.returncode == 2
-    assert "give --model" in result.stderr
+    assert "give one of --model (a density sweep), --spec (a mix) or --targets" in result.stderr
 
 
 def test_unreachable_targets_fail_clearly(tmp_path: Path) -> None:
@@ -408,13 +411,13 @@ def test_a_signal_stops_bench_and_everything_it_started(
     try:
         deadline = time.monotonic() + 120
         # Under load: the replica is up and the load generator has started.
-        while not (out / "loadgen" / "density-1.log").exists():
+        while not (out / "loadgen" / "scale-1.log").exists():
             assert process.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
         time.sleep(1.0)
         started = _descendants(process.pid)
-        replicas = json.loads((out / "targets-density-1.json").read_text())["targets"]
+        replicas = json.loads((out / "targets-scale-1.json").read_text())["targets"]
         assert {t["pid"] for t in replicas} <= started and len(started) >= 2
         process.send_signal(sig)
         begun = time.monotonic()
@@ -431,7 +434,7 @@ def test_a_signal_stops_bench_and_everything_it_started(
     assert "interrupted: the rows measured so far" in log_path.read_text()
     report = json.loads((out / "report.json").read_text())
     assert report["partial"] is True and report["rows"] == []
-    assert not (out / "targets-density-1.json").exists()
+    assert not (out / "targets-scale-1.json").exists()
     for root in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
         assert not (root / f"sharedserve-pack-{process.pid}").exists()
 

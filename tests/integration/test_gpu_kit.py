@@ -54,7 +54,8 @@ def test_every_stage_dry_runs_and_passes(dry_run: tuple[Path, Any]) -> None:
     out, done = dry_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = stage_names()
-    assert names[:2] == ["caps", "context"] and set(names) >= {"sweep", "overhead", "mps"}
+    assert names[:2] == ["caps", "context"]
+    assert set(names) >= {"sweep", "overhead", "mps", "mix"}
     for name in names:
         doc = json.loads((out / f"{name}.json").read_text())
         assert doc["stage"] == name and doc["dry_run"] is True
@@ -87,6 +88,12 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
     assert paths == {"in-process", "bare gRPC", "REST", "gRPC"}
     assert results["overhead"]["framework"] == "torch"
     assert results["overhead"]["ceiling"]["tiny"]["rows_per_s"] > 0
+    mix = results["mix"]
+    assert [r["scale"] for r in mix["rows"]] == [1, 2]
+    for row in mix["rows"]:
+        assert list(row["models"]) == ["tiny", "mobilenet_v2"] and row["errors"] == 0
+        assert row["gpus"] is None and row["gpu_util_mean"] is None
+        assert all(m["gpu_mem_mib"] is None for m in row["models"].values())
     mps = results["mps"]["sides"]
     assert [r["density"] for r in mps["mps"]] == [1, 2]
     assert mps["mps"][1]["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"

@@ -11,6 +11,8 @@ docs/kubernetes.md says what to check on a cluster. The Dockerfile: test_dockerf
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,7 @@ import yaml
 
 from sharedserve.k8s.quantity import parse_cpu
 from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
+from tests.integration import test_readme as readme
 from tests.support import manifests as m
 from tests.support.manifests import K8S, Obj
 from tests.support.servers import run_cli
@@ -32,7 +35,8 @@ KUSTOMIZATIONS = [
     "overlays/mps",
 ]
 DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
-MODEL_SOURCE = K8S.parent / "sharedserve" / "k8s" / "model"
+ROOT = K8S.parent
+MODEL_SOURCE = ROOT / "sharedserve" / "k8s" / "model"
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +135,166 @@ def test_render_usage_error_exits_2() -> None:
     result = run_cli("k8s", "render", "--model", "tiny", "--image", "i", "--cpu", "1 core")
     assert result.returncode == 2
     assert "not a Kubernetes quantity" in result.stderr
+
+
+# -- render --spec -----------------------------------------------------------------------------
+
+SPEC = """
+cpu_limit: 0.5
+models:
+  - model: {models}/tiny
+    replicas: 3
+    weight: 5
+  - model: {models}/edge
+    name: edge-b
+    gpu_memory_mib: 3000
+    cpu_limit: 2
+    serve_args: [--enable-batching, --max-batch-size, "8"]
+"""
+SIZE = ["--gpu-memory-mib", "16384", "--replicas-per-gpu", "8"]
+
+
+def write_spec(path: Path, models: Path, text: str = SPEC) -> Path:
+    path.write_text(text.format(models=models))
+    return path
+
+
+def deployments_by_name(objects: list[Obj]) -> dict[str, Obj]:
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        assert m.selects(m.one(objects, "Service", deployment["metadata"]["name"]), deployment)
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+
+
+def test_render_spec_validates_and_sizes_pods_from_the_plan(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    spec = write_spec(tmp_path / "pack.yaml", models_dir)
+    out = tmp_path / "k8s" / "mix.yaml"
+    result = run_cli(
+        "k8s", "render", "--spec", str(spec), "--image", "sharedserve:0.1.0", *SIZE,
+        "--runtime-class", "nvidia", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(m.validate([out])[str(out)]) == 4
+    deployments = deployments_by_name(m.load(out.read_text()))
+    assert set(deployments) == {"tiny", "edge-b"}
+    # tiny has no cap, so its 3 replicas share what the GPU has left after edge-b's cap and four
+    # reserves: (16384 - 4 x 512 - 3000) / 3 = 3778 MiB each; with the reserve, 3 vGPUs of 2048.
+    # edge-b: 3000 + 512 MiB, 2 vGPUs.
+    expected = {"tiny": (3, 3, "500m"), "edge-b": (1, 2, "2")}
+    for name, (replicas, vgpus, cpu) in expected.items():
+        deployment = deployments[name]
+        assert deployment["spec"]["replicas"] == replicas, name
+        pod = m.pod_spec(deployment)
+        assert pod["runtimeClassName"] == "nvidia"
+        (container,) = pod["containers"]
+        limits = {"cpu": cpu, "memory": "2Gi", "sharedserve.io/vgpu": str(vgpus)}
+        assert container["resources"] == {"requests": limits, "limits": limits}, name
+    assert "# tiny: 3 pods x 3 vGPUs (6144 MiB); planned cap 3778 MiB" in out.read_text()
+    (edge,) = m.pod_spec(deployments["edge-b"])["containers"]
+    # Its own name in URLs, its directory's name on the claim, the entry's serve options after.
+    assert m.flag(edge["args"], "--model") == "/models/edge"
+    assert m.flag(edge["args"], "--name") == "edge-b"
+    assert edge["args"][-3:] == ["--enable-batching", "--max-batch-size", "8"]
+    assert edge["readinessProbe"]["httpGet"]["path"] == "/v1/models/edge-b/metadata"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ([], "give --model (one model) or --spec"),
+        (["--model", "tiny", "--spec", "{spec}"], "--spec with --model"),
+        (["--spec", "{spec}", *SIZE, "--vgpu", "2"], "--spec with --vgpu"),
+        (["--spec", "{spec}", *SIZE, "--cpu", "1", "--name", "x"], "--spec with --cpu, --name"),
+        (["--spec", "{spec}", "--replicas-per-gpu", "8"], "--spec needs --gpu-memory-mib"),
+        (["--spec", "{spec}", "--gpu-memory-mib", "16384"], "needs the allocator's vGPU size"),
+        ([*SIZE, "--spec", "{spec}", "--vgpu-memory-mib", "2048"], "not both"),
+        (["--spec", "{spec}", "--gpu-memory-mib", "0", "--replicas-per-gpu", "8"], "positive"),
+        (["--spec", "{spec}", "--gpu-memory-mib", "16384", "--replicas-per-gpu", "0"], "1..1024"),
+        (["--spec", "{spec}", "--gpu-memory-mib", "100", "--vgpu-memory-mib", "200"], "no vGPU"),
+        (["--spec", "{spec}", *SIZE, "--context-reserve-mib", "-1"], "0 or more"),
+        (["--model", "tiny", "--replicas-per-gpu", "8"], "for --spec only"),
+        # The plan is pack's, refusals included: 4 reserves and a 3000 MiB cap exceed 4096 MiB.
+        (["--spec", "{spec}", "--gpu-memory-mib", "4096", "--replicas-per-gpu", "2"], "exceeds"),
+    ],
+)
+def test_render_spec_usage_errors_exit_2(
+    models_dir: Path, tmp_path: Path, args: list[str], fragment: str
+) -> None:
+    spec = str(write_spec(tmp_path / "pack.yaml", models_dir))
+    given = [spec if a == "{spec}" else a for a in args]
+    result = run_cli("k8s", "render", "--image", "sharedserve:0.1.0", *given)
+    assert result.returncode == 2, result.stderr
+    assert fragment in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "fragment"),
+    [
+        ("model: {models}/nope", "build or copy the model there first"),
+        ("model: {models}/tiny\n    gpu: 0", "the scheduler and the allocator place pods"),
+        ("model: {models}/tiny\n    serve_args: [--rest-port, '1']", "set by k8s render"),
+        ("model: {models}/tiny\n    serve_args: [--max-batch-sise, '8']", "--max-batch-size"),
+        ("model: {models}/tiny\n    cpu_limit: 0.0001", "cpu_limit 0.0001 is finer than 1m"),
+        ("model: {models}/tiny\n  - model: {models}/tiny/1", "both render as"),
+    ],
+)
+def test_render_spec_refusals_name_the_entry(
+    models_dir: Path, tmp_path: Path, entry: str, fragment: str
+) -> None:
+    spec = write_spec(tmp_path / "pack.yaml", models_dir, f"models:\n  - {entry}\n")
+    result = run_cli("k8s", "render", "--spec", str(spec), "--image", "i", *SIZE)
+    assert result.returncode == 2, result.stderr
+    assert f"{spec}: models[0] (" in result.stderr
+    assert fragment in result.stderr
+
+
+def test_the_readmes_render_of_the_example_mix(
+    builds: dict[str, list[Obj]], tmp_path: Path
+) -> None:
+    """The README's block, run as written (it builds the mix's models), on examples/mix.yaml."""
+    script = readme.block("k8s render --spec")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "mix.yaml", tmp_path / "examples" / "mix.yaml")
+    result = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=readme.user_env(),
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    render = script[script.index("sharedserve k8s render") :].split()
+    out = tmp_path / m.flag(render, "--out")
+    objects = m.load(out.read_text())
+    assert len(m.validate([out])[str(out)]) == len(objects) == 6
+    deployments = deployments_by_name(objects)
+    # What the README says each model gets; the vGPUs are the allocator's as k8s/ installs it.
+    replicas = m.flag(m.expanded_args(allocator(builds), builds["base/allocator"]), "--replicas")
+    assert m.flag(render, "--replicas-per-gpu") == replicas
+    pods = {name: (d["spec"]["replicas"], vgpus(d)) for name, d in deployments.items()}
+    assert pods == {"tiny": (4, 1), "mobilenet-v2": (2, 1), "resnet50": (1, 3)}
+    for deployment in deployments.values():
+        (container,) = m.pod_spec(deployment)["containers"]
+        assert container["resources"]["limits"]["cpu"] == "1"  # the mix's cpu_limit: 1
+    (resnet,) = m.pod_spec(deployments["resnet50"])["containers"]
+    assert "--enable-batching" in resnet["args"]
+    text = out.read_text()
+    assert "3 models, 7 pods, 9 vGPUs" in " ".join(text.split())
+    assert "# resnet50: 1 pod x 3 vGPUs (12288 MiB); planned cap 9504 MiB" in text
+
+
+def allocator(builds: dict[str, list[Obj]]) -> Obj:
+    daemonset = m.one(builds["base/allocator"], "DaemonSet", "sharedserve-allocator")
+    (container,) = m.pod_spec(daemonset)["containers"]
+    return container
+
+
+def vgpus(deployment: Obj) -> int:
+    (container,) = m.pod_spec(deployment)["containers"]
+    return int(container["resources"]["limits"]["sharedserve.io/vgpu"])
 
 
 # -- wiring ------------------------------------------------------------------------------------

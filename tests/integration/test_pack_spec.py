@@ -26,24 +26,34 @@ GPUS = [
 ]
 
 
-def _write(tmp: Path, models_dir: Path, spec: str) -> tuple[Path, Path]:
+def _write(
+    tmp: Path, models_dir: Path, spec: str, torch_dir: Path | None = None
+) -> tuple[Path, Path]:
     gpus = tmp / "gpus.json"
     gpus.write_text(json.dumps({"gpus": GPUS}))
     # Model paths relative to the spec file.
-    (tmp / "pack.yaml").write_text(spec.replace("MODELS", os.path.relpath(models_dir, tmp)))
+    spec = spec.replace("MODELS", os.path.relpath(models_dir, tmp))
+    if torch_dir is not None:
+        spec = spec.replace("TORCH", os.path.relpath(torch_dir, tmp))
+    (tmp / "pack.yaml").write_text(spec)
     return tmp / "pack.yaml", gpus
 
 
+# Three models of two frameworks: TensorFlow tiny (as "a") and edge, TorchScript tiny.
+MIX = (
+    "cpu_limit: 0.5\nmodels:\n"
+    "  - {model: MODELS/tiny, name: a, replicas: 2, weight: 3, slo_p99_ms: 50}\n"
+    "  - {model: MODELS/edge, replicas: 1}\n"
+    "  - {model: TORCH/tiny, name: tiny_torch, replicas: 1, weight: 2, slo_p99_ms: 80}\n"
+)
+
+
 @pytest.fixture(scope="module")
-def mix(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PackRun]:
+def mix(
+    models_dir: Path, torch_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PackRun]:
     tmp = tmp_path_factory.mktemp("mix")
-    spec, gpus = _write(
-        tmp,
-        models_dir,
-        "cpu_limit: 0.5\nmodels:\n"
-        "  - {model: MODELS/tiny, name: a, replicas: 2, weight: 3, slo_p99_ms: 50}\n"
-        "  - {model: MODELS/edge, replicas: 1}\n",
-    )
+    spec, gpus = _write(tmp, models_dir, MIX, torch_models_dir)
     run = PackRun(tmp, None, "--spec", str(spec), "--fake-gpus", str(gpus), "--policy", "spread")
     run.wait_targets()
     yield run
@@ -53,14 +63,19 @@ def mix(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 def test_targets_list_every_replica_with_model_weight_and_slo(mix: PackRun) -> None:
     targets = mix.targets()["targets"]
     got = [(t["name"], t["model"], t["weight"], t["slo_p99_ms"]) for t in targets]
-    assert got == [("a-0", "a", 3.0, 50.0), ("a-1", "a", 3.0, 50.0), ("edge-0", "edge", 1.0, None)]
+    assert got == [
+        ("a-0", "a", 3.0, 50.0),
+        ("a-1", "a", 3.0, 50.0),
+        ("edge-0", "edge", 1.0, None),
+        ("tiny_torch-0", "tiny_torch", 2.0, 80.0),
+    ]
     # spread: the two replicas of a on different GPUs; each replica its own cgroup.
     assert targets[0]["gpu"] != targets[1]["gpu"]
-    assert len({t["cgroup"] for t in targets}) == 3
+    assert len({t["cgroup"] for t in targets}) == 4
     for t in targets:
         status = httpx.get(f"{t['rest']}/v1/models/{t['model']}", timeout=10).json()
         assert status["model_version_status"][0]["state"] == "AVAILABLE"
-    assert "3 replicas of 2 models:" in mix.log()
+    assert "4 replicas of 3 models:" in mix.log()
 
 
 def test_a_killed_replica_of_one_model_comes_back_and_the_others_keep_serving(
@@ -73,7 +88,7 @@ def test_a_killed_replica_of_one_model_comes_back_and_the_others_keep_serving(
         now = {t["name"]: t for t in mix.targets()["targets"]}
         if now.get("a-1", before["a-1"])["pid"] != before["a-1"]["pid"]:
             break
-        for name in ("a-0", "edge-0"):  # untouched, and serving meanwhile
+        for name in ("a-0", "edge-0", "tiny_torch-0"):  # untouched, and serving meanwhile
             assert now[name]["pid"] == before[name]["pid"]
             model = now[name]["model"]
             assert (

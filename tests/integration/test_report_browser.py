@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sharedserve.bench.report import write_report
+from tests.support.bench_mix import mix_report
 from tests.support.bench_reports import REPORTS, SLO
 from tests.support.browser import HEIGHT, WIDTH, layout
 
@@ -40,3 +41,25 @@ def test_report_fits_1280_px_and_opens_on_the_verdict(name: str, tmp_path: Path)
         assert plot["left"] >= table["right"], f"{s['title']}: the plot is not beside its table"
         assert plot["top"] < table["bottom"] and table["top"] < plot["bottom"], s["title"]
         assert plot["right"] <= page["clientWidth"]
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_mix_fits_1280_px_and_opens_on_its_verdict(gpu: bool, tmp_path: Path) -> None:
+    write_report(tmp_path / "report", mix_report(gpu=gpu))
+    page = layout(tmp_path / "report" / "report.html", tmp_path)
+    assert page["scrollWidth"] <= page["clientWidth"], page["scrollWidth"]
+    assert page["outside"] == [], f"past the right edge at {WIDTH} px: {page['outside'][:10]}"
+    assert page["sideways"] == [], f"scrolls sideways at {WIDTH} px: {page['sideways'][:10]}"
+    verdict = page["verdict"]
+    assert verdict["shown"] and verdict["top"] >= 0 and verdict["bottom"] <= page["innerHeight"]
+    assert "Recommended scale: 1 (7 replicas)" in verdict["text"]
+    assert "resnet50 at scale 2" in verdict["text"]
+    titles = [s["title"] for s in page["sections"]]
+    assert titles.index("Per model (each against its own SLO)") < titles.index(
+        "Latency (ms, all models merged)"
+    )
+    assert ("Per GPU" in titles) is gpu
+    # The per-model table is wide: its plot may go under it, but each row figure's goes beside.
+    for s in page["sections"]:
+        if s["table"] and s["plot"] and not s["title"].startswith("Per model"):
+            assert s["plot"]["left"] >= s["table"]["right"], s["title"]

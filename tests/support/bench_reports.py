@@ -35,7 +35,9 @@ def rows(
             for _ in range(300):
                 hist.record(int(rnd.lognormvariate(8.0 + 0.35 * d**0.5, 0.5)))
             errors = 3 if d == densities[-1] else 0
-            targets.append(TargetResult(f"resnet50-v1-{i}", 91_234 + errors, errors, 0, hist))
+            targets.append(
+                TargetResult(f"resnet50-v1-{i}", 91_234 + errors, errors, 0, hist, model="resnet50")
+            )
         gpu_figures = (min(99.0, 21.7 * d**0.5), min(100.0, 33.3 * d**0.5), 1234.5 * d)
         samples = Samples(*(gpu_figures if gpu else (None, None, None)), 0.873 * d)
         loadgen = 0.93 if d == densities[-1] else 0.071 * d

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,16 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from sharedserve.bench.display import COLUMNS, plain_table, print_summary, summary_cells
+from sharedserve.bench.display import (
+    COLUMNS,
+    MODEL_COLUMNS,
+    model_cells,
+    plain_table,
+    print_summary,
+    summary_cells,
+)
+from tests.support.bench_mix import REASON as MIX_REASON
+from tests.support.bench_mix import mix_report
 
 REASON = (
     "no density met p99 <= 50 ms with < 0.1% errors; density 1 missed it: model tiny-0 p99 "
@@ -116,3 +126,50 @@ def test_plain_table_blocks_fit_and_repeat_the_first_column() -> None:
     ]
     assert plain_table(headers, rows, width=None)[0].split() == headers
     assert plain_table(["density"], [], width=10) == ["density"]
+
+
+# A mix of models (issue 17 item 5): tests/support/bench_mix.py's hand-built report.
+def test_a_mix_prints_each_model_at_each_scale() -> None:
+    rep = mix_report()
+    out = io.StringIO()
+    print_summary(Console(file=out), rep, Path("out"))
+    lines = [" ".join(line.split()) for line in out.getvalue().splitlines()]
+    header = lines.index("per model") + 1
+    assert lines[header] == " ".join(MODEL_COLUMNS.values()) == "scale model QPS p99 ms SLO ms met"
+    assert lines[header + 1 : header + 7] == [
+        "1 tiny 812.345 31.234 50 yes",
+        "1 mobilenet_v2 270.8 142.87 250 yes",
+        "1 resnet50 135.4 688.9 1000 yes",
+        "2 tiny 1510.9 47.9 50 yes",
+        "2 mobilenet_v2 497 231.05 250 yes",
+        "2 resnet50 240.2 1530.5 1000 NO",
+    ]
+    assert lines[1].startswith("scale replicas QPS") and lines[2].startswith("1 7 1218.533")
+    assert f"recommendation: scale 1 (7 replicas) — {MIX_REASON}" in lines
+    assert model_cells(report()) == []  # one model: no such lines
+
+
+def test_a_mix_on_a_narrow_terminal_keeps_every_model_cell_whole() -> None:
+    rep = mix_report()
+    rep["rows"][1]["models"]["resnet50"]["p99_ms"] = None  # not measured: a dash, not a number
+    text = render(rep, width=40, terminal=True)
+    assert "…" not in text and all(len(line) <= 40 for line in text.splitlines())
+    words = text.split()
+    for cells in model_cells(rep):
+        assert all(cell in words for cell in cells), cells
+    assert model_cells(rep)[-1] == ["2", "resnet50", "240.2", "-", "1000", "NO"]
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_one_model_prints_as_it_always_has(terminal: bool) -> None:
+    old = report(density=1, reason="density 1 is the largest")
+    new = copy.deepcopy(old)
+    for row in new["rows"]:
+        row["scale"] = row["density"]
+        row["gpus"] = None
+        row["models"] = {"tiny": {"replicas": row["density"], "qps": row["qps"], "slo_met": True}}
+    new["recommendation"] |= {"scale": 1, "failing_model": None}
+    for width in (200, 60):
+        assert render(new, width=width, terminal=terminal) == render(
+            old, width=width, terminal=terminal
+        )

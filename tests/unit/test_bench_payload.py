@@ -9,6 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
+from sharedserve.bench.offered import ReplicaRef, offered_load
 from sharedserve.bench.payload import InputSpec, random_inputs, rest_body, signature_inputs
 from sharedserve.bench.sweep import loadgen_processes
 from sharedserve.config import BenchSettings, LoadPattern
@@ -94,4 +95,6 @@ def test_loadgen_processes_follow_the_offered_load(
         rate=rate,
         loadgen_workers=workers,
     )
-    assert loadgen_processes(settings, density) == expected
+    replicas = [ReplicaRef(f"tiny-{i}", "tiny", 1.0) for i in range(density)]
+    offered = offered_load(replicas, pattern, concurrency=concurrency, rate=rate, scale=density)
+    assert loadgen_processes(settings, offered) == expected

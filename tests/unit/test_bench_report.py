@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sharedserve.bench.histogram import LatencyHistogram
-from sharedserve.bench.report import PER_MODEL_COLUMNS, ROW_COLUMNS, write_report
+from sharedserve.bench.report import MODELS_COLUMNS, PER_MODEL_COLUMNS, ROW_COLUMNS, write_report
 from sharedserve.bench.summary import (
     Pattern,
     Samples,
@@ -22,6 +22,7 @@ from sharedserve.bench.summary import (
     finalize_rows,
     recommend,
 )
+from tests.support.bench_mix import mix_report
 
 SLO = 50.0
 NO_GPU = Samples(None, None, None, None)
@@ -43,7 +44,7 @@ def sweep(
             for _ in range(500):
                 hist.record(int(rnd.lognormvariate(9.0 + 0.3 * d, 0.4)))
             errors = 1 if d == 8 else 0
-            targets.append(TargetResult(f"tiny-{i}", 500 + errors, errors, 0, hist))
+            targets.append(TargetResult(f"tiny-{i}", 500 + errors, errors, 0, hist, model="tiny"))
         samples = Samples(20.0 * d**0.5, 30.0 * d**0.5, 900.0 * d, 0.8 * d) if gpu else NO_GPU
         rows.append(
             build_row(
@@ -113,14 +114,14 @@ def test_keys_the_sweep_adds_are_kept(tmp_path: Path) -> None:
     for r in rows:
         r["gpu_clock_mhz"] = 1980
         for m in r["per_model"]:
-            m.update(gpu_mem_mib=812, gpu_memory_fraction=0.25)
+            m.update(gpu_mem_mib=812, gpu_memory_fraction=0.25, queue_ms=1.5)
     write_report(tmp_path, report(rows))
     with (tmp_path / "report.csv").open(newline="") as f:
         assert next(csv.reader(f)) == [*ROW_COLUMNS, "gpu_clock_mhz"]
     with (tmp_path / "report_per_model.csv").open(newline="") as f:
         lines = list(csv.DictReader(f))
-    assert list(lines[0]) == [*PER_MODEL_COLUMNS, "gpu_mem_mib", "gpu_memory_fraction"]
-    assert lines[0]["gpu_mem_mib"] == "812"
+    assert list(lines[0]) == [*PER_MODEL_COLUMNS, "queue_ms"]
+    assert lines[0]["gpu_mem_mib"] == "812" and lines[0]["queue_ms"] == "1.5"
     assert "| GPU mem MiB | GPU mem cap |" in (tmp_path / "report.md").read_text()
 
 
@@ -199,13 +200,13 @@ def test_zero_rows_partial_report(tmp_path: Path) -> None:
     ]
     md = (tmp_path / "report.md").read_text()
     assert "PARTIAL" in md and "No density was measured" in md
-    assert "Recommended density: none" in md and "no density was measured" in md
+    assert "Recommended density: none" in md and rep["recommendation"]["reason"] in md
     assert "data:image/png" not in (tmp_path / "report.html").read_text()
 
 
 def test_nulls_everywhere_and_no_slo(tmp_path: Path) -> None:
     """Every request failed: no latency anywhere, no GPU, no loadgen CPU, no SLO."""
-    failed = [TargetResult(f"m{i}", 10, 10, 0, LatencyHistogram()) for i in range(2)]
+    failed = [TargetResult(f"m-{i}", 10, 10, 0, LatencyHistogram(), model="m") for i in range(2)]
     row = build_row(density=2, pattern=Pattern.POISSON, window_s=5.0, targets=failed,
                     samples=NO_GPU, loadgen_cpu_util=None, slo_p99_ms=None)  # fmt: skip
     finalize_rows([row])
@@ -213,7 +214,7 @@ def test_nulls_everywhere_and_no_slo(tmp_path: Path) -> None:
     assert names(paths).count("qps_vs_density.png") == 1  # qps is 4/s, errors included
     assert "p99_vs_density.png" not in names(paths)
     md = (tmp_path / "report.md").read_text()
-    assert "no SLO given (--slo-p99-ms)" in md and "SLO: none given" in md
+    assert "no SLO given (--slo-p99-ms" in md and "SLO: none given" in md
     assert "| 2 | poisson | 20 | 20 | 0 | 4 | - | - |" in md
     assert "scheduled send time" in md
 
@@ -268,3 +269,117 @@ def test_import_and_write_leave_pyplot_alone(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "p99_vs_density.png").exists()
+
+
+# A mix of models (issue 17 item 5): tests/support/bench_mix.py's hand-built report.
+MIX_PLOTS = [*PLOTS, "p99_by_model_vs_scale.png"]
+
+
+def md_table(md: str, heading: str) -> list[list[str]]:
+    """The Markdown table under ``## heading``: its heading line, then its rows, as cells."""
+    section = md.split(f"\n## {heading}\n\n", 1)[1].split("\n\n", 1)[0]
+    lines = [ln.strip("|").split(" | ") for ln in section.splitlines()]
+    return [[c.strip() for c in ln] for ln in lines if not ln[0].strip().startswith("---")]
+
+
+def test_a_mix_writes_its_models_csv_and_plot(tmp_path: Path) -> None:
+    rep = mix_report()
+    paths = write_report(tmp_path, rep)
+    assert sorted(names(paths)) == sorted([*BASE_FILES, "report_models.csv", *MIX_PLOTS])
+    png = (tmp_path / "p99_by_model_vs_scale.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    with (tmp_path / "report_models.csv").open(newline="") as f:
+        lines = list(csv.DictReader(f))
+    assert tuple(lines[0]) == MODELS_COLUMNS
+    assert [(ln["scale"], ln["model"]) for ln in lines] == [
+        (str(s), m) for s in (1, 2) for m in ("tiny", "mobilenet_v2", "resnet50")
+    ]
+    resnet = lines[-1]
+    assert resnet["density"] == "14" and resnet["replicas"] == "2" and resnet["weight"] == "1.0"
+    assert resnet["p99_ms"] == "1530.5" and resnet["slo_met"] == "false"
+    assert resnet["p999_ms"] == resnet["cpu_limit"] == resnet["cpu_throttled_share"] == ""
+    # The per-replica CSV keeps its columns, with the scale after them.
+    with (tmp_path / "report_per_model.csv").open(newline="") as f:
+        replicas = list(csv.DictReader(f))
+    assert list(replicas[0]) == [*PER_MODEL_COLUMNS, "scale"]
+    assert len(replicas) == 7 + 14 and replicas[-1]["model"] == "resnet50"
+    with (tmp_path / "report.csv").open(newline="") as f:
+        assert next(csv.reader(f)) == list(ROW_COLUMNS)  # no models or GPUs in a cell
+
+
+def test_a_mix_in_markdown(tmp_path: Path) -> None:
+    write_report(tmp_path, mix_report())
+    md = (tmp_path / "report.md").read_text()
+    assert "Recommended scale: 1 (7 replicas)." in md
+    assert "First model to miss its SLO: **resnet50**." in md
+    assert "missed it: model resnet50 p99 1530.5 ms > 1000 ms" in md
+    assert "SLO: p99 per model: tiny <= 50 ms, mobilenet_v2 <= 250 ms, resnet50 <= 1000 ms." in md
+    assert md_table(md, "Results")[0][:3] == ["scale", "replicas", "pattern"]
+    table = md_table(md, "Per model")
+    assert table[0] == [
+        "scale", "model", "replicas", "weight", "QPS", "p50 ms", "p99 ms", "p99.9 ms", "errors",
+        "dropped", "SLO ms", "met", "GPU mem cap", "CPU limit", "CPU throttled share",
+        "GPU mem MiB",
+    ]  # fmt: skip
+    assert table[1:] == [
+        ["1", "tiny", "4", "6", "812.345", "9.871", "31.234", "44.5", "0", "0", "50", "yes",
+         "0.08", "1", "0.031", "612"],
+        ["1", "mobilenet_v2", "2", "2", "270.8", "61.2", "142.87", "201.3", "0", "0", "250", "yes",
+         "0.15", "2", "0", "1480"],
+        ["1", "resnet50", "1", "1", "135.4", "402.1", "688.9", "910.2", "0", "0", "1000", "yes",
+         "0.3", "-", "-", "3105"],
+        ["2", "tiny", "8", "6", "1510.9", "14.2", "47.9", "63", "2", "0", "50", "yes", "0.08",
+         "1", "0.12", "640"],
+        ["2", "mobilenet_v2", "4", "2", "497", "98.6", "231.05", "288.4", "0", "0", "250", "yes",
+         "0.15", "2", "0.05", "1502"],
+        ["2", "resnet50", "2", "1", "240.2", "744", "1530.5", "-", "12", "3", "1000", "no", "0.3",
+         "-", "-", "3390"],
+    ]  # fmt: skip
+    gpus = md_table(md, "Per GPU")
+    assert gpus[0] == ["scale", "GPU", "name", "util mean %", "util max %", "memory used MiB"]
+    assert len(gpus) == 1 + 4 and gpus[2][4] == "-"  # a peak not sampled is not a number
+    replicas = md_table(md, "Per replica")
+    assert replicas[0][:4] == ["scale", "model", "replica", "requests"]
+    assert len(replicas) == 1 + 7 + 14
+    assert "![p99 by model vs scale](p99_by_model_vs_scale.png)" in md
+    assert "QPS / (scale x QPS at scale 1)" in md
+    assert "None" not in md and "nan" not in md
+
+
+def test_a_mix_on_simulated_gpus_has_no_gpu_table(tmp_path: Path) -> None:
+    paths = write_report(tmp_path, mix_report(gpu=False))
+    assert "gpu_vs_density.png" not in names(paths)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Per GPU" not in md
+    for line in md_table(md, "Per model")[1:]:
+        assert line[12] == "-" and line[15] == "-"  # no cap, no GPU memory: never 0
+
+
+def test_one_model_reads_as_it_always_has(tmp_path: Path) -> None:
+    """The keys a mix brought (scale, models, gpus) change nothing for a sweep of one model, and
+    a report from before them still renders."""
+    rows = sweep()
+    assert all(len(r["models"]) == 1 and r["scale"] == r["density"] for r in rows)
+    write_report(tmp_path / "new", report(rows))
+    old = [
+        {k: v for k, v in r.items() if k not in ("scale", "models", "gpus")}
+        | {"per_model": [{k: v for k, v in m.items() if k != "model"} for m in r["per_model"]]}
+        for r in rows
+    ]
+    rec = {k: v for k, v in report(rows)["recommendation"].items() if k in {"reason", "density"}}
+    write_report(tmp_path / "old", report(old) | {"recommendation": rec})
+    for name in ("report.md", "report.html"):
+        assert (tmp_path / "new" / name).read_text() == (tmp_path / "old" / name).read_text()
+    md = (tmp_path / "new" / "report.md").read_text()
+    assert "## Per replica" not in md and "## Per GPU" not in md and "scale" not in md
+    assert md_table(md, "Per model")[0][:3] == ["density", "pattern", "model"]
+    assert not (tmp_path / "new" / "report_models.csv").exists()
+    assert not (tmp_path / "new" / "p99_by_model_vs_scale.png").exists()
+
+
+def test_a_models_csv_from_an_earlier_mix_is_removed(tmp_path: Path) -> None:
+    write_report(tmp_path, mix_report())
+    assert (tmp_path / "report_models.csv").exists()
+    write_report(tmp_path, report(sweep((1, 2))))
+    assert not (tmp_path / "report_models.csv").exists()
+    assert not (tmp_path / "p99_by_model_vs_scale.png").exists()

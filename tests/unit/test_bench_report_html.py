@@ -4,6 +4,7 @@ apply, a print stylesheet. Its layout in a real browser is tests/integration/tes
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from html.parser import HTMLParser
@@ -16,6 +17,7 @@ from sharedserve.bench.report import write_report
 from sharedserve.bench.report_html import render_html
 from sharedserve.bench.sigfig import count, sig3
 from sharedserve.bench.summary import Pattern
+from tests.support.bench_mix import mix_report
 from tests.support.bench_reports import SLO, report, rows
 
 
@@ -184,3 +186,109 @@ def test_figures_and_plots_the_page_does_not_know_are_still_shown() -> None:
     other = next(t for t in tables(page) if "cpu throttled s" in t["headings"])
     assert [line[-1] for line in other["rows"]] == ["1.25", "2.50"]
     assert "More plots" in page and 'alt="new plot"' in page and "<li>a note</li>" in page
+
+
+# A mix of models (issue 17 item 5): tests/support/bench_mix.py's hand-built report.
+MIX_HEADINGS = [
+    "scale", "model", "replicas", "weight", "QPS", "p50 ms", "p99 ms", "p99.9 ms", "errors",
+    "dropped", "SLO ms", "met", "GPU mem cap", "CPU limit", "CPU throttled share", "GPU mem MiB",
+]  # fmt: skip
+
+
+def table_with(page: str, *wanted: str) -> dict[str, Any]:
+    return next(t for t in tables(page) if set(wanted) <= set(t["headings"]))
+
+
+def section(page: str, title: str) -> str:
+    return page.split(f"<h2>{title}</h2>", 1)[1].split("</section>", 1)[0]
+
+
+def test_a_mix_gets_a_table_of_each_model_at_each_scale(tmp_path: Path) -> None:
+    page = page_of(mix_report(), tmp_path)
+    models = table_with(page, "model", "met")
+    assert models["headings"] == MIX_HEADINGS
+    assert [line[:2] for line in models["rows"]] == [
+        [s, m] for s in ("1", "2") for m in ("tiny", "mobilenet_v2", "resnet50")
+    ]
+    cells = {(ln[0], ln[1]): dict(zip(MIX_HEADINGS, ln, strict=True)) for ln in models["rows"]}
+    assert cells["1", "tiny"] == {
+        "scale": "1", "model": "tiny", "replicas": "4", "weight": "6", "QPS": "812",
+        "p50 ms": "9.87", "p99 ms": "31.2", "p99.9 ms": "44.5", "errors": "0", "dropped": "0",
+        "SLO ms": "50", "met": "yes", "GPU mem cap": "8.00%", "CPU limit": "1",
+        "CPU throttled share": "3.10%", "GPU mem MiB": "612",
+    }  # fmt: skip
+    resnet = cells["2", "resnet50"]
+    assert resnet["p99 ms"] == "1,530" and resnet["met"] == "no" and resnet["SLO ms"] == "1000"
+    assert (
+        resnet["errors"] == "12" and resnet["dropped"] == "3" and resnet["GPU mem MiB"] == "3,390"
+    )
+    # Not measured, or no limit: a dash, never a number.
+    for key in ("p99.9 ms", "CPU limit", "CPU throttled share"):
+        assert resnet[key] == "\u2014", key
+    assert cells["1", "resnet50"]["CPU limit"] == "\u2014"
+    # The model that missed is marked, the recommended scale's lines stand out.
+    body = section(page, "Per model (each against its own SLO)")
+    assert body.count('<tr class="miss">') == 1 and body.count('<tr class="rec">') == 3
+    assert 'alt="p99 by model vs scale"' in body  # its plot beside it, not under "More plots"
+    assert "More plots" not in page
+
+
+def test_a_mix_gets_a_table_of_each_gpu(tmp_path: Path) -> None:
+    page = page_of(mix_report(), tmp_path)
+    gpus = table_with(page, "GPU", "util max %")
+    assert gpus["headings"] == [
+        "scale",
+        "GPU",
+        "name",
+        "util mean %",
+        "util max %",
+        "memory used MiB",
+    ]
+    assert len(gpus["rows"]) == 4
+    assert gpus["rows"][0][1] == "GPU-8f2c6a1e-3b7d-4c0a-9e51-2d6f7a8b9c01"
+    assert [line[4] for line in gpus["rows"]] == ["72.5", "\u2014", "73.5", "\u2014"]
+    cpu = page_of(mix_report(gpu=False), tmp_path / "cpu")
+    assert "<h2>Per GPU</h2>" not in cpu
+    # Simulated GPUs: no cap, no GPU memory measured, so no such columns.
+    assert table_with(cpu, "model", "met")["headings"] == [
+        h for h in MIX_HEADINGS if h not in ("GPU mem cap", "GPU mem MiB")
+    ]
+
+
+def test_a_mix_is_led_by_its_scale(tmp_path: Path) -> None:
+    page = page_of(mix_report(), tmp_path)
+    latency = table_with(page, "p99", "SLO met")
+    assert latency["headings"][:2] == ["scale", "replicas"]
+    assert [line[:2] for line in latency["rows"]] == [["1", "7"], ["2", "14"]]
+    replicas = table_with(page, "replica")
+    assert replicas["headings"][:3] == ["scale", "model", "replica"]
+    assert len(replicas["rows"]) == 7 + 14
+    assert "30 s measured per scale" in page
+
+
+def test_a_mix_verdict_names_the_scale_and_the_model_that_missed(tmp_path: Path) -> None:
+    page = page_of(mix_report(), tmp_path)
+    verdict = " ".join(html.unescape(verdict_of(page)).split())
+    assert "Recommended scale: 1 (7 replicas)" in verdict
+    assert "At scale 1 1,220 requests/s 7 replicas, scaling efficiency 1.00" in verdict
+    assert "tiny \u2264 50 ms, mobilenet_v2 \u2264 250 ms, resnet50 \u2264 1000 ms" in verdict
+    over = sig3((1530.5 / 1000 - 1) * 100)
+    assert f"resnet50 at scale 2 p99 1,530 ms, {over}% over its 1000 ms SLO" in verdict
+    assert "scale 2 (14 replicas) missed it: model resnet50" in verdict  # the reason
+
+
+def test_a_mix_measurements_to_three_significant_figures(tmp_path: Path) -> None:
+    page = page_of(mix_report(), tmp_path)
+    # Settings as given, names, and GPU memory in whole MiB as NVML reports it: exact.
+    given = COUNTS | {"scale", "replicas", "weight", "SLO ms", "CPU limit", "GPU", "name"}
+    given |= {"replica", "GPU mem MiB"}
+    checked = 0
+    for table in tables(page):
+        for line in table["rows"]:
+            for heading, cell in zip(table["headings"], line, strict=True):
+                if heading in given or not re.search(r"\d", cell):
+                    continue
+                assert significant_digits(cell) <= 3, f"{heading}: {cell}"
+                checked += 1
+    assert checked > 100
+    assert "None" not in page and "nan" not in page

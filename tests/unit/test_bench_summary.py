@@ -10,6 +10,7 @@ import pytest
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import (
     LOADGEN_CPU_LIMIT,
+    MODEL_KEYS,
     PER_MODEL_KEYS,
     ROW_KEYS,
     TAIL_RATIO_NOTE,
@@ -29,6 +30,7 @@ CONTRACT = {
     "p999_ms", "max_ms", "scaling_efficiency", "gpu_name", "gpu_util_mean", "gpu_util_max",
     "gpu_mem_used_mib", "cpu_util_mean", "loadgen_cpu_util", "slo_met", "per_model",
     "duration_s", "error_rate", "unreliable", "stable", "late_share", "windows",
+    "scale", "models", "gpus",
 }  # fmt: skip
 NO_SAMPLES = Samples(None, None, None, None)
 
@@ -57,6 +59,7 @@ def test_row_has_exactly_the_contract_keys_and_is_json_safe() -> None:
     assert set(r) == CONTRACT == set(ROW_KEYS)
     assert list(r) == list(ROW_KEYS)
     assert all(set(m) == set(PER_MODEL_KEYS) for m in r["per_model"])
+    assert all(set(m) == set(MODEL_KEYS) for m in r["models"].values())
     assert json.loads(json.dumps(r)) == r
 
 
@@ -80,9 +83,11 @@ def test_row_figures() -> None:
     assert r["gpu_util_mean"] == 41.235 and r["cpu_util_mean"] == 1.5
     assert r["slo_met"] is None and r["scaling_efficiency"] is None
     assert r["per_model"][0] == {
-        "name": "tiny-0", "requests": 102, "errors": 2, "qps": 25.5,
-        "p50_ms": pytest.approx(50.0, rel=1e-3), "p99_ms": pytest.approx(99.0, rel=1e-3),
+        "name": "tiny-0", "model": "tiny-0", "requests": 102, "errors": 2, "dropped": 0,
+        "qps": 25.5, "p50_ms": pytest.approx(50.0, rel=1e-3),
+        "p99_ms": pytest.approx(99.0, rel=1e-3),
         "cpu_throttled_share": None, "cpu_throttled_ms": None,  # no cgroup named
+        "gpu_mem_mib": None, "gpu_memory_fraction": None,
     }  # fmt: skip
     assert r["per_model"][1]["p99_ms"] == 400.5  # never above the exact max
     for key in ("p50_ms", "p99_ms", "max_ms", "qps"):
@@ -159,7 +164,9 @@ def fake_row(
     """A hand-made row with only what finalize_rows and recommend read."""
     base = {"density": density, "pattern": pattern, "qps": qps, "requests": 1000, "dropped": 0,
             "slo_met": True, "unreliable": False, "loadgen_cpu_util": 0.3, "per_model": [],
-            "scaling_efficiency": None}  # fmt: skip
+            "models": {}, "scaling_efficiency": None}  # fmt: skip
+    if "per_model" in kw:  # the models' figures, by name, as build_row aggregates them
+        kw["models"] = dict(kw.pop("per_model"))
     return {**base, **kw}
 
 
@@ -191,9 +198,17 @@ def test_finalize_rows_fills_scaling_efficiency(
     assert [r["scaling_efficiency"] for r in rows] == expected
 
 
-def model(name: str, p99: float | None, requests: int = 1000, errors: int = 0) -> dict[str, Any]:
-    return {"name": name, "requests": requests, "errors": errors, "qps": 10.0, "p50_ms": 1.0,
-            "p99_ms": p99}  # fmt: skip
+def model(
+    name: str,
+    p99: float | None,
+    requests: int = 1000,
+    errors: int = 0,
+    dropped: int = 0,
+    slo: float = 50.0,
+) -> tuple[str, dict[str, Any]]:
+    met = bool(requests) and not errors and not dropped and p99 is not None and p99 <= slo
+    return name, {"requests": requests, "errors": errors, "dropped": dropped, "qps": 10.0,
+                  "p50_ms": 1.0, "p99_ms": p99, "slo_p99_ms": slo, "slo_met": met}  # fmt: skip
 
 
 OK = [model("tiny-0", 20.0)]
@@ -202,22 +217,25 @@ OK = [model("tiny-0", 20.0)]
 @pytest.mark.parametrize(
     ("rows", "slo", "density", "phrases"),
     [
-        ([fake_row(1, 1.0)], None, None, ["no SLO given (--slo-p99-ms)"]),
-        ([], 50.0, None, ["no density was measured"]),
+        (
+            [fake_row(1, 1.0)],
+            None,
+            None,
+            ["no SLO given (--slo-p99-ms, or slo_p99_ms in the spec)"],
+        ),
+        ([], 50.0, None, ["nothing was measured"]),
         (
             [
                 fake_row(1, 1.0, per_model=OK),
                 fake_row(2, 1.0, per_model=OK),
                 fake_row(4, 1.0, per_model=OK),
-                fake_row(
-                    8, 1.0, slo_met=False, per_model=[model("tiny-0", 20.0), model("tiny-3", 81.2)]
-                ),
+                fake_row(8, 1.0, slo_met=False, per_model=[model("tiny", 81.2)]),
             ],
             50.0,
             4,
             [
                 "density 4 is the largest whose every model met p99 <= 50 ms with < 0.1% errors; "
-                "density 8 missed it: model tiny-3 p99 81.2 ms"
+                "density 8 missed it: model tiny p99 81.2 ms > 50 ms"
             ],
         ),
         (
@@ -246,26 +264,29 @@ OK = [model("tiny-0", 20.0)]
                     2,
                     1.0,
                     slo_met=False,
-                    dropped=40,
-                    per_model=[model("a", 5.0, errors=30), model("b", None, requests=0)],
+                    per_model=[model("a", 5.0, errors=30, dropped=40), model("b", None, 0)],
                 ),
             ],
             50.0,
             1,
             [
-                "density 2 missed it: model a failed 3% (30 errors)",
+                "scale 2 (2 replicas) missed it: model a failed 6.73% (30 errors + 40 dropped)",
                 "model b completed no requests",
-                "40 of 1040 requests dropped",
             ],
         ),
-        (  # a few drops of one model sink the row even below the row-wide threshold
+        (  # a few drops of one model sink it even when the mix's share is below the threshold
             [
                 fake_row(1, 1.0),
-                fake_row(2, 1.0, slo_met=False, dropped=1, requests=5000, per_model=OK),
+                fake_row(
+                    2,
+                    1.0,
+                    slo_met=False,
+                    per_model=[model("a", 20.0, 5000), model("b", 20.0, 500, dropped=1)],
+                ),
             ],
             50.0,
             1,
-            ["1 of 5001 requests dropped"],
+            ["model b failed 0.2% (1 dropped)"],
         ),
         (  # unreliable rows are set aside even when they met the SLO
             [
@@ -284,7 +305,7 @@ OK = [model("tiny-0", 20.0)]
             [fake_row(1, 1.0, unreliable=True, loadgen_cpu_util=0.95)],
             50.0,
             None,
-            ["no density met", "density 1 is not recommended"],
+            ["no density can be recommended: every one that met", "density 1 is not recommended"],
         ),
         (  # largest, even above a density that missed; the miss is reported as noise
             [
@@ -314,7 +335,7 @@ OK = [model("tiny-0", 20.0)]
             ],
             50.0,
             1,
-            ["model m2 p99 99 ms, and 3 more"],
+            ["model m2 p99 99 ms > 50 ms, and 3 more"],
         ),
         ([fake_row(1, 1.0, slo_met=None)], 50.0, None, ["the SLO was not evaluated"]),
         ([fake_row(1, 1.0), fake_row(2, 1.0)], 12.5, 2, ["p99 <= 12.5 ms"]),
@@ -324,8 +345,8 @@ def test_recommend(
     rows: list[dict[str, Any]], slo: float | None, density: int | None, phrases: list[str]
 ) -> None:
     result = recommend(rows, slo)
-    assert set(result) == {"density", "reason"}
-    assert result["density"] == density
+    assert set(result) == {"scale", "density", "reason", "failing_model"}
+    assert result["density"] == density == result["scale"]
     for phrase in phrases:
         assert phrase in result["reason"]
 
@@ -413,3 +434,83 @@ def test_throttle_notes_are_capped() -> None:
     ]
     notes = throttle_notes([{"density": 7, "pattern": "parallel", "per_model": models}])
     assert len(notes) == 6 and notes[-1] == "and 2 more models throttled likewise"
+
+
+# --- issue 17 items 4 and 5: a mix of models, each judged against its own objective -------------
+
+
+def replica(
+    name: str, model: str, latencies_ms: list[float], slo: float | None = None, **kw: Any
+) -> TargetResult:
+    hist = LatencyHistogram()
+    for ms in latencies_ms:
+        hist.record(round(ms * 1000))
+    return TargetResult(name, len(latencies_ms), 0, 0, hist, model=model, slo_p99_ms=slo, **kw)
+
+
+def mix_row(scale: int, resnet_ms: float, tiny_ms: float = 5.0) -> dict[str, Any]:
+    """The example mix at ``scale``: tiny (slo 50) x4, mobilenet_v2 (its run's 250) x2 and
+    resnet50 (slo 1000) x1, each times ``scale``."""
+    targets = [
+        *(
+            replica(f"tiny-{i}", "tiny", [tiny_ms] * 100, 50.0, weight=6.0)
+            for i in range(4 * scale)
+        ),
+        *(replica(f"mobilenet_v2-{i}", "mobilenet_v2", [100.0] * 50) for i in range(2 * scale)),
+        *(replica(f"resnet50-{i}", "resnet50", [resnet_ms] * 10, 1000.0) for i in range(scale)),
+    ]
+    return row(targets, slo=250.0, density=len(targets), scale=scale)
+
+
+def test_models_aggregate_replicas_and_judge_each_against_its_own_objective() -> None:
+    slow = replica("tiny-1", "tiny", [90.0] * 5, 50.0, cpu_throttled_share=0.5, gpu_mem_mib=700)
+    fast = replica("tiny-0", "tiny", [5.0] * 95, 50.0, cpu_throttled_share=0.1, gpu_mem_mib=650,
+                   gpu_memory_fraction=0.25, cpu_limit=0.5)  # fmt: skip
+    other = replica("edge-0", "edge", [300.0] * 10)  # no objective of its own: the run's
+    r = row([fast, slow, other], slo=250.0, scale=1)
+    assert list(r["models"]) == ["tiny", "edge"]
+    tiny = r["models"]["tiny"]
+    assert set(tiny) == set(MODEL_KEYS)
+    assert (tiny["replicas"], tiny["requests"], tiny["qps"]) == (2, 100, 10.0)
+    # Merged: 95 requests at 5 ms and 5 at 90 ms, so p50 5 ms and p99 90 ms (the slow replica's).
+    assert tiny["p50_ms"] == pytest.approx(5.0, rel=1e-3)
+    assert tiny["p99_ms"] == pytest.approx(90.0, rel=1e-3)
+    assert tiny["slo_p99_ms"] == 50.0 and tiny["slo_met"] is False
+    assert tiny["cpu_throttled_share"] == 0.5 and tiny["gpu_mem_mib"] == 700  # the worst replica
+    assert tiny["gpu_memory_fraction"] == 0.25 and tiny["cpu_limit"] == 0.5
+    edge = r["models"]["edge"]
+    assert edge["slo_p99_ms"] == 250.0 and edge["slo_met"] is False  # 300 ms > the run's 250
+    assert r["slo_met"] is False and r["scale"] == 1 and r["density"] == 3
+    assert [m["model"] for m in r["per_model"]] == ["tiny", "tiny", "edge"]
+
+
+def test_a_model_without_any_objective_is_not_judged() -> None:
+    r = row([replica("a-0", "a", [10.0], 50.0), replica("b-0", "b", [900.0])], slo=None, scale=1)
+    assert r["models"]["a"]["slo_met"] is True and r["models"]["b"]["slo_met"] is None
+    assert r["slo_met"] is True  # every model with an objective met it
+    rec = recommend([r])
+    assert rec["scale"] == 1 and "not judged, no objective: model b" in rec["reason"]
+
+
+def test_recommendation_is_the_largest_scale_every_model_met_and_names_the_worst_miss() -> None:
+    rows = [mix_row(1, 400.0), mix_row(2, 700.0), mix_row(4, 2500.0, tiny_ms=60.0)]
+    finalize_rows(rows)
+    rec = recommend(rows, 250.0)
+    assert (rec["scale"], rec["density"]) == (2, 14)
+    # At scale 4 both tiny (60 > 50 ms, 1.2x) and resnet50 (2500 > 1000 ms, 2.5x) missed:
+    # the one furthest over its objective comes first.
+    assert rec["failing_model"] == "resnet50"
+    assert rec["reason"] == (
+        "scale 2 (14 replicas) is the largest at which every model met its own p99 objective "
+        "with < 0.1% errors; scale 4 (28 replicas) missed it: model resnet50 p99 2500 ms > "
+        "1000 ms, model tiny p99 60 ms > 50 ms"
+    )
+    # Every replica served as many requests at every scale here: throughput grew with the scale.
+    assert [r["scaling_efficiency"] for r in rows] == [1.0, 1.0, 1.0]
+
+
+def test_no_scale_met_names_the_model_that_missed_at_the_first() -> None:
+    rec = recommend([mix_row(1, 5000.0), mix_row(2, 6000.0)], 250.0)
+    assert rec["scale"] is None and rec["density"] is None
+    assert rec["failing_model"] == "resnet50"
+    assert rec["reason"].startswith("no scale met its own p99 objective")
