@@ -217,10 +217,18 @@ def _subtitle(report: dict[str, Any], mix: bool) -> str:
     parts = []
     if settings.get("pattern"):
         load = str(settings["pattern"])
+        # What --concurrency and --rate were (bench.offered): a spec's or running targets' total,
+        # split by weight; per replica for a sweep of one model.
+        if settings.get("spec"):
+            unit = "for the mix at scale 1, split by weight"
+        elif settings.get("targets_file"):
+            unit = "in all, split by weight"
+        else:
+            unit = "per replica"
         if settings.get("concurrency"):
-            load += f", {settings['concurrency']} users per model"
+            load += f", {settings['concurrency']} users {unit}"
         if settings.get("rate"):
-            load += f", {settings['rate']:g} requests/s per model"
+            load += f", {settings['rate']:g} requests/s {unit}"
         parts.append(load)
     if settings.get("protocol"):
         parts.append(str(settings["protocol"]).upper())

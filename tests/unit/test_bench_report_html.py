@@ -264,6 +264,16 @@ def test_a_mix_is_led_by_its_scale(tmp_path: Path) -> None:
     assert replicas["headings"][:3] == ["scale", "model", "replica"]
     assert len(replicas["rows"]) == 7 + 14
     assert "30 s measured per scale" in page
+    # --rate was the mix's total at scale 1 (bench.offered), not each model's.
+    assert "200 requests/s for the mix at scale 1, split by weight" in page
+
+
+def test_the_load_of_a_one_model_sweep_is_per_replica(tmp_path: Path) -> None:
+    rep = report(rows((1, 2), Pattern.PARALLEL, gpu=False))
+    rep["settings"] |= {"pattern": "parallel", "concurrency": 4}
+    assert "parallel, 4 users per replica" in page_of(rep, tmp_path / "model")
+    rep["settings"]["targets_file"] = "targets.json"
+    assert "parallel, 4 users in all, split by weight" in page_of(rep, tmp_path / "targets")
 
 
 def test_a_mix_verdict_names_the_scale_and_the_model_that_missed(tmp_path: Path) -> None:
