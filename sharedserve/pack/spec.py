@@ -32,7 +32,14 @@ from sharedserve.config import CapSource, GpuCapRequest, PackEntry
 from sharedserve.contract import parse_fraction, parse_mib
 from sharedserve.errors import ConfigError
 
-__all__ = ["ENTRY_KEYS", "PackSpec", "load_spec", "parse_spec"]
+__all__ = [
+    "ENTRY_KEYS",
+    "PackSpec",
+    "load_spec",
+    "parse_spec",
+    "read_document",
+    "unknown_key",
+]
 
 ENTRY_KEYS = (
     "model",
@@ -57,26 +64,32 @@ class PackSpec:
     """The file it was read from."""
 
 
-def load_spec(path: Path) -> PackSpec:
-    """Read and check a spec file; ConfigError names the entry and key at fault."""
+def read_document(path: Path, what: str) -> Any:
+    """A YAML file parsed (JSON by its ``.json`` suffix; JSON is YAML too, but its errors read
+    better from a JSON parser); ConfigError says which ``what`` could not be read and why."""
     try:
         text = path.read_text()
     except OSError as e:
-        raise ConfigError(f"cannot read pack spec {path}: {e.strerror}") from e
+        raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from e
     if path.suffix.lower() == ".json":
         try:
-            data = json.loads(text)
+            return json.loads(text)
         except ValueError as e:
-            raise ConfigError(f"pack spec {path} is not valid JSON: {e}") from e
-    else:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"pack spec {path} is not valid YAML: {e}") from e
+            raise ConfigError(f"{what} {path} is not valid JSON: {e}") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} {path} is not valid YAML: {e}") from e
+
+
+def load_spec(path: Path) -> PackSpec:
+    """Read and check a spec file; ConfigError names the entry and key at fault."""
+    data = read_document(path, "pack spec")
     return parse_spec(data, base_dir=path.parent, where=str(path))
 
 
-def _unknown(key: object, known: tuple[str, ...], where: str) -> ConfigError:
+def unknown_key(key: object, known: tuple[str, ...], where: str) -> ConfigError:
+    """The error for a key not in ``known``, with the closest known one when there is one."""
     close = difflib.get_close_matches(str(key), known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
@@ -89,7 +102,7 @@ def parse_spec(data: Any, *, base_dir: Path, where: str = "pack spec") -> PackSp
     top_keys = ("models", *ENTRY_KEYS)
     for key in data:
         if key not in top_keys:
-            raise _unknown(key, top_keys, where)
+            raise unknown_key(key, top_keys, where)
     models = data.get("models")
     if not isinstance(models, list) or not models:
         raise ConfigError(f"{where}: 'models' must be a non-empty list of entries")
@@ -103,7 +116,7 @@ def parse_spec(data: Any, *, base_dir: Path, where: str = "pack spec") -> PackSp
             raise ConfigError(f"{label} must be a mapping, got {raw!r}")
         for key in raw:
             if key not in ENTRY_KEYS:
-                raise _unknown(key, ENTRY_KEYS, label)
+                raise unknown_key(key, ENTRY_KEYS, label)
         if isinstance(raw.get("name"), str):
             label = f"{label} ({raw['name']})"
         entries.append(_entry({**defaults, **raw}, base_dir, label))

@@ -1,0 +1,1 @@
+"""Fleet sizing: model profiles from ``bench`` reports, packing them onto GPUs, cost, plans."""

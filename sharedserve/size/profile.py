@@ -1,0 +1,178 @@
+"""Model profiles for fleet sizing, read from ``bench`` reports: no second way of measuring. Pure.
+
+A profile is what one ``report.json`` measured of one model: a point per row (a density of a
+one-model sweep, or a scale of a mix) with the model's sustained QPS per replica, its p50/p99
+(its replicas' histograms merged, as ``bench`` judged it), its failed share, the CPU and GPU
+memory a replica used, and whether the row was trusted (stable, load generator not the limit).
+``capacity`` picks the point sizing builds on: the highest QPS per replica at which the model
+still met a given objective.
+
+What a report does not say per model is estimated, and every point says how:
+
+- GPU memory per replica: the NVML peak of its highest replica (``nvml``); else its cap, as a
+  share of the GPU the report names (``cap``); else unknown (``None``: the planner falls back on
+  the model's weights on disk and says so).
+- CPU per replica: the row's server CPU over its replicas, an average over the mix's models.
+- GPU busy share per replica: the row's mean GPU utilisation over its replicas, for a row of one
+  model only (a mix's utilisation cannot be split between its models); ``None`` otherwise and
+  without a real GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sharedserve.errors import ConfigError
+
+__all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profiles", "profiles_of"]
+
+
+@dataclass(frozen=True)
+class ProfilePoint:
+    """One model in one row of a report."""
+
+    pattern: str
+    density: int
+    """Replicas of every model that shared the host (GPU) in that row."""
+    replicas: int
+    """Of those, replicas of this model."""
+    qps_per_replica: float
+    p50_ms: float | None
+    p99_ms: float | None
+    failed_share: float
+    """Errors and dropped requests over completed plus dropped."""
+    trusted: bool
+    """Neither unstable nor limited by the load generator (``bench`` never recommends those)."""
+    cpu_cores_per_replica: float | None
+    gpu_mem_mib: float | None
+    """GPU memory one replica needs, per ``gpu_mem_source``; None when the report cannot say."""
+    gpu_mem_source: str | None
+    """``nvml`` (measured peak), ``cap`` (its cap; nothing measured) or None."""
+    gpu_busy_share: float | None
+    """Share (0-1) of the GPU's time one replica kept it busy; None for a mix or without a GPU."""
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Every point a report measured of one model."""
+
+    model: str
+    gpu_name: str | None
+    """The real GPU the report measured on; None without one (a CPU profile)."""
+    points: tuple[ProfilePoint, ...]
+    source: str
+    """Where the profile came from (the report's path), for messages and the plan."""
+
+    @property
+    def max_density(self) -> int:
+        """The most replicas that shared a GPU in any trusted row: beyond it is extrapolation."""
+        return max((p.density for p in self.points if p.trusted), default=0)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What sizing builds on: the best point that met the objective."""
+
+    qps_per_replica: float
+    point: ProfilePoint
+
+
+def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: float | None) -> ProfilePoint:
+    replicas = int(model["replicas"])
+    density = int(row["density"])
+    dropped = model.get("dropped") or 0
+    attempted = model["requests"] + dropped
+    failed = (model["errors"] + dropped) / attempted if attempted else 1.0
+    cpu = row.get("cpu_util_mean")
+    mem = model.get("gpu_mem_mib")
+    source: str | None = "nvml"
+    if mem is None:
+        fraction = model.get("gpu_memory_fraction")
+        mem, source = (fraction * gpu_mib, "cap") if fraction and gpu_mib else (None, None)
+    util = row.get("gpu_util_mean")
+    alone = len(row.get("models") or {}) == 1
+    return ProfilePoint(
+        pattern=str(row["pattern"]),
+        density=density,
+        replicas=replicas,
+        qps_per_replica=model["qps"] / replicas,
+        p50_ms=model.get("p50_ms"),
+        p99_ms=model.get("p99_ms"),
+        failed_share=failed,
+        trusted=row.get("stable") is not False and not row.get("unreliable"),
+        cpu_cores_per_replica=None if cpu is None else cpu / density,
+        gpu_mem_mib=None if mem is None else float(mem),
+        gpu_mem_source=source,
+        gpu_busy_share=util / 100 / density if util is not None and alone else None,
+    )
+
+
+def _gpu(report: dict[str, Any]) -> tuple[str | None, float | None]:
+    """The real GPU the report measured on: its name and memory in MiB (None, None without)."""
+    names = {r.get("gpu_name") for r in report.get("rows") or []} - {None}
+    gpus = (report.get("environment") or {}).get("gpus") or []
+    if not names:
+        return None, None
+    name = sorted(names)[0]
+    memory = next((g.get("memory_mib") for g in gpus if g.get("name") == name), None)
+    return name, None if memory is None else float(memory)
+
+
+def profiles_of(report: Any, source: str = "report") -> dict[str, ModelProfile]:
+    """Each model's profile in a parsed ``report.json``, by model name, in the report's order."""
+    if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
+        raise ConfigError(f"{source}: not a bench report (no 'rows' list)")
+    rows = report["rows"]
+    if not rows:
+        raise ConfigError(f"{source}: the report has no rows (was the bench interrupted?)")
+    if any(not isinstance(r, dict) or not isinstance(r.get("models"), dict) for r in rows):
+        raise ConfigError(
+            f"{source}: its rows have no per-model figures ('models'); the report predates "
+            "them: run the bench again with this version"
+        )
+    gpu_name, gpu_mib = _gpu(report)
+    points: dict[str, list[ProfilePoint]] = {}
+    try:
+        for row in rows:
+            for name, model in row["models"].items():
+                points.setdefault(name, []).append(_model_point(row, model, gpu_mib))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise ConfigError(f"{source}: a row is not in bench's format ({e!r})") from e
+    return {
+        name: ModelProfile(name, gpu_name, tuple(found), source) for name, found in points.items()
+    }
+
+
+def load_profiles(path: Path) -> dict[str, ModelProfile]:
+    """The profiles of every model in a ``report.json`` file."""
+    try:
+        report = json.loads(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read profile {path}: {e.strerror}") from e
+    except ValueError as e:
+        raise ConfigError(f"profile {path} is not valid JSON: {e}") from e
+    return profiles_of(report, str(path))
+
+
+def capacity(
+    profile: ModelProfile, slo_p99_ms: float, max_failed_share: float = 0.001
+) -> Capacity | None:
+    """The trusted point with the highest QPS per replica at which the model met ``slo_p99_ms``
+    with under ``max_failed_share`` failed; None when no point did (the model cannot be sized
+    on this profile)."""
+    met = [
+        p
+        for p in profile.points
+        if p.trusted
+        and p.p99_ms is not None
+        and p.p99_ms <= slo_p99_ms
+        and p.failed_share < max_failed_share
+        and p.qps_per_replica > 0
+    ]
+    if not met:
+        return None
+    best = max(met, key=lambda p: (p.qps_per_replica, -p.density))
+    return Capacity(best.qps_per_replica, best)
