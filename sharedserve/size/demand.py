@@ -1,0 +1,150 @@
+"""What each model of a fleet asks of the GPUs: replicas, and each replica's memory and time. Pure.
+
+From a model's profile (``size.profile``) and its fleet entry:
+
+- **Replicas**: enough that each carries at most ``utilization_target`` of the highest QPS per
+  replica at which its profile met its objective (the headroom), and at least ``min_replicas``.
+- **Memory per replica**: what the profile measured at that point (NVML peak, else its cap),
+  else the model's files on disk; the source is kept, for the plan to say.
+- **Busy share per replica**: the share of a GPU's time it needs at its planned rate. From the
+  GPU utilisation of the profile's row when it measured this model alone; otherwise from
+  throughput: a replica at its measured QPS, sharing the GPU with ``density`` replicas, is counted
+  as ``1 / density`` of it, which overstates a GPU that had time to spare.
+- **Densest measured**: the most replicas that shared a GPU in a trusted row of its profile, and
+  at most ``max_replicas_per_gpu``; packing never goes beyond it.
+
+A profile that never met the model's objective, or that lacks the model, is an error naming both;
+one measured on another kind of GPU, or on CPU, is a warning the plan carries.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sharedserve.errors import ConfigError
+from sharedserve.size.fleet import Fleet, FleetModel
+from sharedserve.size.profile import ModelProfile, ProfilePoint, capacity
+
+__all__ = ["Demand", "demands"]
+
+
+@dataclass(frozen=True)
+class Demand:
+    """One model's share of the fleet."""
+
+    model: str
+    replicas: int
+    rate_per_replica: float
+    """Requests/s each replica carries at the model's peak."""
+    capacity_qps: float
+    """The highest QPS per replica at which the profile met the objective."""
+    memory_mib: float
+    """GPU memory per replica, without the context reserve."""
+    memory_source: str
+    """``nvml``, ``cap`` or ``weights`` (its files on disk: nothing was measured)."""
+    busy_share: float
+    """Share (0-1) of a GPU's time per replica at ``rate_per_replica``."""
+    busy_source: str
+    """``gpu utilisation`` or ``throughput`` (see the module's docstring)."""
+    max_density: int
+    """Most replicas of any model a GPU holding this one may have."""
+    predicted_p99_ms: float
+    """The p99 the profile measured at the point the plan builds on."""
+    cpu_cores: float | None
+    """CPU cores per replica at that point; None when not measured."""
+    point: ProfilePoint
+
+
+def _tokens(name: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", name.lower())) - {"nvidia", "tesla"}
+
+
+def _gpu_warning(fleet: Fleet, entry: FleetModel, profile: ModelProfile) -> str | None:
+    where = f"model {entry.name}: its profile ({profile.source})"
+    if profile.gpu_name is None:
+        return f"{where} was measured without a GPU (a CPU profile), not on {fleet.gpu.name}"
+    if not _tokens(fleet.gpu.name) <= _tokens(profile.gpu_name):
+        return f"{where} was measured on {profile.gpu_name}, not on {fleet.gpu.name}"
+    return None
+
+
+def _demand(
+    fleet: Fleet, entry: FleetModel, profile: ModelProfile, weights_mib: float | None
+) -> Demand:
+    found = capacity(profile, entry.slo_p99_ms)
+    if found is None:
+        measured = [p.p99_ms for p in profile.points if p.p99_ms is not None]
+        best = f"; its best p99 was {min(measured):g} ms" if measured else ""
+        raise ConfigError(
+            f"model {entry.name}: its profile ({profile.source}) never met p99 <= "
+            f"{entry.slo_p99_ms:g} ms with its requests served, at any density it measured"
+            f"{best}; profile it at lower densities or relax its objective"
+        )
+    point = found.point
+    usable = found.qps_per_replica * fleet.utilization_target
+    replicas = max(entry.min_replicas, math.ceil(entry.peak_qps / usable))
+    rate = entry.peak_qps / replicas
+    if point.gpu_mem_mib is not None and point.gpu_mem_source is not None:
+        memory, memory_source = point.gpu_mem_mib, point.gpu_mem_source
+    elif weights_mib is not None:
+        memory, memory_source = weights_mib, "weights"
+    else:
+        raise ConfigError(
+            f"model {entry.name}: its profile has no GPU memory figure (no NVML peak, no cap); "
+            "give its files as `model:` in the fleet file so their size can stand in"
+        )
+    if point.gpu_busy_share is not None:
+        busy = point.gpu_busy_share * rate / point.qps_per_replica
+        busy_source = "gpu utilisation"
+    else:
+        busy = rate / point.qps_per_replica / point.density
+        busy_source = "throughput"
+    densest = profile.max_density
+    if entry.max_replicas_per_gpu is not None:
+        densest = min(densest, entry.max_replicas_per_gpu)
+    return Demand(
+        model=entry.name,
+        replicas=replicas,
+        rate_per_replica=rate,
+        capacity_qps=found.qps_per_replica,
+        memory_mib=memory,
+        memory_source=memory_source,
+        busy_share=busy,
+        busy_source=busy_source,
+        max_density=max(1, densest),
+        predicted_p99_ms=float(point.p99_ms or 0.0),
+        cpu_cores=point.cpu_cores_per_replica,
+        point=point,
+    )
+
+
+def demands(
+    fleet: Fleet,
+    profiles: Mapping[str, Mapping[str, ModelProfile]],
+    weights_mib: Mapping[str, float] | None = None,
+) -> tuple[list[Demand], list[str]]:
+    """Each fleet model's demand, in the fleet's order, and the warnings the plan must carry.
+
+    ``profiles``: the profiles of every report the fleet names, by the report's path (as the
+    fleet gives it, ``str(entry.profile)``); ``weights_mib``: the size on disk of the models with
+    files, by fleet name.
+    """
+    out, warnings = [], []
+    for entry in fleet.models:
+        report = profiles.get(str(entry.profile))
+        if report is None:
+            raise ConfigError(f"model {entry.name}: no profile was read from {entry.profile}")
+        profile = report.get(entry.in_profile)
+        if profile is None:
+            raise ConfigError(
+                f"model {entry.name}: its profile ({entry.profile}) measured no model "
+                f"{entry.in_profile!r} (it has: {', '.join(report)}); set profile_model"
+            )
+        warning = _gpu_warning(fleet, entry, profile)
+        if warning:
+            warnings.append(warning)
+        out.append(_demand(fleet, entry, profile, (weights_mib or {}).get(entry.name)))
+    return out, warnings
