@@ -1,0 +1,57 @@
+"""The fewest GPUs any plan could use, and what a number of GPUs costs. Pure.
+
+The lower bound is the largest of three: the replicas' memory (each with its context reserve)
+over one GPU's memory, their busy shares over the utilisation target, and the replicas over the
+densest a GPU may hold. A plan is judged by how far above it it lands. The baseline is the fleet
+without sharing: one replica per GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sharedserve.size.demand import Demand
+
+__all__ = ["HOURS_PER_MONTH", "Bound", "Cost", "cost", "lower_bound"]
+
+HOURS_PER_MONTH = 730
+"""Hours in an average month (8,760 / 12), as cloud price sheets count them."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    gpus: int
+    """The largest of the three below."""
+    by_memory: int
+    by_compute: int
+    by_density: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    gpus: int
+    gpu_hours_per_month: float
+    per_month: float
+
+
+def lower_bound(
+    demands: Sequence[Demand], gpu_memory_mib: float, reserve_mib: float, target: float
+) -> Bound:
+    """No plan of ``demands`` fits on fewer GPUs than ``gpus``."""
+    replicas = sum(d.replicas for d in demands)
+    memory = sum(d.replicas * (d.memory_mib + reserve_mib) for d in demands)
+    busy = sum(d.replicas * d.busy_share for d in demands)
+    densest = max((d.max_density for d in demands), default=1)
+    # A tolerance keeps float sums a hair over a whole number from costing a GPU.
+    by_memory = math.ceil(memory / gpu_memory_mib - 1e-9)
+    by_compute = math.ceil(busy / target - 1e-9)
+    by_density = math.ceil(replicas / densest)
+    return Bound(max(by_memory, by_compute, by_density, 0), by_memory, by_compute, by_density)
+
+
+def cost(gpus: int, price_per_hour: float) -> Cost:
+    """What ``gpus`` GPUs cost a month at ``price_per_hour`` each."""
+    hours = gpus * HOURS_PER_MONTH
+    return Cost(gpus, float(hours), hours * price_per_hour)

@@ -1,0 +1,52 @@
+"""The fewest GPUs any plan could use, and what GPUs cost (issue 18 item 4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sharedserve.size.bounds import HOURS_PER_MONTH, cost, lower_bound
+from sharedserve.size.demand import Demand
+from sharedserve.size.profile import ProfilePoint
+
+POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None)
+
+
+def demand(replicas: int, memory: float, busy: float, densest: int) -> Demand:
+    values: dict[str, Any] = {"model": "m", "replicas": replicas, "rate_per_replica": 1.0,
+                              "capacity_qps": 1.0, "memory_mib": memory, "memory_source": "nvml",
+                              "busy_share": busy, "busy_source": "gpu utilisation",
+                              "max_density": densest, "predicted_p99_ms": 1.0, "cpu_cores": None,
+                              "point": POINT}  # fmt: skip
+    return Demand(**values)
+
+
+@pytest.mark.parametrize(
+    ("demands", "expected"),
+    [
+        # 10 x (7,488 + 512) MiB = 80,000 MiB on 40,000 MiB GPUs: memory says 2.
+        ([demand(10, 7488, 0.01, 16)], (2, 2, 1, 1)),
+        # 10 x 0.2 busy over a 0.8 target: 2.5, so 3.
+        ([demand(10, 100, 0.2, 16)], (3, 1, 3, 1)),
+        # 10 replicas, none measured past 4 on a GPU: 3.
+        ([demand(10, 100, 0.01, 4)], (3, 1, 1, 3)),
+        # The densest model sets the density bound: 12 replicas / 8.
+        ([demand(6, 100, 0.01, 2), demand(6, 100, 0.01, 8)], (2, 1, 1, 2)),
+        # Exactly full is not one more: 5 x 0.16 = 0.8 (float sums land a hair above).
+        ([demand(5, 100, 0.16, 16)], (1, 1, 1, 1)),
+        ([], (0, 0, 0, 0)),
+    ],
+)
+def test_lower_bound_is_the_largest_of_memory_compute_and_density(
+    demands: list[Demand], expected: tuple[int, int, int, int]
+) -> None:
+    bound = lower_bound(demands, 40_000, 512, 0.8)
+    assert (bound.gpus, bound.by_memory, bound.by_compute, bound.by_density) == expected
+
+
+def test_cost_per_month_is_730_hours_a_gpu() -> None:
+    assert HOURS_PER_MONTH == 730
+    c = cost(12, 3.0)
+    assert (c.gpus, c.gpu_hours_per_month, c.per_month) == (12, 8760.0, 26280.0)
+    assert cost(0, 3.0).per_month == 0.0
