@@ -2,8 +2,9 @@
 
 The lower bound is the largest of three: the replicas' memory (each with its context reserve)
 over one GPU's memory, their busy shares over the utilisation target, and the replicas over the
-densest a GPU may hold. A plan is judged by how far above it it lands. The baseline is the fleet
-without sharing: one replica per GPU.
+densest a GPU may hold, counted per model (a replica of a model measured at most 4 to a GPU
+takes a quarter of one, whatever its neighbours). A plan is judged by how far above it it
+lands. The baseline is the fleet without sharing: one replica per GPU.
 """
 
 from __future__ import annotations
@@ -40,14 +41,15 @@ def lower_bound(
     demands: Sequence[Demand], gpu_memory_mib: float, reserve_mib: float, target: float
 ) -> Bound:
     """No plan of ``demands`` fits on fewer GPUs than ``gpus``."""
-    replicas = sum(d.replicas for d in demands)
     memory = sum(d.replicas * (d.memory_mib + reserve_mib) for d in demands)
     busy = sum(d.replicas * d.busy_share for d in demands)
-    densest = max((d.max_density for d in demands), default=1)
+    # A GPU holding a replica holds at most its model's densest measured replicas, so each
+    # replica takes at least 1/densest of a GPU: with one densest for all, replicas / densest.
+    slots = sum(d.replicas / d.max_density for d in demands)
     # A tolerance keeps float sums a hair over a whole number from costing a GPU.
     by_memory = math.ceil(memory / gpu_memory_mib - 1e-9)
     by_compute = math.ceil(busy / target - 1e-9)
-    by_density = math.ceil(replicas / densest)
+    by_density = math.ceil(slots - 1e-9)
     return Bound(max(by_memory, by_compute, by_density, 0), by_memory, by_compute, by_density)
 
 

@@ -51,6 +51,9 @@ class Demand:
     """``gpu utilisation`` or ``throughput`` (see the module's docstring)."""
     max_density: int
     """Most replicas of any model a GPU holding this one may have."""
+    spread: int
+    """GPUs (and, where the fleet has them, nodes) its replicas must be spread over: its
+    ``min_replicas``, the replicas kept for availability, or all of them when fewer."""
     predicted_p99_ms: float
     """The p99 the profile measured at the point the plan builds on."""
     cpu_cores: float | None
@@ -115,6 +118,7 @@ def _demand(
         busy_share=busy,
         busy_source=busy_source,
         max_density=max(1, densest),
+        spread=min(replicas, entry.min_replicas),
         predicted_p99_ms=float(point.p99_ms or 0.0),
         cpu_cores=point.cpu_cores_per_replica,
         point=point,

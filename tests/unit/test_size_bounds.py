@@ -17,7 +17,8 @@ def demand(replicas: int, memory: float, busy: float, densest: int) -> Demand:
     values: dict[str, Any] = {"model": "m", "replicas": replicas, "rate_per_replica": 1.0,
                               "capacity_qps": 1.0, "memory_mib": memory, "memory_source": "nvml",
                               "busy_share": busy, "busy_source": "gpu utilisation",
-                              "max_density": densest, "predicted_p99_ms": 1.0, "cpu_cores": None,
+                              "max_density": densest, "spread": 1, "predicted_p99_ms": 1.0,
+                              "cpu_cores": None,
                               "point": POINT}  # fmt: skip
     return Demand(**values)
 
@@ -31,8 +32,8 @@ def demand(replicas: int, memory: float, busy: float, densest: int) -> Demand:
         ([demand(10, 100, 0.2, 16)], (3, 1, 3, 1)),
         # 10 replicas, none measured past 4 on a GPU: 3.
         ([demand(10, 100, 0.01, 4)], (3, 1, 1, 3)),
-        # The densest model sets the density bound: 12 replicas / 8.
-        ([demand(6, 100, 0.01, 2), demand(6, 100, 0.01, 8)], (2, 1, 1, 2)),
+        # Counted per model: 6 replicas measured 2 to a GPU take 3 GPUs, 6 at 8 another 0.75.
+        ([demand(6, 100, 0.01, 2), demand(6, 100, 0.01, 8)], (4, 1, 1, 4)),
         # Exactly full is not one more: 5 x 0.16 = 0.8 (float sums land a hair above).
         ([demand(5, 100, 0.16, 16)], (1, 1, 1, 1)),
         ([], (0, 0, 0, 0)),

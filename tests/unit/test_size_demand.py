@@ -67,6 +67,7 @@ def test_replicas_come_from_the_best_point_that_met_the_objective_with_headroom(
 def test_at_least_min_replicas(peak: float, min_replicas: int, expected: int) -> None:
     d, _ = one(model(peak_qps=peak, min_replicas=min_replicas))
     assert d.replicas == expected == max(min_replicas, math.ceil(peak / 80.0))
+    assert d.spread == min_replicas  # the replicas kept for availability go on different GPUs
 
 
 def test_a_tighter_objective_moves_to_a_lower_point_and_throughput_sets_the_busy_share() -> None:

@@ -1,0 +1,119 @@
+"""Packing replicas onto GPUs (issue 18 item 3): the constraints never give, replicas of a model
+spread, and the count stays near the lower bound."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sharedserve.errors import ConfigError
+from sharedserve.size.binpack import pack
+from sharedserve.size.bounds import lower_bound
+from sharedserve.size.demand import Demand
+from sharedserve.size.profile import ProfilePoint
+
+POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None)
+MEMORY, RESERVE, TARGET = 81_559, 512, 0.8
+
+
+def demand(
+    model: str, replicas: int, memory: float, busy: float, densest: int = 32, spread: int = 2
+) -> Demand:
+    values: dict[str, Any] = {"model": model, "replicas": replicas, "rate_per_replica": 1.0,
+                              "capacity_qps": 1.0, "memory_mib": memory, "memory_source": "nvml",
+                              "busy_share": busy, "busy_source": "gpu utilisation",
+                              "max_density": densest, "spread": min(spread, replicas),
+                              "predicted_p99_ms": 1.0, "cpu_cores": None,
+                              "point": POINT}  # fmt: skip
+    return Demand(**values)
+
+
+def packed(demands: list[Demand], **kw: Any) -> Any:
+    args = {"gpu_memory_mib": MEMORY, "reserve_mib": RESERVE, "target": TARGET,
+            "gpus_per_node": 8} | kw  # fmt: skip
+    return pack(demands, **args)
+
+
+def check(demands: list[Demand], packing: Any, per_node: int = 8) -> None:
+    """Every replica placed once; no GPU over memory, time or any of its models' density."""
+    by_model = {d.model: d for d in demands}
+    placed: dict[str, int] = {}
+    for gpu in packing.gpus:
+        assert gpu.replicas, "no empty GPU is planned"
+        memory = sum(r.gpu_memory_mib + RESERVE for r in gpu.replicas)
+        assert memory <= MEMORY + 1e-6
+        assert sum(r.busy_share for r in gpu.replicas) <= TARGET + 1e-6
+        assert len(gpu.replicas) <= min(by_model[r.model].max_density for r in gpu.replicas)
+        assert gpu.node == gpu.index // per_node
+        for r in gpu.replicas:
+            placed[r.model] = placed.get(r.model, 0) + 1
+    assert placed == {d.model: d.replicas for d in demands}
+
+
+def test_small_models_share_a_gpu_and_each_models_replicas_spread() -> None:
+    demands = [demand("a", 2, 1000, 0.05), demand("b", 2, 1000, 0.05)]
+    packing = packed(demands)
+    check(demands, packing)
+    # Four small replicas need two GPUs at the least for the spread: a and b on each.
+    assert [sorted(r.model for r in g.replicas) for g in packing.gpus] == [["a", "b"], ["a", "b"]]
+    assert packing.unspread == []
+
+
+@pytest.mark.parametrize(
+    ("demands", "gpus"),
+    [
+        ([demand("big", 4, 30_000, 0.1)], 2),  # 2 fit a GPU by memory
+        ([demand("big", 4, 30_000, 0.1, spread=4)], 4),  # but 4 must be apart
+        ([demand("busy", 3, 100, 0.5)], 3),  # one per GPU by time
+        ([demand("m", 12, 100, 0.01, densest=4)], 3),  # never past the measured density
+        ([demand("m", 12, 100, 0.01, densest=4), demand("n", 1, 100, 0.01, densest=2)], 4),
+    ],
+)
+def test_each_constraint_binds(demands: list[Demand], gpus: int) -> None:
+    packing = packed(demands)
+    check(demands, packing)
+    assert len(packing.gpus) == gpus
+
+
+def test_the_spread_replicas_are_on_different_gpus_and_nodes_where_there_are_nodes() -> None:
+    demands = [demand("m", 12, 100, 0.01, densest=4, spread=3)]
+    packing = packed(demands, gpus_per_node=1)
+    check(demands, packing, per_node=1)
+    assert len(packing.gpus) == 3 and packing.unspread == []
+    assert packed(demands).unspread == []  # one node in all: nothing to spread over
+
+
+def test_a_replica_that_fits_no_gpu_and_a_fleet_over_max_gpus_are_errors() -> None:
+    with pytest.raises(ConfigError, match="model huge: one replica needs 90,512 MiB"):
+        packed([demand("huge", 1, 90_000, 0.1)])
+    with pytest.raises(ConfigError, match=r"needs 3 GPUs and gpu\.max_gpus allows 2"):
+        packed([demand("busy", 3, 100, 0.5)], max_gpus=2)
+
+
+models = st.lists(
+    st.tuples(
+        st.integers(1, 6),  # replicas
+        st.floats(50, 30_000),  # memory MiB
+        st.floats(0.001, 0.5),  # busy share
+        st.sampled_from([2, 4, 8, 16, 32]),  # densest measured
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(models)
+def test_constraints_always_hold_and_the_plan_stays_near_the_lower_bound(
+    drawn: list[tuple[int, float, float, int]],
+) -> None:
+    demands = [demand(f"m{i}", *values) for i, values in enumerate(drawn)]
+    packing = packed(demands)
+    check(demands, packing)
+    bound = lower_bound(demands, MEMORY, RESERVE, TARGET).gpus
+    # Spreading costs GPUs a bound does not count: at least one GPU per replica of a model.
+    spread = max(d.replicas for d in demands)
+    assert len(packing.gpus) <= max(2 * bound, spread) + 1
