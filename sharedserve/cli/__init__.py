@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from sharedserve.cli import allocator, bench, k8s, pack, serve
+from sharedserve.cli import allocator, bench, k8s, pack, serve, size
 from sharedserve.cli._app import app
 from sharedserve.errors import ConfigError, SharedServeError
 
@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     k8s,
     pack,
     serve,
+    size,
 )  # imported for the commands they register
 
 

@@ -58,6 +58,8 @@ class Demand:
     """The p99 the profile measured at the point the plan builds on."""
     cpu_cores: float | None
     """CPU cores per replica at that point; None when not measured."""
+    cpu_limit: float | None
+    """The CPU limit a replica was measured under, which its plan keeps; None: none."""
     point: ProfilePoint
 
 
@@ -121,6 +123,7 @@ def _demand(
         spread=min(replicas, entry.min_replicas),
         predicted_p99_ms=float(point.p99_ms or 0.0),
         cpu_cores=point.cpu_cores_per_replica,
+        cpu_limit=point.cpu_limit,
         point=point,
     )
 

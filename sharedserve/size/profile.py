@@ -47,6 +47,8 @@ class ProfilePoint:
     trusted: bool
     """Neither unstable nor limited by the load generator (``bench`` never recommends those)."""
     cpu_cores_per_replica: float | None
+    cpu_limit: float | None
+    """The CPU limit each replica was measured under (cores); None: none."""
     gpu_mem_mib: float | None
     """GPU memory one replica needs, per ``gpu_mem_source``; None when the report cannot say."""
     gpu_mem_source: str | None
@@ -104,6 +106,7 @@ def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: float | No
         failed_share=failed,
         trusted=row.get("stable") is not False and not row.get("unreliable"),
         cpu_cores_per_replica=None if cpu is None else cpu / density,
+        cpu_limit=model.get("cpu_limit"),
         gpu_mem_mib=None if mem is None else float(mem),
         gpu_mem_source=source,
         gpu_busy_share=util / 100 / density if util is not None and alone else None,

@@ -15,7 +15,7 @@ from sharedserve.size.bounds import lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.profile import ProfilePoint
 
-POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None)
+POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None, None)
 MEMORY, RESERVE, TARGET = 81_559, 512, 0.8
 
 
@@ -26,7 +26,7 @@ def demand(
                               "capacity_qps": 1.0, "memory_mib": memory, "memory_source": "nvml",
                               "busy_share": busy, "busy_source": "gpu utilisation",
                               "max_density": densest, "spread": min(spread, replicas),
-                              "predicted_p99_ms": 1.0, "cpu_cores": None,
+                              "predicted_p99_ms": 1.0, "cpu_cores": None, "cpu_limit": None,
                               "point": POINT}  # fmt: skip
     return Demand(**values)
 

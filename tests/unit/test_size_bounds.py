@@ -10,7 +10,7 @@ from sharedserve.size.bounds import HOURS_PER_MONTH, cost, lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.profile import ProfilePoint
 
-POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None)
+POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None, None)
 
 
 def demand(replicas: int, memory: float, busy: float, densest: int) -> Demand:
@@ -18,7 +18,7 @@ def demand(replicas: int, memory: float, busy: float, densest: int) -> Demand:
                               "capacity_qps": 1.0, "memory_mib": memory, "memory_source": "nvml",
                               "busy_share": busy, "busy_source": "gpu utilisation",
                               "max_density": densest, "spread": 1, "predicted_p99_ms": 1.0,
-                              "cpu_cores": None,
+                              "cpu_cores": None, "cpu_limit": None,
                               "point": POINT}  # fmt: skip
     return Demand(**values)
 

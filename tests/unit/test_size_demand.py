@@ -18,7 +18,8 @@ from sharedserve.size.profile import ModelProfile, ProfilePoint
 def point(density: int, qps: float, p99: float, **kw: Any) -> ProfilePoint:
     values = {"pattern": "parallel", "density": density, "replicas": density,
               "qps_per_replica": qps, "p50_ms": p99 / 3, "p99_ms": p99, "failed_share": 0.0,
-              "trusted": True, "cpu_cores_per_replica": 0.5, "gpu_mem_mib": 2000.0,
+              "trusted": True, "cpu_cores_per_replica": 0.5, "cpu_limit": 1.0,
+              "gpu_mem_mib": 2000.0,
               "gpu_mem_source": "nvml", "gpu_busy_share": 0.2} | kw  # fmt: skip
     return ProfilePoint(**values)
 

@@ -53,6 +53,7 @@ def test_a_sweep_gives_a_point_per_density() -> None:
     # Measured: the highest replica's NVML peak; busy: the GPU's utilisation over its replicas.
     assert (two.gpu_mem_mib, two.gpu_mem_source) == (2101.0, "nvml")
     assert two.gpu_busy_share == pytest.approx(0.3) and two.cpu_cores_per_replica == 0.5
+    assert two.cpu_limit is None  # measured without a CPU limit
     assert profile.max_density == 4 and profile.source == "sweep.json"
 
 
@@ -93,7 +94,7 @@ def test_untrusted_and_failing_points_are_never_capacity() -> None:
 
 def test_a_mix_gives_each_model_its_points_and_no_busy_share() -> None:
     targets = [
-        replica("tiny-0", "tiny", 2.0, 900, gpu_memory_fraction=0.1),
+        replica("tiny-0", "tiny", 2.0, 900, gpu_memory_fraction=0.1, cpu_limit=0.5),
         replica("tiny-1", "tiny", 2.0, 900, gpu_memory_fraction=0.1),
         replica("resnet50-0", "resnet50", 30.0, 100, gpu_mem_mib=3000),
     ]
@@ -108,6 +109,7 @@ def test_a_mix_gives_each_model_its_points_and_no_busy_share() -> None:
     assert tiny.gpu_mem_mib == pytest.approx(8155.9) and tiny.gpu_mem_source == "cap"
     # One GPU's utilisation cannot be split between two models.
     assert tiny.gpu_busy_share is None and tiny.cpu_cores_per_replica == 0.5
+    assert tiny.cpu_limit == 0.5  # the limit it was measured under
 
 
 def test_a_cpu_profile_has_no_gpu_figures() -> None:

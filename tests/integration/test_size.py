@@ -1,0 +1,129 @@
+"""``sharedserve size --fleet``: a plan from bench reports, and a GPU's pack spec that pack runs.
+
+The profiles are report.json files in bench's format, built with bench's own row code (a run of
+real bench would measure this CPU, which is not what sizing a GPU fleet is about); the models
+are real, and ``pack --spec`` runs a GPU's share of the plan for real on a simulated GPU of the
+fleet's size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
+from sharedserve.pack.spec import load_spec
+from tests.support.pack import PackRun
+from tests.support.servers import run_cli
+
+GPU = {"name": "NVIDIA L4", "memory_mib": 23034}
+
+
+def sweep(model: str, points: list[tuple[int, float, float, int]]) -> dict[str, Any]:
+    """A density sweep of ``model``: (density, QPS per replica, p99 ms, NVML MiB) per row."""
+    rows = []
+    for density, qps, p99, mib in points:
+        targets = []
+        for i in range(density):
+            hist = LatencyHistogram()
+            for _ in range(int(qps * 10)):
+                hist.record(round(p99 * 1000))
+            targets.append(TargetResult(f"{model}-{i}", int(qps * 10), 0, 0, hist, model=model,
+                                        gpu_mem_mib=mib, cpu_limit=0.5))  # fmt: skip
+        samples = Samples(gpu_util_mean=10.0 * density, gpu_util_max=50.0, gpu_mem_used_mib=None,
+                          cpu_util_mean=0.4 * density)  # fmt: skip
+        rows.append(build_row(density=density, pattern=Pattern.PARALLEL, window_s=10.0,
+                              targets=targets, samples=samples, loadgen_cpu_util=0.2,
+                              slo_p99_ms=None, gpu_name=GPU["name"]))  # fmt: skip
+    return {"rows": rows, "environment": {"gpus": [GPU]}}
+
+
+def test_size_plans_a_fleet_and_a_gpus_share_runs_under_pack(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "tiny.json").write_text(
+        json.dumps(sweep("tiny", [(1, 400, 5, 700), (4, 300, 12, 700)]))
+    )
+    (profiles / "edge.json").write_text(
+        json.dumps(sweep("edge", [(1, 100, 20, 900), (2, 90, 40, 900)]))
+    )
+    rel = os.path.relpath(models_dir, tmp_path)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "gpu: {name: L4, memory_mib: 23034, price_per_hour: 0.8}\n"
+        "node: {gpus: 4, cpu_cores: 32}\n"
+        "models:\n"
+        f"  - {{name: tiny, profile: profiles/tiny.json, peak_qps: 1500, slo_p99_ms: 50,\n"
+        f"      model: {rel}/tiny}}\n"
+        f"  - {{name: edge, profile: profiles/edge.json, peak_qps: 100, slo_p99_ms: 30,\n"
+        f"      model: {rel}/edge}}\n"
+    )
+    out = tmp_path / "plan"
+    result = run_cli("size", "--fleet", str(fleet), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    tiny, edge = plan["models"]
+    # tiny: 400 req/s per replica met 50 ms (alone); 80% of it is 320: 1500 / 320 -> 5. It was
+    # measured up to 4 to a GPU, and no GPU holds more.
+    assert (tiny["replicas"], tiny["capacity_qps_per_replica"], tiny["measured_at_density"]) == (
+        5, 400.0, 1,
+    )  # fmt: skip
+    assert tiny["max_density"] == 4
+    # edge: only density 1 met 30 ms (100 req/s): 100 / 80 -> 2 replicas, never more than 2 a GPU.
+    assert (edge["replicas"], edge["max_density"]) == (2, 2)
+    assert tiny["gpu_memory_source"] == "nvml" and tiny["gpu_memory_mib"] == 700
+    # Every replica placed once, within memory and the densities measured.
+    placed = [r["model"] for g in plan["gpus"] for r in g["replicas"]]
+    assert sorted(placed) == ["edge"] * 2 + ["tiny"] * 5
+    for gpu in plan["gpus"]:
+        assert gpu["memory_used_mib"] <= 23034 and gpu["busy_share"] <= 0.8 + 1e-9
+        assert len(gpu["replicas"]) <= gpu["replica_limit"]
+    assert len(set(edge["gpus"])) == 2  # its two replicas on different GPUs
+    assert plan["gpu_count"] >= plan["lower_bound_gpus"] >= 1
+    assert plan["baseline_gpu_count"] == 7
+    assert plan["cost_per_month"] == round(plan["gpu_count"] * 730 * 0.8, 2)
+    assert plan["saving_factor"] == round(7 / plan["gpu_count"], 3)
+    # The profiles' GPU is an NVIDIA L4: the fleet's L4, no warning.
+    assert plan["warnings"] == []
+    assert f"{plan['gpu_count']} GPUs" in result.stdout
+    markdown = (out / "plan.md").read_text()
+    assert "| one replica per GPU | 7 |" in markdown and "gpu-000.yaml" in markdown
+    # GPU 0's share as a pack spec, loaded by pack's own loader and run by pack.
+    assert plan["pack_specs"] == [f"gpu-{i:03d}.yaml" for i in range(plan["gpu_count"])]
+    spec_path = out / "gpu-000.yaml"
+    spec = load_spec(spec_path)
+    held = {r["model"] for r in plan["gpus"][0]["replicas"]}
+    assert {e.name for e in spec.entries} == held
+    assert {e.cpu_limit_cores for e in spec.entries} == {0.5}  # as the profiles were measured
+    assert all(e.model_dir.resolve().parent == models_dir.resolve() for e in spec.entries)
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"gpus": [{"uuid": "GPU-0a1b2c3d-0000-0000-0000-000000000000",
+                                          "index": 0, "name": "L4", "memory_mib": 23034,
+                                          "numa_node": 0, "healthy": True}]}))  # fmt: skip
+    run = PackRun(tmp_path / "pack", None, "--spec", str(spec_path), "--fake-gpus", str(gpus))
+    try:
+        targets = run.wait_targets()["targets"]
+        assert len(targets) == len(plan["gpus"][0]["replicas"])
+        assert yaml.safe_load(spec_path.read_text())["gpu"] == 0
+    finally:
+        assert run.stop() == 0, run.log()
+
+
+def test_a_fleet_whose_profile_never_met_the_objective_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "tiny.json").write_text(json.dumps(sweep("tiny", [(1, 400, 60, 700)])))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "gpu: {name: L4, memory_mib: 23034, price_per_hour: 0.8}\nnode: {gpus: 4, cpu_cores: 32}\n"
+        "models: [{name: tiny, profile: tiny.json, peak_qps: 10, slo_p99_ms: 50}]\n"
+    )
+    result = run_cli("size", "--fleet", str(fleet), "--out", str(tmp_path / "plan"))
+    assert result.returncode == 2
+    assert "model tiny: its profile" in result.stderr and "never met p99 <= 50 ms" in result.stderr
+    assert not (tmp_path / "plan").exists()
