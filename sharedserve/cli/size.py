@@ -1,26 +1,98 @@
-"""``sharedserve size``: a fleet plan from bench reports."""
+"""``sharedserve size``: a fleet plan from bench reports, and the check of one GPU's share."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from sharedserve.cli._app import app
+from sharedserve.cli._app import app, refuse_flags
+from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
+
+
+def _print_plan(plan: dict[str, Any], out: Path) -> None:
+    from rich.console import Console
+
+    console = Console()
+    console.print(
+        f"{plan['gpu_count']} GPUs ({plan['lower_bound_gpus']} at the least, "
+        f"{plan['above_bound']}x), {plan['cost_per_month']:,.0f} a month; one replica per GPU: "
+        f"{plan['baseline_gpu_count']} GPUs, {plan['baseline_cost_per_month']:,.0f} a month "
+        f"(saving factor {plan['saving_factor']}x)",
+        highlight=False,
+    )
+    for warning in plan["warnings"]:
+        console.print(f"warning: {warning}", highlight=False)
+    console.print(f"plan in {out}/plan.md", highlight=False)
+
+
+def _print_verify(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"size --verify {result['spec']}")
+    heads = ("model", "replicas", "planned QPS", "measured QPS", "predicted p99 ms",
+             "measured p99 ms", "p99 error", "SLO ms", "held")  # fmt: skip
+    for head in heads:
+        table.add_column(head, justify="left" if head == "model" else "right")
+    for m in result["models"]:
+        error = "-" if m["p99_error"] is None else f"{m['p99_error']:+.0%}"
+        table.add_row(
+            m["model"], str(m["replicas"]), f"{m['planned_qps']:g}", f"{m['measured_qps']:g}",
+            f"{m['predicted_p99_ms']}", f"{m['measured_p99_ms']}", error,
+            f"{m['slo_p99_ms']:g}", "yes" if m["slo_met"] else "NO",
+        )  # fmt: skip
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    verdict = "every objective held" if result["held"] else "an objective did NOT hold"
+    console.print(f"{verdict}; the bench report is {result['report']}", highlight=False)
 
 
 @app.command()
 def size(
     fleet: Annotated[
-        Path, typer.Option(help="Fleet file (YAML or JSON): the GPU, nodes and models to serve.")
-    ],
-    out: Annotated[Path, typer.Option(help="Directory for plan.json, plan.md and pack specs.")],
+        Path | None,
+        typer.Option(
+            help="Fleet file (YAML or JSON): the GPU, nodes and models to serve.",
+            show_default="none: give --fleet or --verify",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory for the plan (plan.json, plan.md, pack specs), or for --verify's "
+            "report.",
+            show_default="required with --fleet; with --verify, verify-NAME beside the spec",
+        ),
+    ] = None,
+    verify: Annotated[
+        Path | None,
+        typer.Option(
+            help="A GPU's pack spec from a plan (OUT/gpu-NNN.yaml): run that share here at its "
+            "planned rates and compare with the plan.",
+            show_default="none",
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="--verify: seconds measured.", show_default="30")
+    ] = None,
+    warmup: Annotated[
+        float | None, typer.Option(help="--verify: seconds of load first.", show_default="5")
+    ] = None,
+    fake_gpus: Annotated[
+        Path | None,
+        typer.Option(
+            help="--verify: simulated GPU inventory (JSON), for tests.",
+            show_default="none: real GPUs through NVML",
+        ),
+    ] = None,
 ) -> None:
     """Plan how many GPUs a fleet of models needs, which models share which GPU, and what it
-    costs against one model replica per GPU.
+    costs against one model replica per GPU; or check one GPU's share of a plan by running it.
 
     Each model's profile is a `bench` report.json (a density sweep or a mix): its replicas are
     enough that each carries at most the utilisation target of the highest QPS per replica at
@@ -33,20 +105,38 @@ def size(
 
     Writes plan.json, plan.md and, when every model gives its files (model:), gpu-NNN.yaml:
     each GPU's share as a pack spec (`sharedserve pack --spec OUT/gpu-000.yaml`).
+
+    --verify OUT/gpu-NNN.yaml runs that share on this host (`bench --spec` at scale 1, open loop,
+    each model at its planned requests/s) and prints predicted against measured QPS and p99 per
+    model, and whether each objective held; exit 1 when one did not.
     """
-    from rich.console import Console
+    if (fleet is None) == (verify is None):
+        raise ConfigError("give --fleet (plan a fleet) or --verify (check a GPU's share)")
+    if fleet is not None:
+        refuse_flags(
+            {"--duration": duration, "--warmup": warmup, "--fake-gpus": fake_gpus},
+            "for --verify only",
+            beside="--fleet",
+        )
+        if out is None:
+            raise ConfigError("--fleet needs --out, the plan's directory")
+        from sharedserve.size.run import plan_fleet
 
-    from sharedserve.size.run import plan_fleet
+        _print_plan(plan_fleet(fleet, out), out)
+        return
+    assert verify is not None
+    from sharedserve.cli.pack import replica_environment
+    from sharedserve.size.verify import verify_gpu
 
-    plan = plan_fleet(fleet, out)
-    console = Console()
-    console.print(
-        f"{plan['gpu_count']} GPUs ({plan['lower_bound_gpus']} at the least, "
-        f"{plan['above_bound']}x), {plan['cost_per_month']:,.0f} a month; one replica per GPU: "
-        f"{plan['baseline_gpu_count']} GPUs, {plan['baseline_cost_per_month']:,.0f} a month "
-        f"(saving factor {plan['saving_factor']}x)",
-        highlight=False,
+    result = verify_gpu(
+        verify,
+        out or verify.parent / f"verify-{verify.stem}",
+        duration_s=30.0 if duration is None else duration,
+        warmup_s=5.0 if warmup is None else warmup,
+        fake_gpus=fake_gpus,
+        environment=replica_environment(),
+        command=("sharedserve", *sys.argv[1:]),
     )
-    for warning in plan["warnings"]:
-        console.print(f"warning: {warning}", highlight=False)
-    console.print(f"plan in {out}/plan.md", highlight=False)
+    _print_verify(result)
+    if not result["held"]:
+        raise typer.Exit(1)
