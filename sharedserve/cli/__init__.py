@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from sharedserve.cli import allocator, bench, k8s, pack, serve, size
+from sharedserve.cli import allocator, bench, k8s, pack, profile, serve, size
 from sharedserve.cli._app import app
 from sharedserve.errors import ConfigError, SharedServeError
 
@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     bench,
     k8s,
     pack,
+    profile,
     serve,
     size,
 )  # imported for the commands they register

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -20,12 +21,24 @@ from sharedserve.cli.pack import check_server_args, replica_environment, spec_en
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 from sharedserve.errors import ConfigError
 
-__all__: list[str] = []
+__all__ = ["model_pack", "parse_scales"]
 
 log = logging.getLogger(__name__)
 
 
-def _integers(flag: str, text: str) -> tuple[int, ...]:
+def model_pack(entry: PackEntry, policy: str, fake_gpus: Path | None) -> PackSettings:
+    """A density sweep's pack: the one entry at one replica, which each scale multiplies."""
+    return PackSettings(
+        entries=(replace(entry, replicas=1),),
+        placement_policy=policy,
+        fake_gpus=fake_gpus,
+        environment=replica_environment(),
+    )
+
+
+def parse_scales(flag: str, text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers (``--densities``, ``--scales``); ConfigError names
+    ``flag``."""
     try:
         values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
@@ -55,9 +68,9 @@ def _scales(
                 "--densities counts replicas of one model; with --spec give --scales "
                 "(multiples of every entry's replicas)"
             )
-        return _integers("--densities", densities)
+        return parse_scales("--densities", densities)
     if scales is not None:
-        return _integers("--scales", scales)
+        return parse_scales("--scales", scales)
     return (1, 2, 4) if spec else (1, 2, 4, 8)
 
 
@@ -258,12 +271,7 @@ def bench(
             cpu_limit_cores=cpu_limit,
             server_args=check_server_args(list(ctx.args)),
         )
-        pack_settings = PackSettings(
-            entries=(entry,),  # one replica: each scale is a density
-            placement_policy=policy,
-            fake_gpus=fake_gpus,
-            environment=replica_environment(),
-        )
+        pack_settings = model_pack(entry, policy, fake_gpus)
     elif ctx.args:
         raise ConfigError(f"unexpected arguments with --targets: {' '.join(ctx.args)}")
     settings = BenchSettings(

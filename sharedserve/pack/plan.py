@@ -134,6 +134,16 @@ def plan_gpu(
             mib = max(0, math.floor(free * weights[i] / shared)) if free > 0 else 0
         caps.append(mib)
     _refuse_unless_fits(gpu, items, caps, explicit, reserve)
+    least = math.ceil(gpu.memory_mib / 10_000)
+    for item, mib in zip(items, caps, strict=True):
+        if _fraction(mib, gpu.memory_mib) == 0:
+            # The env contract's share would read 0, which every server refuses: say so now,
+            # not through a replica that crashes on start again and again.
+            raise ConfigError(
+                f"{item.name}: a cap of {mib} MiB is under 0.01% of GPU {gpu.index}'s "
+                f"{gpu.memory_mib} MiB, finer than a share the env contract carries; give at "
+                f"least {least} MiB"
+            )
     return [
         GpuShare(gpu, _fraction(mib, gpu.memory_mib), mib, default_split=explicit[i] is None)
         for i, mib in enumerate(caps)

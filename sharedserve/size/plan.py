@@ -122,9 +122,9 @@ def spec_name(index: int) -> str:
 
 def gpu_spec(plan: dict[str, Any], index: int, fleet: Fleet, out_dir: Path) -> dict[str, Any]:
     """GPU ``index``'s share as a pack spec (``pack --spec``) written in ``out_dir``: its models'
-    replicas pinned to one GPU, each with its planned memory as its cap, the CPU limit its
-    profile was measured under, its objective and its share of the GPU's traffic as its weight.
-    Needs every model's files (``model:``)."""
+    replicas pinned to one GPU, each with its planned memory as its cap (when measured: a
+    model's files are not a cap), the CPU limit its profile was measured under, its objective
+    and its share of the GPU's traffic as its weight. Needs every model's files (``model:``)."""
     gpu = plan["gpus"][index]
     models = {m["name"]: m for m in plan["models"]}
     files = {m.name: m.model for m in fleet.models}
@@ -138,7 +138,12 @@ def gpu_spec(plan: dict[str, Any], index: int, fleet: Fleet, out_dir: Path) -> d
             "model": os.path.relpath(path, out_dir),
             "name": name,
             "replicas": count,
-            "gpu_memory_mib": max(1, math.floor(model["gpu_memory_mib"])),
+        }
+        # A measured figure (or the cap it ran under) is a cap; a model's files are only its
+        # least need: pack then shares out what the GPU has, in proportion to them.
+        if model["gpu_memory_source"] != "weights":
+            entry["gpu_memory_mib"] = max(1, math.floor(model["gpu_memory_mib"]))
+        entry |= {
             "slo_p99_ms": model["slo_p99_ms"],
             "weight": _r(model["rate_per_replica"] * count),
         }

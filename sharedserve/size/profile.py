@@ -149,8 +149,7 @@ def profiles_of(report: Any, source: str = "report") -> dict[str, ModelProfile]:
     }
 
 
-def load_profiles(path: Path) -> dict[str, ModelProfile]:
-    """The profiles of every model in a ``report.json`` file."""
+def _read(path: Path) -> dict[str, ModelProfile]:
     try:
         report = json.loads(path.read_text())
     except OSError as e:
@@ -158,6 +157,30 @@ def load_profiles(path: Path) -> dict[str, ModelProfile]:
     except ValueError as e:
         raise ConfigError(f"profile {path} is not valid JSON: {e}") from e
     return profiles_of(report, str(path))
+
+
+def load_profiles(path: Path) -> dict[str, ModelProfile]:
+    """The profiles of every model in a ``report.json``, or in every report.json under a
+    directory (``sharedserve profile``'s sequential and parallel sweeps), their points together."""
+    if not path.is_dir():
+        return _read(path)
+    reports = sorted(path.rglob("report.json"))
+    if not reports:
+        raise ConfigError(f"profile directory {path} holds no report.json")
+    merged: dict[str, ModelProfile] = {}
+    for report in reports:
+        for name, found in _read(report).items():
+            have = merged.get(name)
+            if have is None:
+                merged[name] = ModelProfile(name, found.gpu_name, found.points, str(path))
+                continue
+            if found.gpu_name != have.gpu_name:
+                raise ConfigError(
+                    f"profile directory {path}: model {name} was measured on {have.gpu_name} "
+                    f"and on {found.gpu_name}; a profile is one kind of GPU"
+                )
+            merged[name] = ModelProfile(name, have.gpu_name, have.points + found.points, str(path))
+    return merged
 
 
 def capacity(

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from sharedserve.bench.histogram import LatencyHistogram
@@ -129,47 +130,53 @@ def test_a_fleet_whose_profile_never_met_the_objective_is_refused(tmp_path: Path
     assert not (tmp_path / "plan").exists()
 
 
-def test_verify_runs_a_gpus_share_at_its_planned_rates_beside_the_prediction(
+def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
     models_dir: Path, tmp_path: Path
 ) -> None:
-    # Measured up to two to a GPU, so two may share one.
-    tiny = sweep("tiny", [(1, 400, 30, 700), (2, 350, 35, 700)])
-    (tmp_path / "tiny.json").write_text(json.dumps(tiny))
-    edge = sweep("edge", [(1, 100, 40, 900), (2, 90, 45, 900)])
-    (tmp_path / "edge.json").write_text(json.dumps(edge))
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"gpus": [{"uuid": "GPU-0a1b2c3d-0000-0000-0000-000000000000",
+                                          "index": 0, "name": "L4", "memory_mib": 23034,
+                                          "numa_node": 0, "healthy": True}]}))  # fmt: skip
+    for name in ("tiny", "edge"):
+        result = run_cli(
+            "profile", "--model", str(models_dir / name), "--out", str(tmp_path / name),
+            "--densities", "1,2", "--duration", "2", "--warmup", "1", "--stability-windows", "1",
+            "--concurrency", "2", "--cpu-limit", "0.5", "--fake-gpus", str(gpus),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        for pattern in ("sequential", "parallel"):
+            assert (tmp_path / name / pattern / "report.json").is_file()
     rel = os.path.relpath(models_dir, tmp_path)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
         "gpu: {name: L4, memory_mib: 23034, price_per_hour: 0.8}\nnode: {gpus: 4, cpu_cores: 32}\n"
         "models:\n"
-        f"  - {{name: tiny, profile: tiny.json, peak_qps: 160, slo_p99_ms: 500,\n"
+        f"  - {{name: tiny, profile: tiny, peak_qps: 40, slo_p99_ms: 1000,\n"
         f"      model: {rel}/tiny}}\n"
-        f"  - {{name: edge, profile: edge.json, peak_qps: 40, slo_p99_ms: 500,\n"
+        f"  - {{name: edge, profile: edge, peak_qps: 20, slo_p99_ms: 1000,\n"
         f"      model: {rel}/edge}}\n"
     )
-    assert run_cli("size", "--fleet", str(fleet), "--out", str(tmp_path / "plan")).returncode == 0
+    result = run_cli("size", "--fleet", str(fleet), "--out", str(tmp_path / "plan"))
+    assert result.returncode == 0, result.stderr
     plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
-    # Two replicas each (min_replicas), on two GPUs: each GPU has a tiny (80/s) and an edge (20/s).
-    assert [len(g["replicas"]) for g in plan["gpus"]] == [2, 2]
-    gpus = tmp_path / "gpus.json"
-    gpus.write_text(json.dumps({"gpus": [{"uuid": "GPU-0a1b2c3d-0000-0000-0000-000000000000",
-                                          "index": 0, "name": "L4", "memory_mib": 23034,
-                                          "numa_node": 0, "healthy": True}]}))  # fmt: skip
+    # CPU profiles (simulated GPUs): memory from the files on disk, time from throughput, and
+    # the plan says the profiles are not a GPU's.
+    for model in plan["models"]:
+        assert model["gpu_memory_source"] == "weights" and model["busy_source"] == "throughput"
+        assert model["cpu_limit"] == 0.5 and model["replicas"] == 2
+    assert any("without a GPU" in w for w in plan["warnings"])
     spec = tmp_path / "plan" / "gpu-000.yaml"
-    result = run_cli("size", "--verify", str(spec), "--duration", "4", "--warmup", "1",
+    result = run_cli("size", "--verify", str(spec), "--duration", "3", "--warmup", "1",
                      "--fake-gpus", str(gpus))  # fmt: skip
     assert result.returncode in (0, 1), result.stderr
     verified = json.loads((tmp_path / "plan" / "verify-gpu-000" / "verify.json").read_text())
-    lines = {m["model"]: m for m in verified["models"]}
-    assert set(lines) == {"tiny", "edge"}
-    for name, planned in (("tiny", 80.0), ("edge", 20.0)):
-        line = lines[name]
-        assert line["planned_qps"] == planned and line["replicas"] == 1
-        # Open loop at the planned rate: what was served is that rate, give or take Poisson.
-        assert 0.7 * planned <= line["measured_qps"] <= 1.3 * planned, line
-        assert line["predicted_p99_ms"] == {"tiny": 30.0, "edge": 40.0}[name]
-        assert line["measured_p99_ms"] > 0 and line["slo_p99_ms"] == 500.0
-        assert line["errors"] == 0
-    assert verified["held"] == all(m["slo_met"] for m in lines.values())
+    planned = {m["name"]: m["rate_per_replica"] for m in plan["models"]}
+    for line in verified["models"]:
+        rate = planned[line["model"]] * line["replicas"]
+        assert line["planned_qps"] == pytest.approx(rate, rel=1e-3)
+        assert 0.6 * rate <= line["measured_qps"] <= 1.4 * rate, line
+        assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
+        assert line["slo_p99_ms"] == 1000.0 and line["errors"] == 0
+    assert verified["held"] == all(m["slo_met"] for m in verified["models"])
     assert "predicted p99 ms" in result.stdout and "measured p99 ms" in result.stdout
     assert result.returncode == (0 if verified["held"] else 1)

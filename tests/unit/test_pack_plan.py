@@ -195,6 +195,15 @@ def test_a_cap_below_a_models_weights_names_the_entry() -> None:
         plan_gpu(T4, items, context_reserve_mib=512)
 
 
+def test_a_cap_finer_than_the_contracts_shares_is_refused_not_crashed_on() -> None:
+    # 1 MiB of 16384 is 0.006%: its share would be written as 0, which servers refuse.
+    items = [PlanItem("tiny", 1, mib(1), 0.1)]
+    with pytest.raises(ConfigError, match=r"tiny: a cap of 1 MiB is under 0\.01%.*least 2 MiB"):
+        plan_gpu(T4, items, context_reserve_mib=512)
+    (share,) = plan_gpu(T4, [PlanItem("tiny", 1, mib(2), 0.1)], context_reserve_mib=512)
+    assert share.fraction == 0.0001
+
+
 def test_without_a_gpu_a_mix_records_caps_and_checks_fractions() -> None:
     items = [PlanItem("a", 2, fraction(0.25), 1.0), PlanItem("b", 1, NONE, 1.0)]
     shares = plan_gpu(None, items, context_reserve_mib=512)

@@ -145,3 +145,21 @@ def test_load_profiles_reads_a_file_and_names_it_in_errors(tmp_path: Path) -> No
         load_profiles(path)
     with pytest.raises(ConfigError, match="cannot read profile"):
         load_profiles(tmp_path / "missing.json")
+
+
+def test_a_profile_directory_is_every_report_under_it(tmp_path: Path) -> None:
+    for pattern, ms in (("sequential", 10.0), ("parallel", 30.0)):
+        (tmp_path / pattern).mkdir()
+        rows = [sweep_row(1, ms, 300, pattern=Pattern(pattern))]
+        (tmp_path / pattern / "report.json").write_text(json.dumps(report(rows)))
+    (profile,) = load_profiles(tmp_path).values()
+    assert sorted(p.pattern for p in profile.points) == ["parallel", "sequential"]
+    assert profile.source == str(tmp_path)
+    other = report([sweep_row(1, 5.0, 10, gpu_name="NVIDIA A100-SXM4-80GB")])
+    (tmp_path / "a100").mkdir()
+    (tmp_path / "a100" / "report.json").write_text(json.dumps(other))
+    with pytest.raises(ConfigError, match="a profile is one kind of GPU"):
+        load_profiles(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"holds no report\.json"):
+        load_profiles(tmp_path / "empty")
