@@ -1,9 +1,10 @@
 """The fewest GPUs any plan could use, and what a number of GPUs costs. Pure.
 
-The lower bound is the largest of three: the replicas' memory (each with its context reserve)
+The lower bound is the largest of four: the replicas' memory (each with its context reserve)
 over one GPU's memory, their busy shares over the utilisation target, and the replicas over the
 densest a GPU may hold, counted per model (a replica of a model measured at most 4 to a GPU
-takes a quarter of one, whatever its neighbours). A plan is judged by how far above it it
+takes a quarter of one, whatever its neighbours), and the most GPUs one model's replicas must be
+spread over (its ``min_replicas``). A plan is judged by how far above it it
 lands. The baseline is the fleet without sharing: one replica per GPU.
 """
 
@@ -28,6 +29,8 @@ class Bound:
     by_memory: int
     by_compute: int
     by_density: int
+    by_spread: int
+    """A model whose ``min_replicas`` must be on different GPUs needs that many GPUs."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,9 @@ def lower_bound(
     by_memory = math.ceil(memory / gpu_memory_mib - 1e-9)
     by_compute = math.ceil(busy / target - 1e-9)
     by_density = math.ceil(slots - 1e-9)
-    return Bound(max(by_memory, by_compute, by_density, 0), by_memory, by_compute, by_density)
+    by_spread = max((d.spread for d in demands), default=0)
+    parts = (by_memory, by_compute, by_density, by_spread)
+    return Bound(max(*parts, 0), *parts)
 
 
 def cost(gpus: int, price_per_hour: float) -> Cost:

@@ -92,6 +92,7 @@ def build_plan(
             "memory": bound.by_memory,
             "compute": bound.by_compute,
             "density": bound.by_density,
+            "spread": bound.by_spread,
         },
         "above_bound": _r(planned.gpus / bound.gpus) if bound.gpus else None,
         "node_count": math.ceil(planned.gpus / fleet.node.gpus),
@@ -122,7 +123,7 @@ def spec_name(index: int) -> str:
 
 def gpu_spec(plan: dict[str, Any], index: int, fleet: Fleet, out_dir: Path) -> dict[str, Any]:
     """GPU ``index``'s share as a pack spec (``pack --spec``) written in ``out_dir``: its models'
-    replicas pinned to one GPU, each with its planned memory as its cap (when measured: a
+    replicas on one GPU, each with its planned memory as its cap (when measured: a
     model's files are not a cap), the CPU limit its profile was measured under, its objective
     and its share of the GPU's traffic as its weight. Needs every model's files (``model:``)."""
     gpu = plan["gpus"][index]
@@ -150,7 +151,9 @@ def gpu_spec(plan: dict[str, Any], index: int, fleet: Fleet, out_dir: Path) -> d
         if model["cpu_limit"]:  # as its profile was measured
             entry["cpu_limit"] = model["cpu_limit"]
         entries.append(entry)
-    return {"gpu": 0, "models": entries}
+    # No `gpu:`: pack packs the share on the host's first GPU it fits (bundle), and runs it
+    # without one too, caps recorded as not enforced, so a plan can be checked on a laptop.
+    return {"models": entries}
 
 
 def _money(value: float) -> str:
@@ -177,7 +180,8 @@ def plan_markdown(plan: dict[str, Any], specs: list[str]) -> str:
         "",
         f"Saving factor: **{plan['saving_factor']}x**. Lower bound: {plan['lower_bound_gpus']} "
         f"GPUs (memory {plan['lower_bound']['memory']}, compute {plan['lower_bound']['compute']}"
-        f", density {plan['lower_bound']['density']}); this plan is {plan['above_bound']}x it.",
+        f", density {plan['lower_bound']['density']}, spread {plan['lower_bound']['spread']}); "
+        f"this plan is {plan['above_bound']}x it.",
         "",
     ]
     if plan["warnings"]:

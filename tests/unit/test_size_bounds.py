@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -44,6 +45,13 @@ def test_lower_bound_is_the_largest_of_memory_compute_and_density(
 ) -> None:
     bound = lower_bound(demands, 40_000, 512, 0.8)
     assert (bound.gpus, bound.by_memory, bound.by_compute, bound.by_density) == expected
+    assert bound.by_spread == (1 if demands else 0)  # each model here spreads over one GPU
+
+
+def test_a_model_spread_over_more_gpus_than_the_rest_ask_sets_the_bound() -> None:
+    spread = replace(demand(3, 100, 0.01, 16), spread=3)
+    bound = lower_bound([spread], 40_000, 512, 0.8)
+    assert (bound.gpus, bound.by_spread) == (3, 3)
 
 
 def test_cost_per_month_is_730_hours_a_gpu() -> None:
