@@ -16,6 +16,7 @@ from sharedserve.size.binpack import pack
 from sharedserve.size.demand import demands
 from sharedserve.size.fleet import Fleet, load_fleet
 from sharedserve.size.plan import build_plan, gpu_spec, plan_markdown, spec_name
+from sharedserve.size.plan_html import plan_html
 from sharedserve.size.profile import ModelProfile, load_profiles
 
 __all__ = ["plan_fleet"]
@@ -34,8 +35,8 @@ def _weights(fleet: Fleet) -> dict[str, float]:
 
 
 def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
-    """Plan the fleet; write plan.json, plan.md and, when every model has files, a pack spec per
-    GPU into ``out_dir``; return the plan."""
+    """Plan the fleet; write plan.json, plan.md, plan.html and, when every model has files, a
+    pack spec per GPU into ``out_dir``; return the plan."""
     fleet = load_fleet(fleet_path)
     profiles: dict[str, dict[str, ModelProfile]] = {}
     for m in fleet.models:
@@ -69,4 +70,5 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
     plan["pack_specs"] = specs
     write_atomic(out_dir / "plan.json", (json.dumps(plan, indent=2) + "\n").encode())
     write_atomic(out_dir / "plan.md", plan_markdown(plan, specs).encode())
+    write_atomic(out_dir / "plan.html", plan_html(plan).encode())
     return plan

@@ -93,6 +93,7 @@ def test_size_plans_a_fleet_and_a_gpus_share_runs_under_pack(
     # The profiles' GPU is an NVIDIA L4: the fleet's L4, no warning.
     assert plan["warnings"] == []
     assert f"{plan['gpu_count']} GPUs" in result.stdout
+    assert "saving factor" in (out / "plan.html").read_text()
     markdown = (out / "plan.md").read_text()
     assert "| one replica per GPU | 7 |" in markdown and "gpu-000.yaml" in markdown
     # GPU 0's share as a pack spec, loaded by pack's own loader and run by pack.

@@ -1,0 +1,116 @@
+"""``plan.html``: a fleet plan as one self-contained page. Pure.
+
+The cost comparison comes first (what finance asks), then the models with where each figure came
+from, then a bar per GPU for its memory and its busy share, each against its limit, so a reader
+sees at a glance which resource fills the GPUs. Styles are ``report.html``'s, inlined.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from html import escape
+from typing import Any
+
+from sharedserve.bench.report_css import CSS
+
+__all__ = ["plan_html"]
+
+_BARS = """
+.meter {
+  position: relative; width: 16rem; height: 0.9rem; background: var(--head); border-radius: 3px;
+}
+.models td:first-child, .models th:first-child, .bars td:nth-child(3), .bars th:nth-child(3) {
+  text-align: left;
+}
+.meter > span {
+  position: absolute; inset: 0 auto 0 0; background: var(--accent); border-radius: 3px;
+}
+.meter.busy > span { background: var(--warn); }
+.meter > i { position: absolute; top: -2px; bottom: -2px; border-left: 2px dashed var(--bad); }
+.cost td, .cost th { text-align: right; } .cost td:first-child { text-align: left; }
+"""
+
+
+def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
+    cells = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _meter(share: float, limit: float | None, kind: str) -> str:
+    width = max(0.0, min(share, 1.0)) * 100
+    mark = "" if limit is None else f'<i style="left:{limit * 100:.1f}%"></i>'
+    return f'<div class="meter {kind}"><span style="width:{width:.1f}%"></span>{mark}</div>'
+
+
+def plan_html(plan: dict[str, Any]) -> str:
+    """The page, from ``plan.json``'s object."""
+    gpu = plan["gpu"]
+    memory, target = float(gpu["memory_mib"]), float(plan["utilization_target"])
+    bound = plan["lower_bound"]
+    cost = _table(
+        ["", "GPUs", "GPU-hours / month", "cost / month"],
+        [
+            [
+                "this plan",
+                f"{plan['gpu_count']:,}",
+                f"{plan['gpu_hours_per_month']:,.0f}",
+                f"{plan['cost_per_month']:,.0f}",
+            ],
+            [
+                "one replica per GPU",
+                f"{plan['baseline_gpu_count']:,}",
+                f"{plan['baseline_gpu_count'] * 730:,}",
+                f"{plan['baseline_cost_per_month']:,.0f}",
+            ],
+        ],
+        "cost",
+    )
+    verdict = (
+        f"<h2>{plan['gpu_count']:,} x {escape(str(gpu['name']))}, saving factor "
+        f"{plan['saving_factor']}x</h2><p>Lower bound {plan['lower_bound_gpus']:,} GPUs (memory "
+        f"{bound['memory']}, compute {bound['compute']}, density {bound['density']}, spread "
+        f"{bound.get('spread', '-')}): this plan is {plan['above_bound']}x it. "
+        f"{target:.0%} utilisation target, {plan['context_reserve_mib']} MiB context reserve per "
+        "replica, 730 hours a month.</p>"
+    )
+    warnings = "".join(f"<li>{escape(w)}</li>" for w in plan.get("warnings") or [])
+    models = _table(
+        ["model", "peak QPS", "replicas", "QPS / replica", "capacity", "p99 objective ms",
+         "predicted p99 ms", "memory MiB", "busy share", "densest"],
+        [
+            [escape(m["name"]), f"{m['peak_qps']:g}", str(m["replicas"]),
+             f"{m['rate_per_replica']:g}", f"{m['capacity_qps_per_replica']:g}",
+             f"{m['slo_p99_ms']:g}", f"{m['predicted_p99_ms']:g}",
+             f"{m['gpu_memory_mib']:g} ({escape(m['gpu_memory_source'])})",
+             f"{m['busy_share']:.1%} ({escape(m['busy_source'])})", str(m["max_density"])]
+            for m in plan["models"]
+        ],
+        "models",
+    )  # fmt: skip
+    gpus = _table(
+        ["GPU", "node", "replicas", "memory", "", "busy", ""],
+        [
+            [str(g["index"]), str(g["node"]),
+             escape(", ".join(f"{m} x{n}" if n > 1 else m
+                              for m, n in Counter(r["model"] for r in g["replicas"]).items())),
+             f"{g['memory_used_mib']:,.0f} MiB", _meter(g["memory_used_mib"] / memory, None, "mem"),
+             f"{g['busy_share']:.1%}", _meter(g["busy_share"], target, "busy")]
+            for g in plan["gpus"]
+        ],
+        "bars",
+    )  # fmt: skip
+    body = [
+        "<h1>sharedserve fleet plan</h1>",
+        f'<div class="verdict good">{verdict}{cost}</div>',
+        f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "",
+        f"<h2>Models</h2>{models}",
+        f"<h2>GPUs</h2><p>Memory against the GPU's {memory:,.0f} MiB; busy share against the "
+        f"{target:.0%} target (dashed).</p>{gpus}",
+    ]
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>sharedserve fleet plan</title><style>{CSS}{_BARS}</style></head>"
+        f"<body><main>{''.join(body)}</main></body></html>\n"
+    )
