@@ -22,7 +22,8 @@ from rich.table import Table
 
 from sharedserve.bench.mix import is_mix, model_lines, scale_of
 from sharedserve.bench.sigfig import as_recorded, row_cell
-from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, throttle_notes
+from sharedserve.bench.summary import LOADGEN_CPU_LIMIT
+from sharedserve.bench.verdict import throttle_notes
 
 __all__ = [
     "COLUMNS",

@@ -39,8 +39,8 @@ from sharedserve.bench.summary import (
     MODEL_KEYS,
     PER_MODEL_KEYS,
     ROW_KEYS,
-    throttle_notes,
 )
+from sharedserve.bench.verdict import throttle_notes
 from sharedserve.files import write_atomic
 
 __all__ = ["MODELS_COLUMNS", "PER_MODEL_COLUMNS", "ROW_COLUMNS", "write_report"]

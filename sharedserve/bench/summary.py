@@ -1,4 +1,5 @@
-"""Report math: one row per (scale, pattern) run, scaling efficiency, and the recommendation.
+"""Report math: one row per (scale, pattern) run and its scaling efficiency (the verdict on the
+rows, recommendation and notes, is ``bench.verdict``).
 
 A row is a plain JSON-safe dict because it *is* the ``report.json`` contract (issue 6); its keys
 are listed in ``ROW_KEYS``, ``PER_MODEL_KEYS`` (each replica, ``per_model``) and ``MODEL_KEYS``
@@ -12,14 +13,12 @@ Pure: standard library and the histogram only.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from sharedserve.bench.histogram import LatencyHistogram
-from sharedserve.bench.mix import is_mix
-from sharedserve.bench.windows import STABILITY_TOLERANCE
+from sharedserve.bench.mix import scale_of
 from sharedserve.config import LoadPattern
 
 __all__ = [
@@ -27,27 +26,19 @@ __all__ = [
     "MODEL_KEYS",
     "PER_MODEL_KEYS",
     "ROW_KEYS",
-    "TAIL_RATIO_NOTE",
-    "THROTTLED_SHARE_NOTE",
     "Pattern",
     "Samples",
     "TargetResult",
     "build_row",
     "finalize_rows",
-    "recommend",
-    "throttle_notes",
+    "model_miss",
+    "pct",
 ]
 
 #: Above this share of one core the load generator (one Locust process is single-threaded) is
 #: likely the bottleneck, and the latencies measure it as much as the servers. Locust itself
 #: warns at 90%; we stop trusting a row a little earlier.
 LOADGEN_CPU_LIMIT = 0.8
-
-#: A replica throttled by its CPU quota in at least this share of the CFS periods it ran in...
-THROTTLED_SHARE_NOTE = 0.2
-#: ...whose P99 is at least this many times its P50 has a tail its quota sets: the server's
-#: threads stall until the next period (100 ms by default) whatever its neighbours do.
-TAIL_RATIO_NOTE = 3.0
 
 ROW_KEYS = (
     "density",
@@ -199,11 +190,12 @@ def _latencies(hist: LatencyHistogram) -> dict[str, float | None]:
     }
 
 
-def _pct(rate: float) -> str:
+def pct(rate: float) -> str:
+    """A share as a percentage, to three significant figures."""
     return f"{rate * 100:.3g}%"
 
 
-def _model_miss(
+def model_miss(
     name: str, model: dict[str, Any], slo_p99_ms: float, max_error_rate: float
 ) -> str | None:
     """Why one model missed its objective, in words; None when it met it.
@@ -218,20 +210,12 @@ def _model_miss(
     if failed >= max_error_rate:
         parts = [f"{errors} errors"] if errors else []
         parts += [f"{dropped} dropped"] if dropped else []
-        return f"model {name} failed {_pct(failed)} ({' + '.join(parts)})"
+        return f"model {name} failed {pct(failed)} ({' + '.join(parts)})"
     if model["p99_ms"] is None:
         return f"model {name} had no successful request"
     if model["p99_ms"] > slo_p99_ms:
         return f"model {name} p99 {model['p99_ms']:g} ms > {slo_p99_ms:g} ms"
     return None
-
-
-def _miss_severity(model: dict[str, Any]) -> float:
-    """How far a model missed: failures first, then P99 over its objective (for ordering)."""
-    if not model["requests"] or model["p99_ms"] is None or model["slo_p99_ms"] is None:
-        return math.inf
-    failed = model["errors"] + (model.get("dropped") or 0)
-    return math.inf if failed else model["p99_ms"] / model["slo_p99_ms"]
 
 
 def _max(values: Iterable[float | None]) -> float | None:
@@ -294,7 +278,7 @@ def _per_model(
             "gpu_mem_mib": _max(t.gpu_mem_mib for t in replicas),
         }
         if slo is not None:
-            model["slo_met"] = _model_miss(name, model, slo, max_error_rate) is None
+            model["slo_met"] = model_miss(name, model, slo, max_error_rate) is None
         models[name] = {key: model[key] for key in MODEL_KEYS}
     return models
 
@@ -380,11 +364,6 @@ def build_row(
     return {key: row[key] for key in ROW_KEYS}
 
 
-def _scale(row: dict[str, Any]) -> int:
-    scale: int = row.get("scale") or row["density"]
-    return scale
-
-
 def finalize_rows(rows: list[dict[str, Any]]) -> None:
     """Fill each row's ``scaling_efficiency``, in place.
 
@@ -394,174 +373,11 @@ def finalize_rows(rows: list[dict[str, Any]]) -> None:
     """
     base: dict[str, float] = {}
     for row in rows:
-        if _scale(row) == 1 and row.get("qps") is not None:
+        if scale_of(row) == 1 and row.get("qps") is not None:
             base.setdefault(row["pattern"], row["qps"])
     for row in rows:
         one = base.get(row["pattern"])
         qps = row.get("qps")
         row["scaling_efficiency"] = (
-            round(qps / (_scale(row) * one), 3) if one and qps is not None else None
+            round(qps / (scale_of(row) * one), 3) if one and qps is not None else None
         )
-
-
-def _failing(row: dict[str, Any], max_error_rate: float) -> list[tuple[str, str]]:
-    """The models of a row that missed their objective, worst first: (name, why)."""
-    missed = [
-        (name, m)
-        for name, m in (row.get("models") or {}).items()
-        if m.get("slo_met") is False and m.get("slo_p99_ms") is not None
-    ]
-    missed.sort(key=lambda item: -_miss_severity(item[1]))
-    out = []
-    for name, m in missed:
-        why = _model_miss(name, m, m["slo_p99_ms"], max_error_rate)
-        out.append((name, why or f"model {name} missed its objective"))
-    return out
-
-
-def _row_misses(row: dict[str, Any], max_error_rate: float) -> list[str]:
-    """Why a row missed, model by model, worst first."""
-    misses = [why for _, why in _failing(row, max_error_rate)]
-    if not misses:
-        misses.append("the SLO was not evaluated" if row.get("slo_met") is None else "SLO missed")
-    if len(misses) > 3:
-        misses = [*misses[:3], f"and {len(misses) - 3} more"]
-    return misses
-
-
-def _label(rows: list[dict[str, Any]], row: dict[str, Any]) -> str:
-    patterns = {r["pattern"] for r in rows}
-    if not is_mix(rows):  # one model: its replicas say it all
-        label = f"density {row['density']}"
-    else:
-        label = f"scale {_scale(row)} ({row['density']} replicas)"
-    return label + (f" ({row['pattern']})" if len(patterns) > 1 else "")
-
-
-def _objective(rows: list[dict[str, Any]], slo_p99_ms: float | None, errors: str) -> str | None:
-    """The objective in words: one figure when every model has the same, else "its own"."""
-    slos = {m.get("slo_p99_ms") for r in rows for m in (r.get("models") or {}).values()}
-    slos.discard(None)
-    if not slos and slo_p99_ms is None:
-        return None
-    if len(slos) <= 1:
-        slo = next(iter(slos)) if slos else slo_p99_ms
-        return f"p99 <= {slo:g} ms with < {errors} errors"
-    return f"its own p99 objective with < {errors} errors"
-
-
-def recommend(
-    rows: list[dict[str, Any]], slo_p99_ms: float | None = None, max_error_rate: float = 0.001
-) -> dict[str, Any]:
-    """The scale to run: ``{"scale", "density", "reason", "failing_model"}``.
-
-    ``scale`` is the largest scale whose every row (one per pattern measured) has ``slo_met``
-    True, is not ``unreliable`` and not unstable (``stable`` False; None, not judged, passes);
-    ``density`` the replicas at that scale (for a density sweep of one model, the same number).
-    The reason says what the objective was (``slo_p99_ms``, the run's, where every model has the
-    same), which scale above it missed and which of its models missed worst (``failing_model``),
-    and which rows were set aside because the load generator was CPU-bound or their windows never
-    agreed.
-    """
-    none = {"scale": None, "density": None, "failing_model": None}
-    slo = _objective(rows, slo_p99_ms, _pct(max_error_rate))
-    if slo is None:
-        return {**none, "reason": "no SLO given (--slo-p99-ms, or slo_p99_ms in the spec)"}
-    if not rows:
-        return {**none, "reason": "nothing was measured"}
-    ordered = sorted(rows, key=lambda r: (_scale(r), r["pattern"]))
-    unreliable = [r for r in ordered if r.get("unreliable")]
-    unstable = [r for r in ordered if r.get("stable") is False]
-    failed = [r for r in ordered if r.get("slo_met") is not True]
-    good = sorted(
-        {_scale(r) for r in ordered}
-        - {_scale(r) for r in unreliable}
-        - {_scale(r) for r in unstable}
-        - {_scale(r) for r in failed}
-    )
-    best = good[-1] if good else None
-    sweep = not is_mix(rows)
-    noun = "density" if sweep else "scale"
-
-    def why(row: dict[str, Any]) -> str:
-        return f"{_label(rows, row)} missed it: " + ", ".join(_row_misses(row, max_error_rate))
-
-    notes = []
-    next_failed = None
-    if best is None:
-        met = [r for r in ordered if r.get("slo_met") is True]
-        reason = (
-            f"no {noun} met {slo}"
-            if not met
-            else f"no {noun} can be recommended: every one that met {slo} was set aside"
-        )
-        if failed:
-            next_failed = failed[0]
-            notes.append(why(failed[0]))
-    else:
-        best_row = next(r for r in ordered if _scale(r) == best)
-        if sweep:
-            reason = f"density {best} is the largest whose every model met {slo}"
-        else:
-            reason = (
-                f"scale {best} ({best_row['density']} replicas) is the largest at which every "
-                f"model met {slo}"
-            )
-        above = [r for r in failed if _scale(r) > best]
-        below = [r for r in failed if _scale(r) < best]
-        if above:
-            next_failed = above[0]
-            notes.append(why(above[0]))
-        elif not any(_scale(r) > best for r in ordered):
-            notes.append(f"no larger {noun} was measured")
-        if below:
-            notes.append(f"though smaller {why(below[0])}, so the runs may be noisy")
-    for row in unreliable:
-        if best is None or _scale(row) > best:
-            cpu = _pct(row["loadgen_cpu_util"]) if row.get("loadgen_cpu_util") is not None else "?"
-            notes.append(
-                f"{_label(rows, row)} is not recommended: the load generator used {cpu} of a core "
-                f"(over {_pct(LOADGEN_CPU_LIMIT)}), so it, not the servers, may have been the "
-                "bottleneck"
-            )
-    for row in unstable:
-        if best is None or _scale(row) > best:
-            judged = len(row.get("windows") or [])
-            notes.append(
-                f"{_label(rows, row)} is not recommended: unstable, its last windows never agreed "
-                f"within {_pct(STABILITY_TOLERANCE)} on QPS and p99 ({judged} windows measured); "
-                "a longer --max-duration or --duration may let it settle"
-            )
-    unjudged = sorted(
-        {n for r in rows for n, m in (r.get("models") or {}).items() if m.get("slo_p99_ms") is None}
-    )
-    if unjudged:
-        notes.append(f"not judged, no objective: model {', '.join(unjudged)}")
-    failing = _failing(next_failed, max_error_rate) if next_failed is not None else []
-    return {
-        "scale": best,
-        "density": None if best is None else best_row["density"],
-        "reason": "; ".join([reason, *notes]),
-        "failing_model": failing[0][0] if failing else None,
-    }
-
-
-def throttle_notes(rows: list[dict[str, Any]], most: int = 5) -> list[str]:
-    """Models whose P99 their own CPU quota sets: throttled in at least ``THROTTLED_SHARE_NOTE``
-    of their CFS periods with a P99 at least ``TAIL_RATIO_NOTE`` times their P50. At most
-    ``most`` notes, then how many more."""
-    notes = []
-    for row in rows:
-        for m in row.get("per_model") or []:
-            share, p50, p99 = m.get("cpu_throttled_share"), m.get("p50_ms"), m.get("p99_ms")
-            if share is None or p50 is None or p99 is None or p50 <= 0:
-                continue
-            if share >= THROTTLED_SHARE_NOTE and p99 >= TAIL_RATIO_NOTE * p50:
-                notes.append(
-                    f"{_label(rows, row)}, model {m['name']}: p99 {p99:.3g} ms (p50 {p50:.3g} ms) "
-                    f"with its CPU quota throttling {share * 100:.0f}% of periods: the quota, not "
-                    "its neighbours, sets the tail; try a larger --cpu-limit"
-                )
-    if len(notes) > most:
-        notes = [*notes[:most], f"and {len(notes) - most} more models throttled likewise"]
-    return notes

@@ -41,7 +41,8 @@ from sharedserve.bench.sampler import (
     process_gpu_peak,
     summarize,
 )
-from sharedserve.bench.summary import TargetResult, build_row, finalize_rows, recommend
+from sharedserve.bench.summary import TargetResult, build_row, finalize_rows
+from sharedserve.bench.verdict import recommend
 from sharedserve.config import BenchSettings, LoadPattern
 from sharedserve.errors import GpuError, SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sharedserve.bench.histogram import LatencyHistogram
-from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row, recommend
+from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.bench.summary import finalize_rows as finalize
+from sharedserve.bench.verdict import recommend
 
 SLO = 50.0
 

@@ -20,8 +20,8 @@ from sharedserve.bench.summary import (
     TargetResult,
     build_row,
     finalize_rows,
-    recommend,
 )
+from sharedserve.bench.verdict import recommend
 from tests.support.bench_mix import mix_report
 
 SLO = 50.0

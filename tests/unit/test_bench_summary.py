@@ -13,13 +13,15 @@ from sharedserve.bench.summary import (
     MODEL_KEYS,
     PER_MODEL_KEYS,
     ROW_KEYS,
-    TAIL_RATIO_NOTE,
-    THROTTLED_SHARE_NOTE,
     Pattern,
     Samples,
     TargetResult,
     build_row,
     finalize_rows,
+)
+from sharedserve.bench.verdict import (
+    TAIL_RATIO_NOTE,
+    THROTTLED_SHARE_NOTE,
     recommend,
     throttle_notes,
 )
