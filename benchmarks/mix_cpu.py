@@ -49,52 +49,40 @@ def _build(work: Path) -> Path:
     return Path(shutil.copy(ROOT / "examples" / "mix.yaml", work / "examples" / "mix.yaml"))
 
 
+# (heading, key) of the per-model table, after scale, replicas and model; and of the per-scale one.
+_MODEL = (
+    ("QPS", "qps"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"), ("p99.9 ms", "p999_ms"),
+    ("objective ms", "slo_p99_ms"), ("met", "slo_met"), ("throttled", "cpu_throttled_share"),
+    ("errors", "errors"), ("dropped", "dropped"),
+)  # fmt: skip
+_ROW = (
+    ("scale", "scale"), ("replicas", "density"), ("QPS", "qps"), ("p99 ms", "p99_ms"),
+    ("server CPU (cores)", "cpu_util_mean"), ("loadgen CPU", "loadgen_cpu_util"),
+    ("late sent", "late_share"), ("stable", "stable"),
+    ("every model met its objective", "slo_met"),
+)  # fmt: skip
+
+
+def _markdown(headings: list[str], lines: list[list[Any]]) -> list[str]:
+    return [
+        "| " + " | ".join(headings) + " |",
+        "|" + " --- |" * len(headings),
+        *("| " + " | ".join(_fmt(c) for c in line) + " |" for line in lines),
+    ]
+
+
 def _table(report: dict[str, Any]) -> list[str]:
     lines = [
-        "| scale | replicas | model | QPS | p50 ms | p99 ms | p99.9 ms | objective ms | met "
-        "| throttled | errors | dropped |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        [row["scale"], m["replicas"], name, *(m[key] for _, key in _MODEL)]
+        for row in report["rows"]
+        for name, m in row["models"].items()
     ]
-    for row in report["rows"]:
-        for name, m in row["models"].items():
-            cells = (
-                row["scale"],
-                m["replicas"],
-                name,
-                m["qps"],
-                m["p50_ms"],
-                m["p99_ms"],
-                m["p999_ms"],
-                m["slo_p99_ms"],
-                m["slo_met"],
-                m["cpu_throttled_share"],
-                m["errors"],
-                m["dropped"],
-            )
-            lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
-    return lines
+    return _markdown(["scale", "replicas", "model", *(h for h, _ in _MODEL)], lines)
 
 
 def _rows(report: dict[str, Any]) -> list[str]:
-    lines = [
-        "| scale | replicas | QPS | p99 ms | server CPU (cores) | loadgen CPU | late sent "
-        "| stable | every model met its objective |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in report["rows"]:
-        cells = (
-            r["scale"],
-            r["density"],
-            r["qps"],
-            r["p99_ms"],
-            r["cpu_util_mean"],
-            r["loadgen_cpu_util"],
-            r["late_share"],
-            r["stable"],
-            r["slo_met"],
-        )
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
-    return lines
+    lines = [[r[key] for _, key in _ROW] for r in report["rows"]]
+    return _markdown([h for h, _ in _ROW], lines)
 
 
 def main() -> None:

@@ -20,9 +20,9 @@ from typing import Any
 from sharedserve.size.binpack import Packing, PlannedGpu
 from sharedserve.size.bounds import cost, lower_bound
 from sharedserve.size.demand import Demand
-from sharedserve.size.fleet import Fleet
+from sharedserve.size.fleet import Fleet, FleetModel
 
-__all__ = ["build_plan", "gpu_spec", "plan_markdown", "spec_name"]
+__all__ = ["build_plan", "gpu_specs", "plan_markdown", "spec_name"]
 
 
 def _r(value: float, digits: int = 3) -> float:
@@ -47,8 +47,7 @@ def _gpu(gpu: PlannedGpu) -> dict[str, Any]:
     }
 
 
-def _model(fleet: Fleet, d: Demand, packing: Packing) -> dict[str, Any]:
-    entry = next(m for m in fleet.models if m.name == d.model)
+def _model(entry: FleetModel, d: Demand, gpus: list[int]) -> dict[str, Any]:
     return {
         "name": d.model,
         "replicas": d.replicas,
@@ -66,7 +65,7 @@ def _model(fleet: Fleet, d: Demand, packing: Packing) -> dict[str, Any]:
         "cpu_cores": None if d.cpu_cores is None else _r(d.cpu_cores),
         "cpu_limit": d.cpu_limit,
         "profile": str(entry.profile),
-        "gpus": [g.index for g in packing.gpus for r in g.replicas if r.model == d.model],
+        "gpus": gpus,
     }
 
 
@@ -79,6 +78,12 @@ def build_plan(
                         fleet.utilization_target)  # fmt: skip
     planned = cost(len(packing.gpus), price)
     baseline = cost(sum(d.replicas for d in demands), price)
+    # Looked up once: a fleet has thousands of models, a plan tens of thousands of replicas.
+    entries = {m.name: m for m in fleet.models}
+    gpus_of: dict[str, list[int]] = {d.model: [] for d in demands}
+    for g in packing.gpus:
+        for r in g.replicas:
+            gpus_of[r.model].append(g.index)
     notes = list(warnings)
     if packing.unspread:
         notes.append(
@@ -110,7 +115,7 @@ def build_plan(
         "node": {"gpus": fleet.node.gpus, "cpu_cores": fleet.node.cpu_cores},
         "utilization_target": fleet.utilization_target,
         "context_reserve_mib": fleet.context_reserve_mib,
-        "models": [_model(fleet, d, packing) for d in demands],
+        "models": [_model(entries[d.model], d, gpus_of[d.model]) for d in demands],
         "gpus": [_gpu(g) for g in packing.gpus],
         "warnings": notes,
     }
@@ -121,14 +126,22 @@ def spec_name(index: int) -> str:
     return f"gpu-{index:03d}.yaml"
 
 
-def gpu_spec(plan: dict[str, Any], index: int, fleet: Fleet, out_dir: Path) -> dict[str, Any]:
-    """GPU ``index``'s share as a pack spec (``pack --spec``) written in ``out_dir``: its models'
+def gpu_specs(plan: dict[str, Any], fleet: Fleet, out_dir: Path) -> list[dict[str, Any]]:
+    """Each GPU's share as a pack spec (``pack --spec``) written in ``out_dir``: its models'
     replicas on one GPU, each with its planned memory as its cap (when measured: a
     model's files are not a cap), the CPU limit its profile was measured under, its objective
     and its share of the GPU's traffic as its weight. Needs every model's files (``model:``)."""
-    gpu = plan["gpus"][index]
     models = {m["name"]: m for m in plan["models"]}
     files = {m.name: m.model for m in fleet.models}
+    return [_spec(gpu, models, files, out_dir) for gpu in plan["gpus"]]
+
+
+def _spec(
+    gpu: dict[str, Any],
+    models: dict[str, dict[str, Any]],
+    files: dict[str, Path | None],
+    out_dir: Path,
+) -> dict[str, Any]:
     entries = []
     for name, count in Counter(r["model"] for r in gpu["replicas"]).items():
         model = models[name]

@@ -15,7 +15,7 @@ from sharedserve.server.model_source import find_model
 from sharedserve.size.binpack import pack
 from sharedserve.size.demand import demands
 from sharedserve.size.fleet import Fleet, load_fleet
-from sharedserve.size.plan import build_plan, gpu_spec, plan_markdown, spec_name
+from sharedserve.size.plan import build_plan, gpu_specs, plan_markdown, spec_name
 from sharedserve.size.plan_html import plan_html
 from sharedserve.size.profile import ModelProfile, load_profiles
 
@@ -62,9 +62,8 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
             f"no pack specs: model {', '.join(bare)} has no files (`model:` in the fleet file)"
         )
     else:
-        for gpu in plan["gpus"]:
-            spec = gpu_spec(plan, gpu["index"], fleet, out_dir)
-            name = spec_name(gpu["index"])
+        for index, spec in enumerate(gpu_specs(plan, fleet, out_dir)):
+            name = spec_name(index)
             write_atomic(out_dir / name, yaml.safe_dump(spec, sort_keys=False).encode())
             specs.append(name)
     plan["pack_specs"] = specs
