@@ -27,6 +27,7 @@ __all__ = [
     "build_inventory",
     "replicas_for",
     "vgpu_id",
+    "vgpu_memory_for",
 ]
 
 #: The kubelet's limit on a device ID (``Device.ID`` in the v1beta1 API).
@@ -108,6 +109,11 @@ def replicas_for(memory_mib: int, sizing: Sizing) -> int:
     return min(memory_mib // sizing.vgpu_memory_mib, MAX_REPLICAS)
 
 
+def vgpu_memory_for(memory_mib: int, sizing: Sizing) -> int:
+    """MiB per vGPU on a GPU with ``memory_mib``: the size given, else an equal cut."""
+    return sizing.vgpu_memory_mib or memory_mib // max(replicas_for(memory_mib, sizing), 1)
+
+
 class Inventory:
     """The node's GPUs and vGPUs, fixed for the life of the plugin process."""
 
@@ -165,7 +171,7 @@ def build_inventory(gpus: Iterable[GpuLike], sizing: Sizing) -> Inventory:
             raise ConfigError(f"GPU UUID {gpu.uuid!r} cannot name vGPUs")
         seen.add(gpu.uuid)
         replicas = replicas_for(gpu.memory_mib, sizing)
-        per_vgpu = sizing.vgpu_memory_mib or gpu.memory_mib // max(replicas, 1)
+        per_vgpu = vgpu_memory_for(gpu.memory_mib, sizing)
         longest = vgpu_id(gpu.uuid, max(replicas - 1, 0))
         if len(longest) > MAX_DEVICE_ID_LENGTH:
             raise ConfigError(

@@ -64,8 +64,8 @@ def size(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Directory for the plan (plan.json, plan.md, pack specs), or for --verify's "
-            "report.",
+            help="Directory for the plan (plan.json, plan.md, plan.html, k8s.yaml, pack specs), "
+            "or for --verify's report.",
             show_default="required with --fleet; with --verify, verify-NAME beside the spec",
         ),
     ] = None,
@@ -103,8 +103,10 @@ def size(
     model's min_replicas go on different GPUs. The lower bound on GPUs and how far the plan is
     above it are reported.
 
-    Writes plan.json, plan.md and, when every model gives its files (model:), gpu-NNN.yaml:
-    each GPU's share as a pack spec (`sharedserve pack --spec OUT/gpu-000.yaml`).
+    Writes plan.json, plan.md, plan.html, k8s.yaml (a Deployment and Service per model, as `k8s
+    render --spec` renders them: each pod asks for the vGPUs holding its planned memory, under
+    the fleet file's kubernetes: settings) and, when every model gives its files (model:),
+    gpu-NNN.yaml: each GPU's share as a pack spec (`sharedserve pack --spec OUT/gpu-000.yaml`).
 
     --verify OUT/gpu-NNN.yaml runs that share on this host (`bench --spec` at scale 1, open loop,
     each model at its planned requests/s) and prints predicted against measured QPS and p99 per

@@ -92,19 +92,26 @@ def _count(n: int, what: str) -> str:
 
 
 def render_mix_yaml(
-    models: Sequence[MixModel], size: VgpuSize, *, context_reserve_mib: int, source: str
+    models: Sequence[MixModel],
+    size: VgpuSize,
+    *,
+    context_reserve_mib: int,
+    source: str,
+    basis: str = "what `pack` plans for one replica of the spec on one GPU",
+    command: str = "sharedserve k8s render --spec",
 ) -> str:
     """Every model's Deployment and Service in one YAML stream, with comments saying how their
-    vGPUs follow from the plan; ``source`` names the spec in the header."""
+    vGPUs follow from the plan; ``source`` names the spec (or plan) in the header, ``basis``
+    where each replica's cap comes from and ``command`` what wrote the file."""
     deployments = render_mix(models, size, context_reserve_mib=context_reserve_mib)
     pods = sum(d.replicas for d in deployments)
     vgpus = sum(d.replicas * d.vgpu for d in deployments)
     header = (
-        f"Models of {source} for sharedserve (sharedserve k8s render --spec): a Deployment and "
+        f"Models of {source} for sharedserve ({command}): a Deployment and "
         f"Service each; {_count(len(deployments), 'model')}, {_count(pods, 'pod')}, "
         f"{_count(vgpus, 'vGPU')} ({vgpus / size.per_gpu:.1f} GPUs' worth). Apply with: "
-        "kubectl apply -f FILE. Each pod asks for the vGPUs holding what `pack` plans for one "
-        f"replica of the spec on one GPU: its GPU memory cap plus {context_reserve_mib} MiB for "
+        f"kubectl apply -f FILE. Each pod asks for the vGPUs holding {basis}: its GPU memory "
+        f"cap plus {context_reserve_mib} MiB for "
         f"its CUDA context, rounded up to vGPUs of {size.vgpu_memory_mib} MiB, {size.per_gpu} "
         f"per {size.gpu_memory_mib} MiB GPU (the allocator's {size.allocator_flag})."
     )

@@ -16,6 +16,13 @@ Format (YAML; JSON is YAML too)::
         max_replicas_per_gpu: 4      # optional
         profile_model: resnet50      # the model's name in the report (default: name)
         model: models/fraud          # its files, for pack specs and sizes on disk (optional)
+    kubernetes:                      # optional, for the plan's k8s.yaml; defaults shown
+      image: sharedserve:0.1.0
+      namespace: sharedserve
+      model_pvc: sharedserve-models
+      runtime_class: nvidia          # optional
+      replicas_per_gpu: 8            # or vgpu_memory_mib: the allocator's cut of a GPU;
+                                     # default: the coarsest cut every planned GPU's share fits
 """
 
 from __future__ import annotations
@@ -24,12 +31,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sharedserve import __version__
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import read_document, unknown_key
 
-__all__ = ["Fleet", "FleetModel", "GpuType", "NodeType", "load_fleet", "parse_fleet"]
+__all__ = [
+    "Fleet",
+    "FleetModel",
+    "GpuType",
+    "KubernetesSettings",
+    "NodeType",
+    "load_fleet",
+    "parse_fleet",
+]
 
-_TOP_KEYS = ("gpu", "node", "utilization_target", "context_reserve_mib", "models")
+_TOP_KEYS = ("gpu", "node", "utilization_target", "context_reserve_mib", "models", "kubernetes")
+_KUBE_KEYS = (
+    *("image", "namespace", "model_pvc", "runtime_class", "replicas_per_gpu"),
+    "vgpu_memory_mib",
+)
 _GPU_KEYS = ("name", "memory_mib", "price_per_hour", "max_gpus")
 _NODE_KEYS = ("gpus", "cpu_cores")
 _MODEL_KEYS = (
@@ -80,6 +100,21 @@ class FleetModel:
 
 
 @dataclass(frozen=True)
+class KubernetesSettings:
+    """What the plan's manifests (``k8s.yaml``) need beyond the plan: ``k8s render``'s options."""
+
+    image: str = f"sharedserve:{__version__}"
+    namespace: str = "sharedserve"
+    model_pvc: str = "sharedserve-models"
+    runtime_class: str | None = None
+    replicas_per_gpu: int | None = None
+    """vGPUs per GPU, the allocator's ``--replicas``."""
+    vgpu_memory_mib: int | None = None
+    """MiB per vGPU, the allocator's ``--vgpu-memory-mib``. Neither: the plan picks the coarsest
+    ``--replicas`` that every planned GPU's share fits."""
+
+
+@dataclass(frozen=True)
 class Fleet:
     gpu: GpuType
     node: NodeType
@@ -87,6 +122,7 @@ class Fleet:
     utilization_target: float = 0.8
     context_reserve_mib: int = 512
     source: Path | None = None
+    kubernetes: KubernetesSettings = KubernetesSettings()
 
 
 def _check_keys(values: Any, known: tuple[str, ...], where: str) -> dict[str, Any]:
@@ -142,6 +178,24 @@ def _model(raw: Any, base_dir: Path, where: str) -> FleetModel:
     )  # fmt: skip
 
 
+def _kubernetes(raw: Any, where: str) -> KubernetesSettings:
+    if raw is None:
+        return KubernetesSettings()
+    values = _check_keys(raw, _KUBE_KEYS, where)
+    if values.get("replicas_per_gpu") is not None and values.get("vgpu_memory_mib") is not None:
+        raise ConfigError(f"{where}: give replicas_per_gpu or vgpu_memory_mib, not both")
+    names = {
+        key: _name(values, key, where)
+        for key in ("image", "namespace", "model_pvc", "runtime_class")
+        if values.get(key) is not None
+    }
+    return KubernetesSettings(
+        **names,
+        replicas_per_gpu=_optional(values, "replicas_per_gpu", where, whole=True),
+        vgpu_memory_mib=_optional(values, "vgpu_memory_mib", where, whole=True),
+    )
+
+
 def parse_fleet(data: Any, *, base_dir: Path, where: str = "fleet file") -> Fleet:
     """Check parsed fleet data; paths are taken relative to ``base_dir``."""
     top = _check_keys(data, _TOP_KEYS, where)
@@ -176,6 +230,7 @@ def parse_fleet(data: Any, *, base_dir: Path, where: str = "fleet file") -> Flee
         utilization_target=float(target),
         context_reserve_mib=reserve,
         source=None if where == "fleet file" else Path(where),
+        kubernetes=_kubernetes(top.get("kubernetes"), f"{where}: kubernetes"),
     )
 
 

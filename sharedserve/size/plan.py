@@ -197,6 +197,14 @@ def plan_markdown(plan: dict[str, Any], specs: list[str]) -> str:
         f"this plan is {plan['above_bound']}x it.",
         "",
     ]
+    kube = plan.get("kubernetes")
+    if kube:
+        lines += [
+            f"Kubernetes: `{kube['manifests']}`, {kube['vgpus']} vGPUs of "
+            f"{kube['vgpu_memory_mib']:,} MiB ({kube['gpus_worth']:g} GPUs' worth) with the "
+            f"allocator at `{kube['allocator_flag']}`.",
+            "",
+        ]
     if plan["warnings"]:
         lines += ["## Warnings", "", *(f"- {w}" for w in plan["warnings"]), ""]
     lines += [

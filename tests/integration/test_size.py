@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
@@ -41,6 +42,26 @@ def sweep(model: str, points: list[tuple[int, float, float, int]]) -> dict[str, 
                               targets=targets, samples=samples, loadgen_cpu_util=0.2,
                               slo_p99_ms=None, gpu_name=GPU["name"]))  # fmt: skip
     return {"rows": rows, "environment": {"gpus": [GPU]}}
+
+
+def check_manifests(plan: dict[str, Any], out: Path) -> None:
+    """The plan's manifests: a Deployment per model, its planned replicas as pods, vGPUs that
+    hold its memory and reserve, under a cut of the GPU that holds every planned GPU's share."""
+    kube = plan["kubernetes"]
+    objects = [o for o in yaml.safe_load_all((out / "k8s.yaml").read_text()) if o]
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    assert set(deployments) == {"tiny", "edge"}
+    assert deployments["tiny"]["spec"]["replicas"] == 5
+    vgpus = {}
+    for name, d in deployments.items():
+        (container,) = d["spec"]["template"]["spec"]["containers"]
+        vgpus[name] = int(container["resources"]["limits"]["sharedserve.io/vgpu"])
+        planned = 700 if name == "tiny" else 900  # NVML MiB, and the reserve beside it
+        assert vgpus[name] * kube["vgpu_memory_mib"] >= planned + 512
+    for gpu in plan["gpus"]:
+        assert sum(vgpus[r["model"]] for r in gpu["replicas"]) <= kube["vgpus_per_gpu"]
+    assert kube["vgpus"] == sum(vgpus[n] * d["spec"]["replicas"] for n, d in deployments.items())
+    assert f"`{kube['allocator_flag']}`" in (out / "plan.md").read_text()
 
 
 def test_size_plans_a_fleet_and_a_gpus_share_runs_under_pack(
@@ -96,6 +117,7 @@ def test_size_plans_a_fleet_and_a_gpus_share_runs_under_pack(
     assert "saving factor" in (out / "plan.html").read_text()
     markdown = (out / "plan.md").read_text()
     assert "| one replica per GPU | 7 |" in markdown and "gpu-000.yaml" in markdown
+    check_manifests(plan, out)
     # GPU 0's share as a pack spec, loaded by pack's own loader and run by pack.
     assert plan["pack_specs"] == [f"gpu-{i:03d}.yaml" for i in range(plan["gpu_count"])]
     spec_path = out / "gpu-000.yaml"

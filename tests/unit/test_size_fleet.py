@@ -73,6 +73,12 @@ def base(**models: Any) -> dict[str, Any]:
         ),
         (lambda d: d["models"].append(dict(d["models"][0])), "repeated: m"),
         (lambda d: d.update(context_reserve_mib=-1), "context_reserve_mib must be"),
+        (
+            lambda d: d.update(kubernetes={"replicas_per_gpu": 4, "vgpu_memory_mib": 1024}),
+            "kubernetes: give replicas_per_gpu or vgpu_memory_mib, not both",
+        ),
+        (lambda d: d.update(kubernetes={"imag": "x"}), "did you mean 'image'"),
+        (lambda d: d.update(kubernetes={"image": ""}), "kubernetes: image must be a non-empty"),
     ],
 )
 def test_errors_name_the_place_and_the_key(change: Any, message: str) -> None:
