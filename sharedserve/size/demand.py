@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sharedserve.errors import ConfigError
-from sharedserve.size.fleet import Fleet, FleetModel
+from sharedserve.size.fleet import Fleet, FleetModel, listed
 from sharedserve.size.profile import ModelProfile, ProfilePoint, capacity
 
 __all__ = ["Demand", "demands"]
@@ -67,12 +67,12 @@ def _tokens(name: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", name.lower())) - {"nvidia", "tesla"}
 
 
-def _gpu_warning(fleet: Fleet, entry: FleetModel, profile: ModelProfile) -> str | None:
-    where = f"model {entry.name}: its profile ({profile.source})"
+def _gpu_mismatch(fleet: Fleet, profile: ModelProfile) -> str | None:
+    """What is wrong with where ``profile`` was measured, for sizing ``fleet``; None: nothing."""
     if profile.gpu_name is None:
-        return f"{where} was measured without a GPU (a CPU profile), not on {fleet.gpu.name}"
+        return f"was measured without a GPU (a CPU profile), not on {fleet.gpu.name}"
     if not _tokens(fleet.gpu.name) <= _tokens(profile.gpu_name):
-        return f"{where} was measured on {profile.gpu_name}, not on {fleet.gpu.name}"
+        return f"was measured on {profile.gpu_name}, not on {fleet.gpu.name}"
     return None
 
 
@@ -139,7 +139,10 @@ def demands(
     fleet gives it, ``str(entry.profile)``); ``weights_mib``: the size on disk of the models with
     files, by fleet name.
     """
-    out, warnings = [], []
+    out = []
+    # One warning per profile, naming its models: a fleet of 500 models drawn from a few
+    # profiles must not bury the plan under 500 lines saying the same thing.
+    mismatched: dict[tuple[str, str], list[str]] = {}
     for entry in fleet.models:
         report = profiles.get(str(entry.profile))
         if report is None:
@@ -150,8 +153,13 @@ def demands(
                 f"model {entry.name}: its profile ({entry.profile}) measured no model "
                 f"{entry.in_profile!r} (it has: {', '.join(report)}); set profile_model"
             )
-        warning = _gpu_warning(fleet, entry, profile)
-        if warning:
-            warnings.append(warning)
+        mismatch = _gpu_mismatch(fleet, profile)
+        if mismatch:
+            mismatched.setdefault((str(profile.source), mismatch), []).append(entry.name)
         out.append(_demand(fleet, entry, profile, (weights_mib or {}).get(entry.name)))
+    warnings = [
+        f"{'model' if len(names) == 1 else 'models'} {listed(names)}: "
+        f"{'its' if len(names) == 1 else 'their'} profile ({source}) {mismatch}"
+        for (source, mismatch), names in mismatched.items()
+    ]
     return out, warnings

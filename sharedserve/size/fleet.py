@@ -41,6 +41,7 @@ __all__ = [
     "GpuType",
     "KubernetesSettings",
     "NodeType",
+    "listed",
     "load_fleet",
     "parse_fleet",
 ]
@@ -123,6 +124,13 @@ class Fleet:
     context_reserve_mib: int = 512
     source: Path | None = None
     kubernetes: KubernetesSettings = KubernetesSettings()
+
+
+def listed(names: list[str], most: int = 5) -> str:
+    """``a, b, c``; past ``most`` names, ``a, b, c, d, e and 495 more``: a fleet has thousands."""
+    if len(names) <= most:
+        return ", ".join(names)
+    return f"{', '.join(names[:most])} and {len(names) - most} more"
 
 
 def _check_keys(values: Any, known: tuple[str, ...], where: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 from sharedserve.size.binpack import Packing, PlannedGpu
 from sharedserve.size.bounds import cost, lower_bound
 from sharedserve.size.demand import Demand
-from sharedserve.size.fleet import Fleet, FleetModel
+from sharedserve.size.fleet import Fleet, FleetModel, listed
 
 __all__ = ["build_plan", "gpu_specs", "plan_markdown", "spec_name"]
 
@@ -88,7 +88,7 @@ def build_plan(
     if packing.unspread:
         notes.append(
             "not spread over nodes as far as min_replicas asks (no node had room): "
-            + ", ".join(packing.unspread)
+            + listed(packing.unspread)
         )
     return {
         "gpu_count": planned.gpus,

@@ -14,7 +14,7 @@ from sharedserve.pack.prepare import footprint_mib
 from sharedserve.server.model_source import find_model
 from sharedserve.size.binpack import pack
 from sharedserve.size.demand import demands
-from sharedserve.size.fleet import Fleet, load_fleet
+from sharedserve.size.fleet import Fleet, listed, load_fleet
 from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import build_plan, gpu_specs, plan_markdown, spec_name
 from sharedserve.size.plan_html import plan_html
@@ -55,7 +55,7 @@ def _write_manifests(
     if manifests.unfit:
         plan["warnings"].append(
             f"k8s.yaml: with the allocator's {size.allocator_flag} ({size.per_gpu} vGPUs a GPU), "
-            f"{', '.join(manifests.unfit[:5])}{' and more' if len(manifests.unfit) > 5 else ''} "
+            f"{listed(manifests.unfit)} "
             "would need more vGPUs than a GPU has: the cluster needs more GPUs than the plan; "
             "cut GPUs finer (kubernetes.replicas_per_gpu)"
         )
@@ -87,7 +87,7 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
     bare = [m.name for m in fleet.models if m.model is None]
     if bare:
         plan["warnings"].append(
-            f"no pack specs: model {', '.join(bare)} has no files (`model:` in the fleet file)"
+            f"no pack specs: model {listed(bare)} has no files (`model:` in the fleet file)"
         )
     else:
         for index, spec in enumerate(gpu_specs(plan, fleet, out_dir)):

@@ -119,3 +119,12 @@ def test_a_profile_from_another_gpu_or_a_cpu_is_a_warning(gpu: str | None, warne
     else:
         (warning,) = warnings
         assert warned in warning and "H100-80GB" in warning and warning.startswith("model fraud")
+
+
+def test_many_models_on_one_cpu_profile_are_one_warning() -> None:
+    cpu = ModelProfile("resnet50", None, RESNET.points, "r.json")
+    entries = [model(name=f"m{i}") for i in range(8)]
+    _, warnings = demands(fleet(*entries), {"r.json": {"resnet50": cpu}})
+    (warning,) = warnings
+    assert warning.startswith("models m0, m1, m2, m3, m4 and 3 more: their profile (r.json)")
+    assert "without a GPU" in warning
