@@ -3,7 +3,8 @@
 A profile is what one ``report.json`` measured of one model: a point per row (a density of a
 one-model sweep, or a scale of a mix) with the model's sustained QPS per replica, its p50/p99
 (its replicas' histograms merged, as ``bench`` judged it), its failed share, the CPU and GPU
-memory a replica used, and whether the row was trusted (stable, load generator not the limit).
+memory a replica used, and whether the row was trusted (stable, load generator not the limit,
+a hundred requests at least).
 ``capacity`` picks the point sizing builds on: the highest QPS per replica at which the model
 still met a given objective.
 
@@ -30,6 +31,11 @@ from sharedserve.errors import ConfigError
 __all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profiles", "profiles_of"]
 
 
+MIN_REQUESTS = 100
+"""Requests a point needs behind its p99 to be used: fewer, and the p99 is one slow request
+(a short window on a slow model: ``profile`` of a CPU-bound model once gave a row of one)."""
+
+
 @dataclass(frozen=True)
 class ProfilePoint:
     """One model in one row of a report."""
@@ -45,7 +51,8 @@ class ProfilePoint:
     failed_share: float
     """Errors and dropped requests over completed plus dropped."""
     trusted: bool
-    """Neither unstable nor limited by the load generator (``bench`` never recommends those)."""
+    """Neither unstable nor limited by the load generator (``bench`` never recommends those),
+    and at least ``MIN_REQUESTS`` requests."""
     cpu_cores_per_replica: float | None
     cpu_limit: float | None
     """The CPU limit each replica was measured under (cores); None: none."""
@@ -104,7 +111,9 @@ def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: float | No
         p50_ms=model.get("p50_ms"),
         p99_ms=model.get("p99_ms"),
         failed_share=failed,
-        trusted=row.get("stable") is not False and not row.get("unreliable"),
+        trusted=row.get("stable") is not False
+        and not row.get("unreliable")
+        and model["requests"] >= MIN_REQUESTS,
         cpu_cores_per_replica=None if cpu is None else cpu / density,
         cpu_limit=model.get("cpu_limit"),
         gpu_mem_mib=None if mem is None else float(mem),

@@ -78,11 +78,12 @@ def test_untrusted_and_failing_points_are_never_capacity() -> None:
         sweep_row(1, 20.0, 500, stable=False),  # its windows never agreed
         sweep_row(2, 20.0, 400, loadgen_cpu_util=0.95),  # the load generator was the limit
         sweep_row(4, 20.0, 100),
+        sweep_row(8, 20.0, 12),  # 96 requests: too few behind a p99
     ]
     (profile,) = profiles_of(report(rows)).values()
     found = capacity(profile, 100.0)
     assert found is not None and found.point.density == 4
-    assert profile.max_density == 4
+    assert profile.max_density == 4 and not profile.points[3].trusted
     failing = replica("resnet50-0", "resnet50", 5.0, 1000)
     failing = TargetResult("resnet50-0", 1000, 5, 0, failing.histogram, model="resnet50")
     row = build_row(density=1, pattern=Pattern.PARALLEL, window_s=10.0, targets=[failing],
