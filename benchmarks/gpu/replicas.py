@@ -246,8 +246,17 @@ def run_bench(
     fake = ("--fake-gpus", str(stage.fake_gpus)) if stage.fake_gpus else ()
     model = ("--model", str(model_dir)) if model_dir is not None else ()
     command = sharedserve("bench", *model, "--out", str(out), *fake, *args)
-    log = out.with_suffix(".log")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    code, tail = run_logged(command, out.with_suffix(".log"), env)
+    if code != 0 or not (out / "report.json").exists():
+        return {"error": f"bench exited {code}; its log ends:\n{tail}"}
+    report: dict[str, Any] = json.loads((out / "report.json").read_text())
+    return report
+
+
+def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``command`` with its output in ``log`` (it goes into the kit's logs): its exit status
+    and the end of its log, for a check's detail."""
+    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as sink:
         done = subprocess.run(
             command,
@@ -256,11 +265,7 @@ def run_bench(
             env={**os.environ, **(env or {})},
             check=False,
         )
-    if done.returncode != 0 or not (out / "report.json").exists():
-        tail = log.read_text(errors="replace")[-1500:]
-        return {"error": f"bench exited {done.returncode}; its log ends:\n{tail}"}
-    report: dict[str, Any] = json.loads((out / "report.json").read_text())
-    return report
+    return done.returncode, log.read_text(errors="replace")[-1500:]
 
 
 def feasible_densities(

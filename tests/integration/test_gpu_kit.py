@@ -55,7 +55,7 @@ def test_every_stage_dry_runs_and_passes(dry_run: tuple[Path, Any]) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = stage_names()
     assert names[:2] == ["caps", "context"]
-    assert set(names) >= {"sweep", "overhead", "mps", "mix"}
+    assert set(names) >= {"sweep", "overhead", "mps", "mix", "profile"}
     for name in names:
         doc = json.loads((out / f"{name}.json").read_text())
         assert doc["stage"] == name and doc["dry_run"] is True
@@ -94,6 +94,23 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
         assert list(row["models"]) == ["tiny", "mobilenet_v2"] and row["errors"] == 0
         assert row["gpus"] is None and row["gpu_util_mean"] is None
         assert all(m["gpu_mem_mib"] is None for m in row["models"].values())
+    profile = results["profile"]
+    assert list(profile["profiles"]) == ["tiny"]
+    for row in profile["profiles"]["tiny"]:
+        assert row["qps"] > 0 and row["gpu_util_mean"] is None and row["gpu_mem_mib"] is None
+    plan = profile["plan"]
+    assert plan["gpu_count"] >= plan["lower_bound_gpus"] >= 1 and plan["saving_factor"] >= 1
+    (tiny,) = plan["models"]
+    # A CPU profile: memory from the model's files, time from throughput, no NVML figure, and
+    # the plan says so (naming the profile by its path in the kit's work, not this machine's).
+    assert tiny["gpu_memory_source"] == "weights" and tiny["nvml_memory_mib"] is None
+    assert tiny["busy_source"] == "throughput" and tiny["replicas"] >= 2
+    assert any("(profiles/tiny) was measured without a GPU" in w for w in plan["warnings"])
+    verify = profile["verify"]
+    assert verify["held"] is True and verify["gpus"] is None and verify["gpu_util_mean"] is None
+    (line,) = verify["models"]
+    assert line["model"] == "tiny" and line["measured_qps"] > 0 and line["errors"] == 0
+    assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
     mps = results["mps"]["sides"]
     assert [r["density"] for r in mps["mps"]] == [1, 2]
     assert mps["mps"][1]["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"

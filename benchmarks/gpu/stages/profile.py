@@ -1,0 +1,402 @@
+"""profile: fleet sizing on a GPU: profiles, a plan from them, and one GPU's share run at its rates.
+
+``sharedserve profile`` of the torch ``tiny`` and ``mobilenet_v2`` on the GPU (densities 1 and
+4, sequential and parallel, one core per replica; REST, as ``size --verify`` measures), then
+``sharedserve size`` on ``examples/fleet.yaml``'s models with the GPU the stage sees in place of
+the example's, and ``sharedserve size --verify`` of the plan's first GPU on that GPU. The checks:
+every profile carries NVML memory and the plan no CPU-profile warning, the plan keeps its own
+limits (memory, busy share, densities measured), and the verified share is served at its planned
+rates without errors, every planned P99 objective holding: a plan is only as good as its verify,
+so a missed objective is a FAIL.
+"""
+
+# minutes: 2
+# order: 32
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Run as a script, this file is the `profile` module of its own process (stages/ is sys.path[0]),
+# shadowing the standard library's: nothing the stage imports uses that one (cProfile would).
+
+import kit
+import replicas
+
+EXAMPLE_FLEET = Path(__file__).resolve().parents[3] / "examples" / "fleet.yaml"
+MODELS = ("tiny", "mobilenet_v2")  # the models the example fleet serves
+DENSITIES = [1, 4]  # alone and shared: two points keep the stage in the sweep's call
+FLOOR_MIB = 1024  # the least cap per replica worth profiling
+RESERVE_MIB = 512  # pack's --context-reserve-mib default
+DURATION, WARMUP = 3.0, 2.0
+CONCURRENCY = 4
+CPU_LIMIT = 1
+VERIFY_DURATION, VERIFY_WARMUP = 15.0, 3.0
+QPS_TOLERANCE = 0.2
+"""Measured QPS may differ from planned by this share, or by three standard deviations of a
+Poisson count in the window, whichever is wider: the load is random, a short window is noisy."""
+
+# A dry run measures this CPU under a full test suite: the example's objectives are a GPU's, so
+# it holds tiny to a loose one (the code path, not the figures).
+DRY_RUN_DEMAND = {"slo_p99_ms": 2000}
+
+PROFILE_ROW_KEYS = (
+    *("pattern", "density", "qps", "p50_ms", "p99_ms", "stable", "unreliable"),
+    *("cpu_util_mean", "gpu_util_mean", "gpu_mem_used_mib"),
+)
+PLAN_KEYS = (
+    *("gpu_count", "lower_bound_gpus", "lower_bound", "above_bound", "baseline_gpu_count"),
+    *("saving_factor", "cost_per_month", "baseline_cost_per_month", "warnings", "pack_specs"),
+)
+PLAN_MODEL_KEYS = (
+    *("name", "replicas", "peak_qps", "slo_p99_ms", "capacity_qps_per_replica"),
+    *("rate_per_replica", "predicted_p99_ms", "measured_at_density", "max_density"),
+    *("gpu_memory_mib", "gpu_memory_source", "busy_share", "busy_source", "gpus"),
+)
+
+
+def main() -> None:
+    stage = kit.Stage.from_argv("profile", "Fleet sizing: profiles, a plan, one GPU's share")
+    gpu = stage.gpu()
+    if stage.dry_run:
+        # One model at one density (two replicas) and second-long windows: each density costs a
+        # pack's start, and this dry run is part of every test run.
+        names, densities, duration, warmup, concurrency = ["tiny"], [2], 1.0, 0.5, 2
+        verify_duration, verify_warmup = 1.5, 0.5
+    else:
+        names, duration, warmup, concurrency = list(MODELS), DURATION, WARMUP, CONCURRENCY
+        densities = replicas.feasible_densities(DENSITIES, gpu.memory_mib, RESERVE_MIB, FLOOR_MIB)
+        verify_duration, verify_warmup = VERIFY_DURATION, VERIFY_WARMUP
+    stage.results = {
+        "gpu": gpu.uuid,
+        "settings": {
+            "models": names,
+            "densities": densities,
+            "duration_s": duration,
+            "warmup_s": warmup,
+            "concurrency": concurrency,
+            "cpu_limit": CPU_LIMIT,
+            "protocol": "rest",
+            "verify_duration_s": verify_duration,
+            "verify_warmup_s": verify_warmup,
+        },
+        "seconds": {},
+    }
+    models = replicas.build_models(names, stage.work / "models")
+    if not run_profiles(stage, models):
+        stage.finish()
+        return
+    if not run_size(stage, write_fleet(stage, gpu, models), stage.work / "plan"):
+        stage.finish()
+        return
+    run_verify(stage, stage.work / "plan" / "gpu-000.yaml", stage.work / "verify")
+    stage.finish()
+
+
+def sharedserve(stage: kit.Stage, step: str, *args: str) -> tuple[int, str]:
+    """A sharedserve command, its output in ``WORK/STEP.log`` and its seconds in the results."""
+    started = time.time()
+    done = replicas.run_logged(replicas.sharedserve(*args), stage.work / f"{step}.log")
+    stage.results["seconds"][step] = round(time.time() - started, 1)
+    return done
+
+
+def fake_gpus(stage: kit.Stage) -> tuple[str, ...]:
+    return ("--fake-gpus", str(stage.fake_gpus)) if stage.fake_gpus else ()
+
+
+def run_profiles(stage: kit.Stage, models: Path) -> bool:
+    """``sharedserve profile`` of every model, as the README's "Sizing a fleet" runs it."""
+    settings = stage.results["settings"]
+    stage.results["profiles"] = {}
+    failed = []
+    for name in settings["models"]:
+        out = stage.work / "profiles" / name
+        code, tail = sharedserve(
+            stage,
+            f"profile-{name}",
+            *("profile", "--model", str(models / name), "--out", str(out)),
+            *("--densities", ",".join(map(str, settings["densities"]))),
+            *("--duration", f"{settings['duration_s']:g}", "--warmup", f"{settings['warmup_s']:g}"),
+            # Windows of a few seconds would judge noise; and size never uses an unstable row,
+            # so a profile of nothing but such rows could not be sized at all.
+            *("--stability-windows", "1", "--concurrency", str(settings["concurrency"])),
+            *("--cpu-limit", str(settings["cpu_limit"]), *fake_gpus(stage)),
+        )
+        reports = [out / pattern / "report.json" for pattern in ("sequential", "parallel")]
+        if code != 0 or not all(r.is_file() for r in reports):
+            failed.append(f"{name}: exit {code}; its log ends: {tail[-300:]}")
+            continue
+        stage.results["profiles"][name] = profile_rows(name, reports)
+        stage.finish(partial=True)  # cut off at the command's limit, the profiles so far survive
+    stage.check(
+        "a profile of every model (sequential and parallel reports)",
+        not failed,
+        "; ".join(failed)
+        or f"{', '.join(settings['models'])} at densities {settings['densities']}",
+    )
+    if not failed:
+        describe_profiles(stage)
+    return not failed
+
+
+def run_size(stage: kit.Stage, fleet: Path, out: Path) -> bool:
+    """``sharedserve size`` of the fleet: the plan, judged against its own limits."""
+    stage.results["fleet"] = yaml.safe_load(fleet.read_text())
+    code, tail = sharedserve(stage, "size", "size", "--fleet", str(fleet), "--out", str(out))
+    stage.check(
+        "size planned the fleet", code == 0, f"exit {code}" + (f": {tail[-300:]}" if code else "")
+    )
+    if code != 0:
+        return False
+    plan: dict[str, Any] = json.loads((out / "plan.json").read_text())
+    # The results are committed: the plan's warnings name profiles by their path in WORK.
+    plan["warnings"] = [w.replace(f"{stage.work}/", "") for w in plan["warnings"]]
+    stage.results["plan"] = summarize_plan(plan)
+    judge_plan(stage, plan)
+    describe_plan(stage)
+    stage.finish(partial=True)
+    return True
+
+
+def run_verify(stage: kit.Stage, spec: Path, out: Path) -> None:
+    """``sharedserve size --verify`` of one GPU's share, here, at its planned rates."""
+    settings = stage.results["settings"]
+    code, tail = sharedserve(
+        stage,
+        "verify",
+        *("size", "--verify", str(spec), "--out", str(out)),
+        *("--duration", f"{settings['verify_duration_s']:g}"),
+        *("--warmup", f"{settings['verify_warmup_s']:g}", *fake_gpus(stage)),
+    )
+    # Exit 1 is an objective that did not hold, which verify.json says; anything else failed.
+    if code not in (0, 1) or not (out / "verify.json").is_file():
+        stage.check("size --verify ran", False, f"exit {code}; its log ends: {tail[-300:]}")
+        return
+    result = json.loads((out / "verify.json").read_text())
+    (row,) = json.loads((out / "report.json").read_text())["rows"]
+    stage.results["verify"] = {
+        "spec": spec.name,
+        "held": result["held"],
+        "models": result["models"],
+        **{k: row.get(k) for k in ("gpu_util_mean", "gpu_util_max", "gpu_mem_used_mib", "gpus")},
+    }
+    judge_verify(stage, result, settings["verify_duration_s"])
+    if stage.dry_run:
+        profiled = [r for rows in stage.results["profiles"].values() for r in rows]
+        stage.check(
+            "no GPU figure on a simulated GPU",
+            all(r["gpu_util_mean"] is None and r["gpu_mem_mib"] is None for r in profiled)
+            and all(m["nvml_memory_mib"] is None for m in stage.results["plan"]["models"])
+            and row["gpus"] is None
+            and row["gpu_util_mean"] is None,
+            "GPU columns null in the profiles, the plan and the verify",
+        )
+    describe_verify(stage)
+
+
+def profile_rows(name: str, reports: list[Path]) -> list[dict[str, Any]]:
+    """The rows size reads from a model's profile, with the NVML peak of its highest replica."""
+    rows = []
+    for path in reports:
+        for row in json.loads(path.read_text())["rows"]:
+            rows.append(
+                {k: row.get(k) for k in PROFILE_ROW_KEYS}
+                | {"gpu_mem_mib": row["models"][name].get("gpu_mem_mib")}
+            )
+    return rows
+
+
+def write_fleet(stage: kit.Stage, gpu: Any, models: Path) -> Path:
+    """``examples/fleet.yaml`` with this stage's GPU, profiles and models (paths relative to the
+    fleet file, as the example's are)."""
+    path, profiles = stage.work / "fleet.yaml", stage.work / "profiles"
+    names = stage.results["settings"]["models"]
+    fleet = yaml.safe_load(EXAMPLE_FLEET.read_text())
+    fleet["gpu"] |= {"name": gpu.name, "memory_mib": gpu.memory_mib}
+    entries = {m["name"]: m for m in fleet["models"]}
+    missing = set(names) - set(entries)
+    if missing:
+        raise SystemExit(f"{EXAMPLE_FLEET} no longer serves {', '.join(sorted(missing))}")
+    fleet["models"] = []
+    for name in names:
+        entry = entries[name] | {
+            "profile": os.path.relpath(profiles / name, path.parent),
+            "model": os.path.relpath(models / name, path.parent),
+        }
+        fleet["models"].append(entry | (DRY_RUN_DEMAND if stage.dry_run else {}))
+    path.write_text(yaml.safe_dump(fleet, sort_keys=False))
+    return path
+
+
+def summarize_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    models = []
+    for m in plan["models"]:
+        # The NVML figure, on its own: null wherever nothing was measured on a GPU.
+        nvml = m["gpu_memory_mib"] if m["gpu_memory_source"] == "nvml" else None
+        models.append({k: m[k] for k in PLAN_MODEL_KEYS} | {"nvml_memory_mib": nvml})
+    gpus = [
+        {
+            "index": g["index"],
+            "replicas": dict(Counter(r["model"] for r in g["replicas"])),
+            **{k: g[k] for k in ("memory_used_mib", "busy_share", "replica_limit")},
+        }
+        for g in plan["gpus"]
+    ]
+    return {k: plan[k] for k in PLAN_KEYS} | {
+        "gpu": plan["gpu"],
+        "utilization_target": plan["utilization_target"],
+        "models": models,
+        "gpus": gpus,
+    }
+
+
+def judge_plan(stage: kit.Stage, plan: dict[str, Any]) -> None:
+    sources = {m["name"]: m["gpu_memory_source"] for m in plan["models"]}
+    stage.gpu_check(
+        "every profile carries NVML memory (the plan's memory source)",
+        set(sources.values()) == {"nvml"},
+        ", ".join(f"{n}: {s}" for n, s in sources.items()),
+    )
+    # Both of demand's profile warnings say where the profile "was measured".
+    foreign = [w for w in plan["warnings"] if "was measured" in w]
+    stage.gpu_check(
+        "no CPU-profile or other-GPU warning in the plan",
+        not foreign,
+        "; ".join(foreign) or f"profiles from {plan['gpu']['name']}",
+    )
+    memory, target = plan["gpu"]["memory_mib"], plan["utilization_target"]
+    wrong = [
+        f"GPU {g['index']}: {g['memory_used_mib']:g} MiB, busy {g['busy_share']:.2f}, "
+        f"{len(g['replicas'])} replicas (limit {g['replica_limit']})"
+        for g in plan["gpus"]
+        if g["memory_used_mib"] > memory
+        or g["busy_share"] > target + 1e-9
+        or len(g["replicas"]) > g["replica_limit"]
+    ]
+    placed = Counter(r["model"] for g in plan["gpus"] for r in g["replicas"])
+    wrong += [
+        f"{m['name']}: {placed[m['name']]} of {m['replicas']} replicas placed"
+        for m in plan["models"]
+        if placed[m["name"]] != m["replicas"]
+    ]
+    stage.check(
+        "the plan keeps its own limits (memory, busy share, densities, every replica placed)",
+        not wrong and plan["gpu_count"] >= plan["lower_bound_gpus"] >= 1,
+        "; ".join(wrong)
+        or f"{plan['gpu_count']} GPUs (lower bound {plan['lower_bound_gpus']}), each within "
+        f"{memory} MiB and a {target:g} busy share",
+    )
+
+
+def judge_verify(stage: kit.Stage, result: dict[str, Any], duration: float) -> None:
+    off = []
+    for m in result["models"]:
+        planned, measured = m["planned_qps"], m["measured_qps"] or 0.0
+        tolerance = max(QPS_TOLERANCE, 3 / math.sqrt(max(planned * duration, 1.0)))
+        if abs(measured - planned) > tolerance * planned or m["errors"] or m["dropped"]:
+            off.append(
+                f"{m['model']}: {measured:g} of {planned:g} req/s (within {tolerance:.0%}), "
+                f"{m['errors']} errors, {m['dropped']} dropped"
+            )
+    stage.check(
+        "every model of the share served at its planned rate, without errors",
+        not off and bool(result["models"]),
+        "; ".join(off)
+        or ", ".join(f"{m['model']} {m['measured_qps']:g}" for m in result["models"]) + " req/s",
+    )
+    stage.check(
+        "planned objectives held when measured",
+        result["held"],
+        "; ".join(
+            f"{m['model']}: p99 {m['measured_p99_ms']} ms (predicted {m['predicted_p99_ms']}, "
+            f"objective {m['slo_p99_ms']:g})"
+            for m in result["models"]
+        ),
+    )
+
+
+def describe_profiles(stage: kit.Stage) -> None:
+    settings = stage.results["settings"]
+    table = [
+        [name, *(r[k] for k in ("pattern", "density", "qps", "p99_ms", "stable")),
+         r["gpu_util_mean"], r["gpu_mem_mib"]]
+        for name, rows in stage.results["profiles"].items()
+        for r in rows
+    ]  # fmt: skip
+    stage.section(
+        f"`sharedserve profile` per model: densities {settings['densities']}, "
+        f"{settings['warmup_s']:g} s warm-up and {settings['duration_s']:g} s measured per "
+        f"density and pattern, {settings['concurrency']} users per replica in the parallel "
+        f"sweep, {settings['cpu_limit']} core per replica, REST. GPU % is the mean utilisation, "
+        "peak MiB the NVML peak of the model's highest replica.",
+        "",
+        *kit.markdown_table(
+            ["model", "pattern", "density", "QPS", "p99 ms", "stable", "GPU %", "peak MiB"], table
+        ),
+    )
+
+
+def describe_plan(stage: kit.Stage) -> None:
+    plan = stage.results["plan"]
+    models = [
+        [m["name"], m["replicas"], m["capacity_qps_per_replica"], m["predicted_p99_ms"],
+         m["slo_p99_ms"], f"{m['gpu_memory_mib']:g} ({m['gpu_memory_source']})",
+         f"{m['busy_share']:.3f} ({m['busy_source']})", m["max_density"]]
+        for m in plan["models"]
+    ]  # fmt: skip
+    gpus = [
+        [g["index"], ", ".join(f"{n} x{c}" for n, c in g["replicas"].items()),
+         g["memory_used_mib"], g["busy_share"]]
+        for g in plan["gpus"]
+    ]  # fmt: skip
+    heads = ["model", "replicas", "QPS / replica", "predicted p99 ms", "objective ms",
+             "memory MiB (source)", "busy share (source)", "densest"]  # fmt: skip
+    stage.section(
+        f"`sharedserve size` on examples/fleet.yaml's models on {plan['gpu']['name']} "
+        f"({plan['gpu']['memory_mib']} MiB): **{plan['gpu_count']} GPUs** (lower bound "
+        f"{plan['lower_bound_gpus']}, {plan['above_bound']}x it); one replica per GPU would "
+        f"take {plan['baseline_gpu_count']} (saving factor {plan['saving_factor']}x).",
+        *(f"- warning: {w}" for w in plan["warnings"]),
+        "",
+        *kit.markdown_table(heads, models),
+        "",
+        *kit.markdown_table(["GPU", "replicas", "memory MiB", "busy share"], gpus),
+    )
+
+
+def describe_verify(stage: kit.Stage) -> None:
+    settings, verify = stage.results["settings"], stage.results["verify"]
+    table = [
+        [m["model"], m["replicas"], m["planned_qps"], m["measured_qps"], m["predicted_p99_ms"],
+         m["measured_p99_ms"], m["slo_p99_ms"], "yes" if m["slo_met"] else "NO", m["errors"]]
+        for m in verify["models"]
+    ]  # fmt: skip
+    heads = ["model", "replicas", "planned QPS", "measured QPS", "predicted p99 ms",
+             "measured p99 ms", "objective ms", "held", "errors"]  # fmt: skip
+    stage.section(
+        f"`sharedserve size --verify {verify['spec']}`: {settings['verify_warmup_s']:g} s "
+        f"warm-up, {settings['verify_duration_s']:g} s measured, open loop at the planned rates; "
+        + (
+            "no GPU figures (simulated GPU)."
+            if verify["gpus"] is None
+            else f"GPU utilisation {verify['gpu_util_mean']} % (mean), "
+            f"{verify['gpu_mem_used_mib']} MiB used."
+        ),
+        "",
+        *kit.markdown_table(heads, table),
+    )
+
+
+if __name__ == "__main__":
+    main()
