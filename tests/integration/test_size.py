@@ -162,7 +162,8 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
     for name in ("tiny", "edge"):
         result = run_cli(
             "profile", "--model", str(models_dir / name), "--out", str(tmp_path / name),
-            "--densities", "1,2", "--duration", "2", "--warmup", "1", "--stability-windows", "1",
+            # One density (two replicas sharing the GPU) per sweep: each density starts a pack.
+            "--densities", "2", "--duration", "2", "--warmup", "1", "--stability-windows", "1",
             "--concurrency", "2", "--cpu-limit", "0.5", "--fake-gpus", str(gpus),
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
