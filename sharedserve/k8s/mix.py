@@ -23,10 +23,8 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import yaml
-
 from sharedserve.errors import ConfigError
-from sharedserve.k8s.render import ModelDeployment, render_model
+from sharedserve.k8s.render import ModelDeployment, dump_all, render_model
 
 __all__ = ["MixModel", "VgpuSize", "render_mix", "render_mix_yaml"]
 
@@ -124,5 +122,5 @@ def render_mix_yaml(
             f"planned cap {model.cap_mib} MiB + {context_reserve_mib} MiB reserve"
         )
         objects = render_model(deployment)
-        parts.append(f"---\n{note}\n" + yaml.safe_dump_all(objects, sort_keys=False))
+        parts.append(f"---\n{note}\n" + dump_all(objects))
     return "".join(parts)
