@@ -1,11 +1,13 @@
 """The fewest GPUs any plan could use, and what a number of GPUs costs. Pure.
 
-The lower bound is the largest of four: the replicas' memory (each with its context reserve)
-over one GPU's memory, their busy shares over the utilisation target, and the replicas over the
+The lower bound is the largest of five: the replicas' memory (each with its context reserve)
+over one GPU's memory, their busy shares over the utilisation target, the replicas over the
 densest a GPU may hold, counted per model (a replica of a model measured at most 4 to a GPU
-takes a quarter of one, whatever its neighbours), and the most GPUs one model's replicas must be
-spread over (its ``min_replicas``). A plan is judged by how far above it it
-lands. The baseline is the fleet without sharing: one replica per GPU.
+takes a quarter of one, whatever its neighbours), the most GPUs one model's replicas must be
+spread over (its ``min_replicas``), and the replicas no two of which can share a GPU: those of
+models measured only alone, and those over half a GPU's memory or over half its target in time
+(whichever of the two is more). A plan is judged by how far above it it lands. The baseline is
+the fleet without sharing: one replica per GPU.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ HOURS_PER_MONTH = 730
 @dataclass(frozen=True)
 class Bound:
     gpus: int
-    """The largest of the three below."""
+    """The largest of the five below."""
     by_memory: int
     by_compute: int
     by_density: int
     by_spread: int
     """A model whose ``min_replicas`` must be on different GPUs needs that many GPUs."""
+    by_large: int
+    """Replicas no two of which fit one GPU: measured only alone, or past half a resource."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,16 @@ def lower_bound(
     by_compute = math.ceil(busy / target - 1e-9)
     by_density = math.ceil(slots - 1e-9)
     by_spread = max((d.spread for d in demands), default=0)
-    parts = (by_memory, by_compute, by_density, by_spread)
+    # A replica measured only alone shares with nothing; two replicas over half a GPU's memory
+    # (or over half its target in time) never share with each other.
+    shared = [d for d in demands if d.max_density > 1]
+    alone = sum(d.replicas for d in demands if d.max_density == 1)
+    big_memory = sum(
+        d.replicas for d in shared if 2 * (d.memory_mib + reserve_mib) > gpu_memory_mib
+    )
+    big_time = sum(d.replicas for d in shared if 2 * d.busy_share > target)
+    by_large = alone + max(big_memory, big_time)
+    parts = (by_memory, by_compute, by_density, by_spread, by_large)
     return Bound(max(*parts, 0), *parts)
 
 

@@ -1,7 +1,7 @@
 """A fleet plan: the models' demands packed onto GPUs, its cost against the baseline, the pack
 spec of each GPU's share, and its Markdown. Pure.
 
-``plan.json`` is the contract: ``gpu_count``, ``lower_bound_gpus`` (and each of its three
+``plan.json`` is the contract: ``gpu_count``, ``lower_bound_gpus`` (and each of its five
 bounds), ``above_bound``, ``cost_per_month``, ``gpu_hours_per_month``, ``baseline_gpu_count``,
 ``baseline_cost_per_month`` (one replica per GPU: the fleet without sharing), ``saving_factor``,
 ``models`` (each model's demand and where its replicas went) and ``gpus`` (``{index, node,
@@ -98,6 +98,7 @@ def build_plan(
             "compute": bound.by_compute,
             "density": bound.by_density,
             "spread": bound.by_spread,
+            "large": bound.by_large,
         },
         "above_bound": _r(planned.gpus / bound.gpus) if bound.gpus else None,
         "node_count": math.ceil(planned.gpus / fleet.node.gpus),
@@ -193,7 +194,8 @@ def plan_markdown(plan: dict[str, Any], specs: list[str]) -> str:
         "",
         f"Saving factor: **{plan['saving_factor']}x**. Lower bound: {plan['lower_bound_gpus']} "
         f"GPUs (memory {plan['lower_bound']['memory']}, compute {plan['lower_bound']['compute']}"
-        f", density {plan['lower_bound']['density']}, spread {plan['lower_bound']['spread']}); "
+        f", density {plan['lower_bound']['density']}, spread {plan['lower_bound']['spread']}, "
+        f"replicas that share with none {plan['lower_bound']['large']}); "
         f"this plan is {plan['above_bound']}x it.",
         "",
     ]

@@ -70,7 +70,8 @@ def plan_html(plan: dict[str, Any]) -> str:
         f"<h2>{plan['gpu_count']:,} x {escape(str(gpu['name']))}, saving factor "
         f"{plan['saving_factor']}x</h2><p>Lower bound {plan['lower_bound_gpus']:,} GPUs (memory "
         f"{bound['memory']}, compute {bound['compute']}, density {bound['density']}, spread "
-        f"{bound.get('spread', '-')}): this plan is {plan['above_bound']}x it. "
+        f"{bound.get('spread', '-')}, replicas that share with none {bound.get('large', '-')}): "
+        f"this plan is {plan['above_bound']}x it. "
         f"{target:.0%} utilisation target, {plan['context_reserve_mib']} MiB context reserve per "
         "replica, 730 hours a month.</p>"
     )

@@ -190,33 +190,10 @@ def test_a_replica_that_no_gpu_holds_is_refused_by_name(
         packed(demands)
 
 
-# Replicas of up to half a GPU's memory and of its time target, measured at 2 to 32 a GPU. The
-# bound takes memory, time and replica slots each alone, and no plan meets it on some mixes
-# (replicas over half the target need a GPU each, which the bound counts as just over half);
-# twice the bound is what the packer always met, also under a search aimed at the worst ratio
-# (hypothesis's `target`, 5,000 examples: 12 GPUs against a bound of 6 at worst).
-mixed_models = st.lists(
-    st.tuples(
-        st.integers(1, 12),  # replicas
-        st.floats(50, 30_000),  # memory MiB
-        st.floats(0.001, 0.5),  # busy share
-        st.sampled_from([2, 4, 8, 16, 32]),  # densest measured
-        st.integers(1, 3),  # spread
-    ),
-    min_size=1,
-    max_size=60,
-)
-
-
-@settings(max_examples=100, deadline=None)
-@given(mixed_models, st.integers(1, 8))
-def test_any_fleet_stays_within_twice_the_lower_bound(
-    drawn: list[tuple[int, float, float, int, int]], per_node: int
-) -> None:
-    demands = [demand(f"m{i}", *values) for i, values in enumerate(drawn)]
-    packing = packed(demands, gpus_per_node=per_node)
-    check(demands, packing, per_node)
-    assert len(packing.gpus) <= 2 * lower_bound(demands, MEMORY, RESERVE, TARGET).gpus
+# No constant factor holds on any fleet: the bound takes memory, time and replica slots each
+# alone, and some mixes no plan brings near it (11 replicas at 0.3125 of a 0.8 target fit two to
+# a GPU, with 9 measured at most 2 to a GPU beside them: 11 GPUs are the least, the bound says
+# 5). Fleets as sizing sees them, below, are where the factor is stated.
 
 
 def small_replicas(seed: int, models: int = 200) -> list[Demand]:

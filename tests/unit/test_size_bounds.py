@@ -59,3 +59,16 @@ def test_cost_per_month_is_730_hours_a_gpu() -> None:
     c = cost(12, 3.0)
     assert (c.gpus, c.gpu_hours_per_month, c.per_month) == (12, 8760.0, 26280.0)
     assert cost(0, 3.0).per_month == 0.0
+
+
+def test_replicas_no_two_of_which_share_a_gpu_set_the_bound() -> None:
+    # 3 replicas at 0.45 of the time target's 0.8 (over half) and 2 measured only alone: 5
+    # GPUs, where time alone says ceil((3 x 0.45 + 2 x 0.01) / 0.8) = 2.
+    busy, alone = demand(3, 100, 0.45, 4), demand(2, 100, 0.01, 1)
+    bound = lower_bound([busy, alone], 40_000, 512, 0.8)
+    assert (bound.gpus, bound.by_large, bound.by_compute) == (5, 5, 2)
+    # Over half the memory (20,000 of 40,000 with the reserve) and over half the time are
+    # counted apart: one of each may share; the more numerous sets the bound.
+    big = demand(4, 19_600, 0.01, 8)
+    both = lower_bound([big, busy], 40_000, 512, 0.8)
+    assert both.by_large == 4
