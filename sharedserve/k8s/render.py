@@ -17,8 +17,8 @@ A mix of models (a pack spec) is several of these; ``sharedserve.k8s.mix`` sizes
 
 from __future__ import annotations
 
-import copy
 import functools
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -172,6 +172,12 @@ def _source() -> tuple[dict[str, Any], dict[str, Any]]:
     return deployment, service
 
 
+@functools.cache
+def _source_json() -> tuple[str, str]:
+    deployment, service = _source()
+    return json.dumps(deployment), json.dumps(service)
+
+
 def dump_all(objects: list[dict[str, Any]]) -> str:
     """Kubernetes objects as YAML documents, in the order their keys were set."""
     return yaml.dump_all(objects, Dumper=_DUMPER, sort_keys=False)
@@ -180,7 +186,8 @@ def dump_all(objects: list[dict[str, Any]]) -> str:
 def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     """``[Deployment, Service]`` for ``spec``, as the API server takes them."""
     spec.validate()
-    deployment, service = (copy.deepcopy(template) for template in _source())
+    # A JSON round trip copies plain data several times faster than deepcopy.
+    deployment, service = (json.loads(text) for text in _source_json())
     labels = _labels(spec)
     for obj in (deployment, service):
         obj["metadata"] = {
