@@ -8,9 +8,13 @@ with the least room that still holds the request), over the fleet's GPUs and in 
 - **density**: no more replicas on a GPU than the least densely measured model on it was
   measured at (packing never extrapolates a profile);
 - **spread**: a model's first ``spread`` replicas (its ``min_replicas``) go on different GPUs,
-  so that losing a GPU never takes a whole model down; further replicas, and nodes, are spread
-  where a GPU fits them anyway (a new GPU is opened for the first ``spread`` only). The plan
-  lists the models whose replicas share a node although it has nodes enough.
+  so that losing a GPU never takes a whole model down; further replicas are spread where a GPU
+  fits them anyway (a new GPU is opened for the first ``spread`` only).
+- **nodes**: GPUs are dealt to nodes after packing, GPU ``i`` to node ``i mod nodes``. A model's
+  replicas are placed one after another, onto GPUs filling at the same time, so they lie near
+  each other in GPU order: dealt out, they land on different nodes, where numbering nodes in
+  blocks put half a 500-model fleet's pairs on one node. The plan lists the models whose replicas
+  still share a node although it has nodes enough.
 
 Replicas are placed largest first (by the largest of their shares of a GPU's memory, of its time
 and of its replica limit); each goes to the GPU it fits best (the least room left in its tighter
@@ -102,48 +106,37 @@ class _Open:
 
 
 class _Marks:
-    """Which GPUs, by index, hold a replica of the model being placed, and which are on a node
-    that does. A model's replicas are placed one after another, so one pair of arrays serves
-    every model in turn, without a lookup per GPU."""
+    """Which GPUs, by index, hold a replica of the model being placed. A model's replicas are
+    placed one after another, so one array serves every model in turn, without a lookup per
+    GPU."""
 
-    def __init__(self, per_node: int) -> None:
-        self.per_node = per_node
+    def __init__(self) -> None:
         self.model: str | None = None
-        # Whole nodes, so that marking a node marks GPUs opened on it later too.
-        self.gpu = np.zeros(64 * per_node, np.bool_)
-        self.node = np.zeros(64 * per_node, np.bool_)
+        self.gpu = np.zeros(64, np.bool_)
 
     def reach(self, index: int) -> None:
         while index >= len(self.gpu):
             self.gpu = np.concatenate([self.gpu, np.zeros_like(self.gpu)])
-            self.node = np.concatenate([self.node, np.zeros_like(self.node)])
 
     def focus(self, model: str, held: list[int]) -> None:
         """Mark ``held``, the GPUs holding ``model``, unless it is the model marked already."""
         if model != self.model:
             self.model = model
             self.gpu[:] = False
-            self.node[:] = False
-            for index in held:
-                self.mark(index)
+            self.gpu[held] = True
 
     def mark(self, index: int) -> None:
         self.gpu[index] = True
-        first = index - index % self.per_node
-        self.node[first : first + self.per_node] = True
 
 
 class _Packer:
-    def __init__(
-        self, memory_mib: float, reserve_mib: float, target: float, gpus_per_node: int
-    ) -> None:
+    def __init__(self, memory_mib: float, reserve_mib: float, target: float) -> None:
         self.memory, self.reserve, self.target = memory_mib, reserve_mib, target
-        self.per_node = gpus_per_node
         self.gpus: list[PlannedGpu] = []
         self.open = _Open()
         self.held: dict[str, list[int]] = {}
         """The GPUs holding a replica of each model, by index (open or not)."""
-        self.marks = _Marks(gpus_per_node)
+        self.marks = _Marks()
 
     def fits_alone(self, d: Demand) -> bool:
         return (
@@ -155,10 +148,10 @@ class _Packer:
     def choose(self, d: Demand, apart: bool) -> int | None:
         """The open position of the GPU ``d`` fits best; with ``apart``, only among those
         without a replica of its model. The rule is a lexicographic key, lowest first, over the
-        GPUs it fits: a GPU without its model (spread over GPUs first), then a node without it
-        (then over nodes), then a GPU whose replica limit it does not lower (models measured
-        only at low densities fill GPUs together, rather than cap many GPUs each), then the
-        least slack (best fit), then the lowest index."""
+        GPUs it fits: a GPU without its model (spread over GPUs first), then a GPU whose replica
+        limit it does not lower (models measured only at low densities fill GPUs together,
+        rather than cap many GPUs each), then the least slack (best fit), then the lowest
+        index."""
         self.marks.focus(d.model, self.held.get(d.model, []))
         o, n = self.open, self.open.size
         memory, busy = o.memory[:n], o.busy[:n]
@@ -173,7 +166,7 @@ class _Packer:
             at, index, on_gpu = at[~on_gpu], index[~on_gpu], on_gpu[~on_gpu]
         if not at.size:
             return None
-        flags = 4 * on_gpu + 2 * self.marks.node[index] + (d.max_density < o.densest[at])
+        flags = 2 * on_gpu + (d.max_density < o.densest[at])
         at = at[flags == flags.min()]
         slack = np.minimum(
             (self.memory - memory[at] - d.memory_mib - self.reserve) / self.memory,
@@ -197,7 +190,7 @@ class _Packer:
 
     def new_gpu(self) -> int:
         index = len(self.gpus)
-        self.gpus.append(PlannedGpu(index, index // self.per_node))
+        self.gpus.append(PlannedGpu(index, -1))  # its node: dealt out after packing
         self.marks.reach(index)
         return self.open.append(index)
 
@@ -224,7 +217,7 @@ def pack(
 ) -> Packing:
     """Every replica of ``demands`` on a GPU; ConfigError when one replica fits no GPU at all,
     or when more than ``max_gpus`` would be needed."""
-    packer = _Packer(gpu_memory_mib, reserve_mib, target, gpus_per_node)
+    packer = _Packer(gpu_memory_mib, reserve_mib, target)
     for d in demands:
         if not packer.fits_alone(d):
             raise ConfigError(
@@ -261,9 +254,11 @@ def pack(
             f"the fleet needs {len(packer.gpus)} GPUs and gpu.max_gpus allows {max_gpus}"
         )
     nodes = -(-len(packer.gpus) // gpus_per_node)
+    for gpu in packer.gpus:  # dealt out: at most gpus_per_node each
+        gpu.node = gpu.index % nodes
     unspread = sorted(
         d.model
         for d in demands
-        if len({g // gpus_per_node for g in packer.held.get(d.model, [])}) < min(d.spread, nodes)
+        if len({g % nodes for g in packer.held.get(d.model, [])}) < min(d.spread, nodes)
     )
     return Packing(packer.gpus, unspread)

@@ -75,7 +75,7 @@ class NodeType:
     gpus: int
     """GPUs per node: replicas of one model go on different nodes where possible."""
     cpu_cores: float
-    """CPU cores per node, which the replicas' CPU needs must fit."""
+    """CPU cores per node: the plan warns of a node whose replicas need more."""
 
 
 @dataclass(frozen=True)

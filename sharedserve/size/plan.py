@@ -69,6 +69,17 @@ def _model(entry: FleetModel, d: Demand, gpus: list[int]) -> dict[str, Any]:
     }
 
 
+def _node_cpu(packing: Packing, demands: dict[str, Demand]) -> list[float]:
+    """CPU cores each node's replicas need: the limit each was profiled under, else the cores it
+    used (none measured: nothing counted)."""
+    cores = [0.0] * (max((g.node for g in packing.gpus), default=-1) + 1)
+    for g in packing.gpus:
+        for r in g.replicas:
+            d = demands[r.model]
+            cores[g.node] += d.cpu_limit or d.cpu_cores or 0.0
+    return [round(c, 2) for c in cores]
+
+
 def build_plan(
     fleet: Fleet, demands: list[Demand], packing: Packing, warnings: list[str]
 ) -> dict[str, Any]:
@@ -85,9 +96,18 @@ def build_plan(
         for r in g.replicas:
             gpus_of[r.model].append(g.index)
     notes = list(warnings)
+    nodes = _node_cpu(packing, {d.model: d for d in demands})
+    crowded = [f"node {n} ({cores:g} cores)" for n, cores in enumerate(nodes)
+               if cores > fleet.node.cpu_cores]  # fmt: skip
+    if crowded:
+        notes.append(
+            f"the replicas' CPU (their profiles' limits, else what they used) is more than a "
+            f"node's {fleet.node.cpu_cores:g} cores on {listed(crowded)}: give the nodes more "
+            "cores, or fewer GPUs a node"
+        )
     if packing.unspread:
         notes.append(
-            "not spread over nodes as far as min_replicas asks (no node had room): "
+            "replicas share a node although the plan has nodes enough for min_replicas: "
             + listed(packing.unspread)
         )
     return {
@@ -102,6 +122,7 @@ def build_plan(
         },
         "above_bound": _r(planned.gpus / bound.gpus) if bound.gpus else None,
         "node_count": math.ceil(planned.gpus / fleet.node.gpus),
+        "node_cpu_cores": nodes,
         "gpu_hours_per_month": planned.gpu_hours_per_month,
         "cost_per_month": _r(planned.per_month, 2),
         "baseline_gpu_count": baseline.gpus,

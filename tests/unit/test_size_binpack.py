@@ -49,7 +49,8 @@ def check(demands: list[Demand], packing: Any, per_node: int = 8) -> None:
         assert memory <= MEMORY + 1e-6
         assert sum(r.busy_share for r in gpu.replicas) <= TARGET + 1e-6
         assert len(gpu.replicas) <= min(by_model[r.model].max_density for r in gpu.replicas)
-        assert gpu.node == gpu.index // per_node
+        nodes = -(-len(packing.gpus) // per_node)
+        assert gpu.node == gpu.index % nodes  # dealt out, at most per_node to a node
         for r in gpu.replicas:
             placed[r.model] = placed.get(r.model, 0) + 1
     assert placed == {d.model: d.replicas for d in demands}
@@ -86,6 +87,16 @@ def test_the_spread_replicas_are_on_different_gpus_and_nodes_where_there_are_nod
     check(demands, packing, per_node=1)
     assert len(packing.gpus) == 3 and packing.unspread == []
     assert packed(demands).unspread == []  # one node in all: nothing to spread over
+
+
+def test_gpus_are_dealt_to_nodes_so_that_neighbouring_replicas_part() -> None:
+    # 12 models of 2 replicas, each replica a third of a GPU: 8 GPUs, on 2 nodes of 4. The
+    # pairs land on neighbouring GPUs; dealt out (GPU i on node i mod 2) no pair shares a node.
+    demands = [demand(f"m{i:02d}", 2, 100, 0.8 / 3, densest=8) for i in range(12)]
+    packing = packed(demands, gpus_per_node=4)
+    check(demands, packing, per_node=4)
+    assert len(packing.gpus) == 8 and packing.unspread == []
+    assert [g.node for g in packing.gpus] == [0, 1] * 4
 
 
 def test_a_replica_that_fits_no_gpu_and_a_fleet_over_max_gpus_are_errors() -> None:
@@ -161,7 +172,7 @@ def test_no_constraint_ever_gives_and_the_spread_replicas_are_apart(
         )
         assert dict(gpu.models) == {m: [r.model for r in gpu.replicas].count(m) for m in gpu.models}
     gpus, nodes = spread_over(packing)
-    node_count = packing.gpus[-1].node + 1
+    node_count = max(g.node for g in packing.gpus) + 1
     for d in demands:
         assert len(gpus[d.model]) >= d.spread  # its first `spread` replicas on different GPUs
         short = len(nodes[d.model]) < min(d.spread, node_count)
