@@ -61,6 +61,20 @@ class Demand:
     cpu_limit: float | None
     """The CPU limit a replica was measured under, which its plan keeps; None: none."""
     point: ProfilePoint
+    sharing_p99_ms: tuple[tuple[int, float], ...] = ()
+    """(density, p99) of the profile's trusted sequential rows, densest last: one request in
+    flight a replica, beside density - 1 replicas doing the same."""
+
+    def p99_sharing(self, replicas: int) -> float:
+        """The p99 predicted for a replica on a GPU of ``replicas`` replicas at the planned
+        rates: the sequential row of the fewest replicas no fewer than that. Neighbours below
+        their capacity contend about as a sequential neighbour does, which is always busy but
+        one request deep; the saturated point capacity comes from overstates it. Without such a
+        row, the capacity point's p99."""
+        for density, p99 in self.sharing_p99_ms:
+            if density >= replicas:
+                return p99
+        return self.predicted_p99_ms
 
 
 def _tokens(name: str) -> set[str]:
@@ -125,6 +139,13 @@ def _demand(
         cpu_cores=point.cpu_cores_per_replica,
         cpu_limit=point.cpu_limit,
         point=point,
+        sharing_p99_ms=tuple(
+            sorted(
+                (p.density, p.p99_ms)
+                for p in profile.points
+                if p.pattern == "sequential" and p.trusted and p.p99_ms is not None
+            )
+        ),
     )
 
 

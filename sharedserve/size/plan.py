@@ -29,7 +29,8 @@ def _r(value: float, digits: int = 3) -> float:
     return round(value, digits)
 
 
-def _gpu(gpu: PlannedGpu) -> dict[str, Any]:
+def _gpu(gpu: PlannedGpu, demands: dict[str, Demand]) -> dict[str, Any]:
+    sharing = len(gpu.replicas)
     return {
         "index": gpu.index,
         "node": gpu.node,
@@ -38,6 +39,7 @@ def _gpu(gpu: PlannedGpu) -> dict[str, Any]:
                 "model": r.model,
                 "gpu_memory_mib": _r(r.gpu_memory_mib, 1),
                 "busy_share": _r(r.busy_share, 4),
+                "predicted_p99_ms": _r(demands[r.model].p99_sharing(sharing)),
             }
             for r in gpu.replicas
         ],
@@ -47,7 +49,8 @@ def _gpu(gpu: PlannedGpu) -> dict[str, Any]:
     }
 
 
-def _model(entry: FleetModel, d: Demand, gpus: list[int]) -> dict[str, Any]:
+def _model(entry: FleetModel, d: Demand, gpus: list[int], sharing: int) -> dict[str, Any]:
+    """``sharing``: the most replicas on a GPU holding one of its replicas."""
     return {
         "name": d.model,
         "replicas": d.replicas,
@@ -55,7 +58,9 @@ def _model(entry: FleetModel, d: Demand, gpus: list[int]) -> dict[str, Any]:
         "rate_per_replica": _r(d.rate_per_replica),
         "capacity_qps_per_replica": _r(d.capacity_qps),
         "slo_p99_ms": entry.slo_p99_ms,
-        "predicted_p99_ms": _r(d.predicted_p99_ms),
+        "p99_at_capacity_ms": _r(d.predicted_p99_ms),
+        # On its most crowded GPU: what its users see at worst, and what verify holds it to.
+        "predicted_p99_ms": _r(d.p99_sharing(sharing)),
         "measured_at_density": d.point.density,
         "max_density": d.max_density,
         "gpu_memory_mib": _r(d.memory_mib, 1),
@@ -92,11 +97,22 @@ def build_plan(
     # Looked up once: a fleet has thousands of models, a plan tens of thousands of replicas.
     entries = {m.name: m for m in fleet.models}
     gpus_of: dict[str, list[int]] = {d.model: [] for d in demands}
+    sharing: Counter[str] = Counter()
     for g in packing.gpus:
         for r in g.replicas:
             gpus_of[r.model].append(g.index)
+            sharing[r.model] = max(sharing[r.model], len(g.replicas))
+    by_model = {d.model: d for d in demands}
+    models = [_model(entries[d.model], d, gpus_of[d.model], sharing[d.model]) for d in demands]
     notes = list(warnings)
-    nodes = _node_cpu(packing, {d.model: d for d in demands})
+    over = [m["name"] for m in models if m["predicted_p99_ms"] > m["slo_p99_ms"]]
+    if over:
+        notes.append(
+            f"predicted p99 over the objective where replicas share a GPU (its profile's "
+            f"sequential row at that many replicas): {listed(over)}; profile at higher "
+            "densities, or set max_replicas_per_gpu"
+        )
+    nodes = _node_cpu(packing, by_model)
     crowded = [f"node {n} ({cores:g} cores)" for n, cores in enumerate(nodes)
                if cores > fleet.node.cpu_cores]  # fmt: skip
     if crowded:
@@ -137,8 +153,8 @@ def build_plan(
         "node": {"gpus": fleet.node.gpus, "cpu_cores": fleet.node.cpu_cores},
         "utilization_target": fleet.utilization_target,
         "context_reserve_mib": fleet.context_reserve_mib,
-        "models": [_model(entries[d.model], d, gpus_of[d.model]) for d in demands],
-        "gpus": [_gpu(g) for g in packing.gpus],
+        "models": models,
+        "gpus": [_gpu(g, by_model) for g in packing.gpus],
         "warnings": notes,
     }
 

@@ -3,13 +3,15 @@
 The GPU's pack spec goes through ``bench --spec`` at scale 1, open loop (Poisson), with the total
 rate the plan gives that GPU's replicas: each entry's ``weight`` is its planned requests/s, so
 ``bench.offered`` hands every replica exactly its planned rate. The plan's predictions (its
-``plan.json`` beside the spec) are then set against what was measured, model by model: QPS, p99,
-and whether each objective held. No second measuring code: this is ``bench``.
+``plan.json`` beside the spec) are then set against what was measured, model by model: QPS, p99
+(the plan's prediction for that GPU, beside its neighbours there) and whether each objective
+held. No second measuring code: this is ``bench``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from sharedserve.config import BenchSettings, LoadPattern, PackSettings
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import load_spec
 
-__all__ = ["compare", "verify_gpu"]
+__all__ = ["compare", "gpu_predictions", "verify_gpu"]
 
 
 def _plan_beside(spec: Path) -> dict[str, Any]:
@@ -32,16 +34,34 @@ def _plan_beside(spec: Path) -> dict[str, Any]:
     return plan
 
 
+def gpu_predictions(plan: dict[str, Any], spec: Path) -> dict[str, float]:
+    """The p99 the plan predicts for each model on the GPU whose spec is ``spec``
+    (``gpu-007.yaml``: GPU 7), beside its neighbours there; empty if the spec is not one."""
+    match = re.fullmatch(r"gpu-(\d+)", spec.stem)
+    gpus = plan.get("gpus") or []
+    if match is None or int(match[1]) >= len(gpus):
+        return {}
+    return {
+        r["model"]: r["predicted_p99_ms"]
+        for r in gpus[int(match[1])]["replicas"]
+        if r.get("predicted_p99_ms") is not None
+    }
+
+
 def compare(
-    plan: dict[str, Any], report: dict[str, Any], rates: dict[str, float]
+    plan: dict[str, Any],
+    report: dict[str, Any],
+    rates: dict[str, float],
+    on_gpu: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Predicted against measured, a line per model of the GPU's share."""
+    """Predicted against measured, a line per model of the GPU's share; ``on_gpu``: the
+    plan's p99 prediction on that GPU, by model (else the model's own, at its worst GPU)."""
     planned = {m["name"]: m for m in plan.get("models") or []}
     (row,) = report["rows"]
     lines = []
     for name, measured in row["models"].items():
         model = planned.get(name, {})
-        predicted = model.get("predicted_p99_ms")
+        predicted = (on_gpu or {}).get(name, model.get("predicted_p99_ms"))
         p99 = measured["p99_ms"]
         lines.append(
             {
@@ -92,7 +112,7 @@ def verify_gpu(
         command=command,
     )
     report = run_bench(settings)
-    lines = compare(plan, report, rates)
+    lines = compare(plan, report, rates, gpu_predictions(plan, spec_path))
     result = {
         "spec": str(spec_path),
         "models": lines,

@@ -128,3 +128,18 @@ def test_many_models_on_one_cpu_profile_are_one_warning() -> None:
     (warning,) = warnings
     assert warning.startswith("models m0, m1, m2, m3, m4 and 3 more: their profile (r.json)")
     assert "without a GPU" in warning
+
+
+def test_p99_beside_neighbours_is_the_sequential_row_at_that_many_replicas() -> None:
+    points = (
+        *RESNET.points,
+        point(1, 50.0, 8.0, pattern="sequential"),
+        point(2, 45.0, 15.0, pattern="sequential"),
+        point(4, 30.0, 35.0, pattern="sequential"),
+        point(8, 20.0, 90.0, pattern="sequential", trusted=False),
+    )
+    d, _ = one(model(), ModelProfile("resnet50", H100, points, "r.json"))
+    assert d.sharing_p99_ms == ((1, 8.0), (2, 15.0), (4, 35.0))
+    # 3 replicas on its GPU: the row of 4; alone: the row of 1; past every trusted row: the
+    # capacity point's p99 (20 ms, the parallel row of 1 at 100 req/s).
+    assert (d.p99_sharing(3), d.p99_sharing(1), d.p99_sharing(8)) == (35.0, 8.0, 20.0)
