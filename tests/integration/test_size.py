@@ -203,3 +203,25 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
     assert verified["held"] == all(m["slo_met"] for m in verified["models"])
     assert "predicted p99 ms" in result.stdout and "measured p99 ms" in result.stdout
     assert result.returncode == (0 if verified["held"] else 1)
+
+
+def test_the_500_model_example_plans_from_its_committed_profiles(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    # The example as committed, its profiles read where they are; only the models' files are
+    # the session's tiny for all three kinds (their size on disk is all a CPU profile lacks).
+    example = Path(__file__).resolve().parents[2] / "examples" / "fleet-500"
+    text = (example / "fleet.yaml").read_text()
+    text = text.replace("profile: profiles/", f"profile: {example}/profiles/")
+    for kind in ("tiny", "mobilenet_v2", "resnet50"):
+        text = text.replace(f"model: ../../models/{kind}", f"model: {models_dir / 'tiny'}")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(text)
+    result = run_cli("size", "--fleet", str(fleet), "--out", str(tmp_path / "plan"))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert len(plan["models"]) == 500
+    assert plan["lower_bound_gpus"] <= plan["gpu_count"] <= 1.2 * plan["lower_bound_gpus"]
+    assert plan["saving_factor"] > 1.5
+    cpu = [w for w in plan["warnings"] if "without a GPU (a CPU profile)" in w]
+    assert len(cpu) == 3  # one per profile, not one per model
