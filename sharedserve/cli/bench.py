@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
@@ -21,7 +22,7 @@ from sharedserve.cli.pack import check_server_args, replica_environment, spec_en
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 from sharedserve.errors import ConfigError
 
-__all__ = ["model_pack", "parse_scales"]
+__all__ = ["model_pack", "parse_scales", "run_stoppable"]
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,6 @@ def bench(
     Options after the known ones are passed to every `serve` replica, e.g. --enable-batching.
     """
     from sharedserve.bench.display import print_summary
-    from sharedserve.bench.sweep import BenchInterrupted, run_bench
     from sharedserve.limits.gpu import parse_cap_request
 
     sources = [f for f, v in (("--model", model), ("--spec", spec), ("--targets", targets)) if v]
@@ -324,27 +324,43 @@ def bench(
                 f"p99 {row['p99_ms']} ms"
             )
 
-        received: list[int] = []
-
-        def on_signal(signum: int, _: FrameType | None) -> None:
-            # As `pack` does: both signals stop the run, through a flag the sweep polls, so
-            # the replicas and load generators are stopped in order, never half-way. Installed
-            # over an inherited SIG_IGN too (`sharedserve bench ... &` from a script).
-            log.info("%s received; stopping (rows so far are kept)", signal.Signals(signum).name)
-            received.append(signum)
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            report = run_bench(
-                settings, on_scale=on_scale, on_row=on_row, should_stop=lambda: bool(received)
-            )
-        except (BenchInterrupted, KeyboardInterrupt):
-            console.print(f"interrupted: the rows measured so far are in {out} (marked partial)")
-            raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        report = run_stoppable(settings, console, on_scale=on_scale, on_row=on_row)
     print_summary(Console(), report, out)
+
+
+def run_stoppable(
+    settings: BenchSettings,
+    console: Console,
+    on_scale: Callable[[int, int], None] = lambda scale, replicas: None,
+    on_row: Callable[[dict[str, Any]], None] = lambda row: None,
+) -> dict[str, Any]:
+    """``run_bench``, stopped in order by SIGINT or SIGTERM: the rows so far kept as a partial
+    report, exit 128 + the signal. Every command that runs a bench goes through here: one that
+    did not (``profile``) left its replicas' cgroups behind when killed."""
+    from sharedserve.bench.sweep import BenchInterrupted, run_bench
+
+    received: list[int] = []
+
+    def on_signal(signum: int, _: FrameType | None) -> None:
+        # As `pack` does: both signals stop the run, through a flag the sweep polls, so the
+        # replicas and load generators are stopped in order, never half-way. Installed over an
+        # inherited SIG_IGN too (`sharedserve bench ... &` from a script).
+        log.info("%s received; stopping (rows so far are kept)", signal.Signals(signum).name)
+        received.append(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return run_bench(
+            settings, on_scale=on_scale, on_row=on_row, should_stop=lambda: bool(received)
+        )
+    except (BenchInterrupted, KeyboardInterrupt):
+        console.print(
+            f"interrupted: the rows measured so far are in {settings.out_dir} (marked partial)"
+        )
+        raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @app.command("bench-worker")

@@ -64,8 +64,7 @@ def profile(
     from rich.console import Console
 
     from sharedserve.bench.display import print_summary
-    from sharedserve.bench.sweep import run_bench
-    from sharedserve.cli.bench import parse_scales
+    from sharedserve.cli.bench import parse_scales, run_stoppable
 
     scales = parse_scales("--densities", densities)
     pack = model_pack(PackEntry(model_dir=model, gpu=gpu, cpu_limit_cores=cpu_limit), "bundle",
@@ -89,5 +88,5 @@ def profile(
         console.print(
             f"profile {model.name}: {pattern.value} sweep of {densities}", highlight=False
         )
-        print_summary(console, run_bench(settings), where)
+        print_summary(console, run_stoppable(settings, console), where)
     console.print(f"profile in {out} (a fleet file's `profile:` may name it)", highlight=False)

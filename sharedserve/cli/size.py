@@ -127,6 +127,9 @@ def size(
         _print_plan(plan_fleet(fleet, out), out)
         return
     assert verify is not None
+    from rich.console import Console
+
+    from sharedserve.cli.bench import run_stoppable
     from sharedserve.cli.pack import replica_environment
     from sharedserve.size.verify import verify_gpu
 
@@ -138,6 +141,7 @@ def size(
         fake_gpus=fake_gpus,
         environment=replica_environment(),
         command=("sharedserve", *sys.argv[1:]),
+        run=lambda settings: run_stoppable(settings, Console(stderr=True)),
     )
     _print_verify(result)
     if not result["held"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,7 @@ def verify_gpu(
     fake_gpus: Path | None,
     environment: dict[str, str],
     command: tuple[str, ...],
+    run: Callable[[BenchSettings], dict[str, Any]] = run_bench,
 ) -> dict[str, Any]:
     """Run the spec's share at its planned rates; write ``verify.json`` and the bench report in
     ``out_dir``; return ``{"spec", "models": [compare's lines], "held"}``."""
@@ -111,7 +113,7 @@ def verify_gpu(
         warmup_s=warmup_s,
         command=command,
     )
-    report = run_bench(settings)
+    report = run(settings)  # the CLI's stops in order on SIGINT and SIGTERM
     lines = compare(plan, report, rates, gpu_predictions(plan, spec_path))
     result = {
         "spec": str(spec_path),

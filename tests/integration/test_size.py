@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,8 @@ import yaml
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.pack.spec import load_spec
-from tests.support.pack import PackRun
-from tests.support.servers import run_cli
+from tests.support.pack import PackRun, alive
+from tests.support.servers import SHAREDSERVE, clean_env, run_cli
 
 GPU = {"name": "NVIDIA L4", "memory_mib": 23034}
 
@@ -225,3 +228,34 @@ def test_the_500_model_example_plans_from_its_committed_profiles(
     assert plan["saving_factor"] > 1.5
     cpu = [w for w in plan["warnings"] if "without a GPU (a CPU profile)" in w]
     assert len(cpu) == 3  # one per profile, not one per model
+
+
+def test_sigterm_stops_profile_in_order(models_dir: Path, tmp_path: Path) -> None:
+    # `profile` once ran its sweeps without bench's signal handling: killed, it left its
+    # replicas' cgroups behind, which the next pack on the host tripped over.
+    out = tmp_path / "profile"
+    command = [
+        *SHAREDSERVE, "profile", "--model", str(models_dir / "tiny"), "--out", str(out),
+        "--densities", "1", "--duration", "30", "--warmup", "0", "--cpu-limit", "0.5",
+    ]  # fmt: skip
+    log = (tmp_path / "profile.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
+    try:
+        targets = out / "sequential" / "targets-scale-1.json"
+        deadline = time.monotonic() + 120
+        while not targets.exists():  # the replica is up and under load
+            assert process.poll() is None, (tmp_path / "profile.log").read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        pids = [t["pid"] for t in json.loads(targets.read_text())["targets"]]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 128 + signal.SIGTERM, (
+            tmp_path / "profile.log"
+        ).read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+    assert pids and not any(alive(pid) for pid in pids)
+    assert not list(Path("/sys/fs/cgroup/cpu").glob(f"sharedserve-pack-{process.pid}"))
+    assert "interrupted" in (tmp_path / "profile.log").read_text()
