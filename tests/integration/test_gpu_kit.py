@@ -112,8 +112,8 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
     assert line["model"] == "tiny" and line["measured_qps"] > 0 and line["errors"] == 0
     assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
     mps = results["mps"]["sides"]
-    assert [r["density"] for r in mps["mps"]] == [1, 2]
-    assert mps["mps"][1]["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert [r["density"] for r in mps["mps"]] == [2]
+    assert mps["mps"][0]["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     with tarfile.open(out / "logs.tar.gz") as logs:
         members = logs.getnames()
     assert any(m.endswith(".log") for m in members)

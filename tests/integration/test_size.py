@@ -166,7 +166,7 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
         result = run_cli(
             "profile", "--model", str(models_dir / name), "--out", str(tmp_path / name),
             # One density (two replicas sharing the GPU) per sweep: each density starts a pack.
-            "--densities", "2", "--duration", "2", "--warmup", "1", "--stability-windows", "1",
+            "--densities", "2", "--duration", "1.5", "--warmup", "0.5", "--stability-windows", "1",
             "--concurrency", "2", "--cpu-limit", "0.5", "--fake-gpus", str(gpus),
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
@@ -192,7 +192,7 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
         assert model["cpu_limit"] == 0.5 and model["replicas"] == 2
     assert any("without a GPU" in w for w in plan["warnings"])
     spec = tmp_path / "plan" / "gpu-000.yaml"
-    result = run_cli("size", "--verify", str(spec), "--duration", "3", "--warmup", "1",
+    result = run_cli("size", "--verify", str(spec), "--duration", "2", "--warmup", "0.5",
                      "--fake-gpus", str(gpus))  # fmt: skip
     assert result.returncode in (0, 1), result.stderr
     verified = json.loads((tmp_path / "plan" / "verify-gpu-000" / "verify.json").read_text())
