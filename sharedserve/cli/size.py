@@ -100,8 +100,10 @@ def size(
     memory is the profile's NVML peak, else its cap, else the model's files. Replicas are packed
     best fit under three limits per GPU: memory with a context reserve each, busy share within
     the utilisation target, and no more replicas than any of its models was measured at. A
-    model's min_replicas go on different GPUs. The lower bound on GPUs and how far the plan is
-    above it are reported.
+    model's min_replicas go on different GPUs, and GPUs are dealt out to nodes so that they land
+    on different nodes too. Each replica's p99 is predicted from its profile's sequential row at
+    its GPU's replica count. The lower bound on GPUs and how far the plan is above it are
+    reported.
 
     Writes plan.json, plan.md, plan.html, k8s.yaml (a Deployment and Service per model, as `k8s
     render --spec` renders them: each pod asks for the vGPUs holding its planned memory, under
@@ -109,8 +111,9 @@ def size(
     gpu-NNN.yaml: each GPU's share as a pack spec (`sharedserve pack --spec OUT/gpu-000.yaml`).
 
     --verify OUT/gpu-NNN.yaml runs that share on this host (`bench --spec` at scale 1, open loop,
-    each model at its planned requests/s) and prints predicted against measured QPS and p99 per
-    model, and whether each objective held; exit 1 when one did not.
+    each model at its planned requests/s) and prints planned against measured QPS and that GPU's
+    predicted against measured p99 per model, and whether each objective held; exit 1 when one
+    did not.
     """
     if (fleet is None) == (verify is None):
         raise ConfigError("give --fleet (plan a fleet) or --verify (check a GPU's share)")
