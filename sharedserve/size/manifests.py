@@ -60,12 +60,12 @@ def _coarsest(gpu_memory_mib: int, shares: list[list[int]]) -> VgpuSize:
     every planned GPU's share; the finest cut when none does."""
     # The fullest GPUs first: they refuse a coarse cut soonest.
     hardest = sorted(shares, key=lambda s: (-len(s), -sum(s)))
-    size = _cut(gpu_memory_mib, Sizing(replicas=1), "--replicas 1")
-    for n in range(1, min(MAX_REPLICAS, gpu_memory_mib) + 1):
+    finest = min(MAX_REPLICAS, gpu_memory_mib)
+    for n in range(1, finest + 1):
         size = _cut(gpu_memory_mib, Sizing(replicas=n), f"--replicas {n}")
-        if not _unfit(size, hardest[:1]) and not _unfit(size, hardest):
+        if all(sum(size.vgpus_for(mib) for mib in share) <= size.per_gpu for share in hardest):
             return size
-    return size
+    return _cut(gpu_memory_mib, Sizing(replicas=finest), f"--replicas {finest}")
 
 
 def plan_manifests(
