@@ -127,10 +127,10 @@ def in_process_worker(model_dir: Path) -> None:
     from sharedserve.config import CapSource, GpuCapRequest
     from sharedserve.limits.cpu import resolve_cpu_limit, thread_pool_sizes
     from sharedserve.limits.gpu import resolve_cap
-    from sharedserve.server import codec
     from sharedserve.server.backends import make_backend
     from sharedserve.server.backends.base import RuntimeConfig, warm_up
     from sharedserve.server.model_source import find_model
+    from sharedserve.server.tfserving import codec
 
     backend = make_backend(find_model(model_dir))
     cap = resolve_cap(GpuCapRequest(None, None, CapSource.NONE), None)
@@ -171,9 +171,9 @@ def bare_grpc_server(backend: Any) -> tuple[Any, int]:
 
     import grpc
 
-    from sharedserve.server.api import PREDICTION_SERVICE
-    from sharedserve.server.api import tf_serving_pb2 as pb
-    from sharedserve.server.tensor_proto import from_tensor_proto, to_tensor_proto
+    from sharedserve.server.tfserving.api import PREDICTION_SERVICE
+    from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
+    from sharedserve.server.tfserving.tensor_proto import from_tensor_proto, to_tensor_proto
 
     signature = backend.signatures()["serving_default"]
 
@@ -291,9 +291,9 @@ def rest_client(port: int, name: str, body: bytes) -> MakeCall:
 def grpc_client(port: int, name: str, key: str, array: np.ndarray) -> MakeCall:
     import grpc
 
-    from sharedserve.server.api import PREDICT_METHOD
-    from sharedserve.server.api import tf_serving_pb2 as pb
-    from sharedserve.server.tensor_proto import to_tensor_proto
+    from sharedserve.server.tfserving.api import PREDICT_METHOD
+    from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
+    from sharedserve.server.tfserving.tensor_proto import to_tensor_proto
 
     request = pb.PredictRequest()
     request.model_spec.name = name

@@ -153,9 +153,9 @@ class _Sender:
 
         # gRPC's own threads would block gevent's loop; this makes its I/O cooperative.
         grpc.experimental.gevent.init_gevent()
-        from sharedserve.server.api import PREDICT_METHOD
-        from sharedserve.server.api import tf_serving_pb2 as pb
-        from sharedserve.server.tensor_proto import to_tensor_proto
+        from sharedserve.server.tfserving.api import PREDICT_METHOD
+        from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
+        from sharedserve.server.tfserving.tensor_proto import to_tensor_proto
 
         request = pb.PredictRequest()
         request.model_spec.name = target["model"]

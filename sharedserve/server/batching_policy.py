@@ -20,7 +20,7 @@ from google.protobuf import text_format
 
 from sharedserve.config import BatchingSettings
 from sharedserve.errors import ConfigError, InvalidInput, SharedServeError
-from sharedserve.server.api.batching_parameters_pb2 import BatchingParameters
+from sharedserve.server.tfserving.api.batching_parameters_pb2 import BatchingParameters
 
 __all__ = [
     "BatchKey",

@@ -16,7 +16,7 @@ import schemathesis
 # The OpenAPI 3.1 meta-schema, as schemathesis ships it for its own checks: no extra dependency.
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
-from sharedserve.server.openapi import build_openapi
+from sharedserve.server.tfserving.openapi import build_openapi
 from tests.support.servers import Server
 
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]

@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from sharedserve.errors import InvalidInput, SharedServeError
-from sharedserve.server.codec import (
+from sharedserve.server.signature import Signature, TensorSpec
+from sharedserve.server.tfserving.codec import (
     PredictRequest,
     RequestFormat,
     decode_predict_request,
@@ -18,7 +19,6 @@ from sharedserve.server.codec import (
     parse_json_body,
     read_signature_name,
 )
-from sharedserve.server.signature import Signature, TensorSpec
 from sharedserve.server.validate import check_inputs
 
 ROW, COL = RequestFormat.ROW, RequestFormat.COLUMNAR

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from sharedserve.errors import InvalidInput, SharedServeError
-from sharedserve.server.api import tf_serving_pb2 as pb
 from sharedserve.server.signature import DTYPE_TO_NUMPY, numeric_dtype_name
+from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
 
 __all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
 

@@ -35,12 +35,12 @@ from sharedserve.errors import (
     Unimplemented,
     quoted,
 )
-from sharedserve.server import codec
 from sharedserve.server.budget import ByteBudget
 from sharedserve.server.model import ServedModel
-from sharedserve.server.openapi import build_openapi
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature
+from sharedserve.server.tfserving import codec
+from sharedserve.server.tfserving.openapi import build_openapi
 
 __all__ = ["create_app"]
 

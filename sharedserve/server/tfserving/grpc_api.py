@@ -20,12 +20,12 @@ import numpy as np
 from sharedserve import rpc
 from sharedserve.config import ConnectionSettings
 from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented, quoted
-from sharedserve.server.api import MODEL_SERVICE, PREDICTION_SERVICE
-from sharedserve.server.api import tf_serving_pb2 as pb
 from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature, TensorSpec
-from sharedserve.server.tensor_proto import (
+from sharedserve.server.tfserving.api import MODEL_SERVICE, PREDICTION_SERVICE
+from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
+from sharedserve.server.tfserving.tensor_proto import (
     DTYPE_ENUM,
     from_tensor_proto,
     to_tensor_proto,
