@@ -85,10 +85,14 @@ class ServedModel:
         if version is not None and version != self.version:
             raise NotFound(f"Servable not found for request: Specific({quoted(name)}, {version})")
 
-    def signature(self, signature_name: str | None) -> Signature:
-        name = signature_name or DEFAULT_SIGNATURE
+    def require_available(self) -> None:
+        """NotReady, saying why, unless the model answers predictions."""
         if self.state is not ModelState.AVAILABLE:
             raise NotReady(self._not_ready_message())
+
+    def signature(self, signature_name: str | None) -> Signature:
+        name = signature_name or DEFAULT_SIGNATURE
+        self.require_available()
         signature = self.backend.signatures().get(name)
         if signature is None:
             known = sorted(self.backend.signatures())
@@ -98,8 +102,7 @@ class ServedModel:
         return signature
 
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.state is not ModelState.AVAILABLE:
-            raise NotReady(self._not_ready_message())
+        self.require_available()
         return self.backend.predict(signature, inputs)
 
     def _not_ready_message(self) -> str:
@@ -124,8 +127,7 @@ class ServedModel:
         }
 
     def metadata_json(self) -> dict[str, Any]:
-        if self.state is not ModelState.AVAILABLE:
-            raise NotReady(self._not_ready_message())
+        self.require_available()
         signature_defs = {
             name: {
                 "inputs": {k: _tensor_info(v) for k, v in sig.inputs.items()},

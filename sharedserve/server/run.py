@@ -31,12 +31,12 @@ from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import Backend, RuntimeConfig
 from sharedserve.server.connections import protocol_class
+from sharedserve.server.grpc_server import create_grpc_server
+from sharedserve.server.http import create_app
 from sharedserve.server.metrics import GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import ModelSource, find_model
 from sharedserve.server.predictor import Predictor
-from sharedserve.server.tfserving.grpc_api import create_grpc_server
-from sharedserve.server.tfserving.rest import create_app
 
 __all__ = ["limits_report", "run"]
 

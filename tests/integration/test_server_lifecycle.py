@@ -16,11 +16,11 @@ import uvicorn
 
 from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.server.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.http import create_app
 from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
 from sharedserve.server.predictor import Predictor
-from sharedserve.server.tfserving.rest import create_app
 from tests.support.servers import Server, free_port, run_cli
 
 

@@ -6,8 +6,8 @@ values, the ``_bytes`` output-name rule) are reproduced here once, independent o
 of the transport; and every way a body cannot be decoded becomes an ``InvalidInput`` (HTTP 400)
 that names the input, what was expected and what came. Whether the decoded arrays fit the
 signature (names, shapes) is ``validate.check_inputs``'s to say, for every protocol alike.
-Numeric tensors are converted by numpy in C (``np.asarray`` on the parsed lists, then one checked
-cast): a 3 MB body of floats must not be walked element by element in Python. Only string
+Numeric tensors are converted by numpy in C (``json_values.numeric_array``, shared with the
+Open Inference Protocol): a 3 MB body of floats is never walked in Python. Only string
 tensors are walked, to decode ``b64`` values.
 
 Type rules (TF Serving parses with rapidjson and checks each JSON value's type; we check the
@@ -38,6 +38,7 @@ import numpy as np
 import orjson
 
 from sharedserve.errors import InvalidInput, SharedServeError, quoted
+from sharedserve.server.json_values import json_type, numeric_array
 from sharedserve.server.signature import Signature, TensorSpec
 
 __all__ = [
@@ -77,7 +78,7 @@ def parse_json_body(body: bytes | bytearray) -> dict[str, Any]:
     except orjson.JSONDecodeError as e:
         raise InvalidInput(f"request body is not valid JSON: {e}") from e
     if not isinstance(payload, dict):
-        raise InvalidInput(f"request body must be a JSON object, got {_json_type(payload)}")
+        raise InvalidInput(f"request body must be a JSON object, got {json_type(payload)}")
     return payload
 
 
@@ -87,7 +88,7 @@ def read_signature_name(payload: dict[str, Any]) -> str | None:
         return None
     name = payload["signature_name"]
     if not isinstance(name, str):
-        raise InvalidInput(f"'signature_name' must be a string, got {_json_type(name)}")
+        raise InvalidInput(f"'signature_name' must be a string, got {json_type(name)}")
     return name
 
 
@@ -152,7 +153,7 @@ def encode_predict_response(outputs: dict[str, np.ndarray], fmt: RequestFormat) 
 def _row_values(instances: Any, signature: Signature) -> dict[str, Any]:
     """Per input, the list over the batch: the instances themselves, or one column of them."""
     if not isinstance(instances, list):
-        raise InvalidInput(f"'instances' must be a list, got {_json_type(instances)}")
+        raise InvalidInput(f"'instances' must be a list, got {json_type(instances)}")
     if not instances:
         raise InvalidInput("'instances' must be a non-empty list")
     if not _is_named(instances[0]):
@@ -162,7 +163,7 @@ def _row_values(instances: Any, signature: Signature) -> dict[str, Any]:
     for i, instance in enumerate(instances):
         if not _is_named(instance):
             raise InvalidInput(
-                f"instances[{i}] is {_json_type(instance)}, but instances[0] is an object of "
+                f"instances[{i}] is {json_type(instance)}, but instances[0] is an object of "
                 "named inputs; every instance must be one"
             )
         if instance.keys() != instances[0].keys():
@@ -218,49 +219,13 @@ def _decode_untyped(value: Any) -> np.ndarray:
 
 
 def _decode_numeric(spec: TensorSpec, value: Any) -> np.ndarray:
-    name, target = spec.name, spec.numpy_dtype
-    try:
-        raw = np.asarray(value)  # numpy infers bool / int64 / uint64 / float64 / str / object
-    except ValueError as e:
-        raise InvalidInput(f"input {name!r}: nested lists are ragged (inhomogeneous shape)") from e
-    kind = raw.dtype.kind
-    if raw.size == 0 and kind in "biuf":
-        return raw.astype(target)  # [] is float64 to numpy; an empty tensor of any dtype is fine
-
-    want = {"f": "iuf", "i": "iu", "u": "iu", "b": "b"}[target.kind]
-    if kind not in want:
-        raise InvalidInput(
-            f"input {name!r}: expected {spec.dtype}, got {_describe(raw)}"
-            + (" (integer dtypes take integers only, not floats)" if kind == "f" else "")
-        )
-    if target.kind in "iu" and raw.dtype != target:
-        info = np.iinfo(target)
-        for extreme in (int(raw.min()), int(raw.max())):
-            if not info.min <= extreme <= info.max:
-                raise InvalidInput(
-                    f"input {name!r}: value {extreme} is out of range for {spec.dtype} "
-                    f"[{info.min}, {info.max}]"
-                )
-    try:
-        with np.errstate(over="raise"):
-            return raw.astype(target, copy=False)
-    except FloatingPointError as e:
-        raise InvalidInput(f"input {name!r}: a value is out of range for {spec.dtype}") from e
+    return numeric_array(spec.name, spec.dtype, spec.numpy_dtype, value, _describe_item)
 
 
-def _describe(raw: np.ndarray) -> str:
-    """What a client sent, for an error message (error path only, so it may walk)."""
-    kind = raw.dtype.kind
-    if kind in "biuf":
-        return {"b": "booleans", "i": "integers", "u": "integers", "f": "floats"}[kind]
-    if kind == "U":
-        return "strings"
-    for item in raw.flat:  # object dtype: something that is not a number came in
-        if _is_b64(item):
-            return "a {'b64': ...} binary value (b64 is only for DT_STRING inputs)"
-        if not isinstance(item, (int, float)):
-            return _json_type(item)
-    return f"values numpy cannot convert ({raw.dtype})"
+def _describe_item(item: Any) -> str:
+    if _is_b64(item):
+        return "a {'b64': ...} binary value (b64 is only for DT_STRING inputs)"
+    return json_type(item)
 
 
 def _decode_strings(name: str, value: Any) -> np.ndarray:
@@ -288,7 +253,7 @@ def _walk_strings(name: str, value: Any, flat: list[bytes]) -> tuple[int, ...]:
     else:
         raise InvalidInput(
             f"input {name!r}: expected DT_STRING (a string or {{'b64': '<base64>'}}), "
-            f"got {_json_type(value)}"
+            f"got {json_type(value)}"
         )
     return ()
 
@@ -328,21 +293,3 @@ def _text_or_b64(name: str, value: Any, always_b64: bool) -> Any:
         except UnicodeDecodeError:
             pass  # not text: fall back to b64 so the body stays valid JSON
     return {"b64": base64.b64encode(value).decode("ascii")}
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a JSON object"
-    return type(value).__name__

@@ -9,17 +9,13 @@ the model, the predict path (batching included) and the error table (``errors.py
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import numpy as np
 
-from sharedserve import rpc
-from sharedserve.config import ConnectionSettings
-from sharedserve.errors import InvalidInput, SharedServeError, Unimplemented, quoted
+from sharedserve.errors import InvalidInput, quoted
+from sharedserve.server.grpc_calls import guard, unary, unimplemented
 from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature, TensorSpec
@@ -31,38 +27,12 @@ from sharedserve.server.tfserving.tensor_proto import (
     to_tensor_proto,
 )
 
-__all__ = ["create_grpc_server"]
+__all__ = ["handlers"]
 
-log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 _STATE = {state: pb.ModelVersionStatus.State.Value(state.value) for state in ModelState}
 # GetModelMetadata packs the signatures into an Any named for TF Serving's message, which is what
 # clients unpack it as.
 _SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
-
-
-async def _guard(
-    context: grpc.aio.ServicerContext,
-    predictor: Predictor,
-    method: str,
-    call: Callable[[], Awaitable[_T]],
-) -> _T:
-    """Run ``call``: our errors become their gRPC status, anything else INTERNAL."""
-    started, code = time.perf_counter(), "OK"
-    try:
-        return await call()
-    except SharedServeError as e:
-        code = e.grpc_code
-        await context.abort(grpc.StatusCode[e.grpc_code], e.message)
-    except Exception as e:
-        code = "INTERNAL"
-        log.exception("unexpected error in gRPC %s", method)
-        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}")
-    finally:
-        if method == "Predict":
-            predictor.metrics.observe_request("grpc", code, time.perf_counter() - started)
-    raise AssertionError("unreachable: context.abort raises")
 
 
 def _version(spec: Any) -> int | None:
@@ -114,7 +84,7 @@ class PredictionServicer:
             self._check(request.model_spec)
             return await self._predictor.predict(_ProtoPredict(self, request))
 
-        return await _guard(context, self._predictor, "Predict", call)
+        return await guard(context, "Predict", call, (self._predictor.metrics, "grpc"))
 
     async def GetModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         async def call() -> Any:
@@ -141,13 +111,7 @@ class PredictionServicer:
             packed.value = signature_map.SerializeToString()
             return response
 
-        return await _guard(context, self._predictor, "GetModelMetadata", call)
-
-    async def unimplemented(self, context: grpc.aio.ServicerContext, method: str) -> Any:
-        async def call() -> Any:
-            raise Unimplemented(f"{method} is not supported by sharedserve; use Predict")
-
-        return await _guard(context, self._predictor, method, call)
+        return await guard(context, "GetModelMetadata", call)
 
     def _check(self, spec: Any) -> None:
         if spec.version_label:
@@ -180,65 +144,22 @@ class ModelServicer:
             entry.status.error_code = 0 if status["status"]["error_code"] == "OK" else 2
             return response
 
-        return await _guard(context, self._predictor, "GetModelStatus", call)
+        return await guard(context, "GetModelStatus", call)
 
 
-def create_grpc_server(
-    model: ServedModel,
-    predictor: Predictor,
-    max_message_bytes: int,
-    connections: ConnectionSettings,
-) -> grpc.aio.Server:
-    """A grpc.aio server with both services; the caller binds ports and starts it."""
-    options = [
-        # The REST listener's connection limits, in gRPC core's terms: a connection that sends
-        # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
-        # connections past the cap are closed as they are accepted.
-        ("grpc.server_handshake_timeout_ms", int(connections.header_timeout_s * 1000)),
-        ("grpc.max_connection_idle_ms", int(connections.keep_alive_timeout_s * 1000)),
-        ("grpc.max_allowed_incoming_connections", connections.max_connections),
-        # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is in use
-        # and silently split its traffic; a port conflict must be an error instead.
-        ("grpc.so_reuseport", 0),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-    ]
-    server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers(_handlers(model, predictor))
-    return server
-
-
-def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpcHandler, ...]:
+def handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpcHandler, ...]:
     """Both services under TF Serving's names.
 
     Methods sharedserve does not offer answer UNIMPLEMENTED without parsing their requests.
     """
     prediction, models = PredictionServicer(model, predictor), ModelServicer(model, predictor)
-
-    def unary(
-        method: str, behaviour: Callable[..., Any], request: Any, response: Any
-    ) -> grpc.RpcMethodHandler:
-        async def refuse(context: grpc.aio.ServicerContext, error: InvalidInput) -> Any:
-            async def raise_it() -> Any:
-                raise error
-
-            return await _guard(context, predictor, method, raise_it)  # counted like any other
-
-        return rpc.unary_unary(method, request, response, behaviour, refuse)
-
-    def unimplemented(method: str) -> grpc.RpcMethodHandler:
-        async def behaviour(_request: bytes, context: grpc.aio.ServicerContext) -> Any:
-            return await prediction.unimplemented(context, method)
-
-        # No (de)serializers: the raw request bytes are never looked at, and no answer is sent.
-        return grpc.unary_unary_rpc_method_handler(behaviour)
-
+    counted = (predictor.metrics, "grpc")
     return (
         grpc.method_handlers_generic_handler(
             PREDICTION_SERVICE,
             {
                 "Predict": unary(
-                    "Predict", prediction.Predict, pb.PredictRequest, pb.PredictResponse
+                    "Predict", prediction.Predict, pb.PredictRequest, pb.PredictResponse, counted
                 ),
                 "GetModelMetadata": unary(
                     "GetModelMetadata",
@@ -246,7 +167,10 @@ def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpc
                     pb.GetModelMetadataRequest,
                     pb.GetModelMetadataResponse,
                 ),
-                **{m: unimplemented(m) for m in ("Classify", "Regress", "MultiInference")},
+                **{
+                    m: unimplemented(m, "use Predict")
+                    for m in ("Classify", "Regress", "MultiInference")
+                },
             },
         ),
         grpc.method_handlers_generic_handler(
@@ -258,7 +182,9 @@ def _handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpc
                     pb.GetModelStatusRequest,
                     pb.GetModelStatusResponse,
                 ),
-                "HandleReloadConfigRequest": unimplemented("HandleReloadConfigRequest"),
+                "HandleReloadConfigRequest": unimplemented(
+                    "HandleReloadConfigRequest", "use Predict"
+                ),
             },
         ),
     )

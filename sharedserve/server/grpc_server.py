@@ -1,0 +1,40 @@
+"""The one gRPC server of a model server: TF Serving's services and the Open Inference
+Protocol's on one port, over one model and one predictor."""
+
+from __future__ import annotations
+
+import grpc
+
+from sharedserve.config import ConnectionSettings
+from sharedserve.server.model import ServedModel
+from sharedserve.server.oip import grpc_api as oip_grpc
+from sharedserve.server.predictor import Predictor
+from sharedserve.server.tfserving import grpc_api as tfserving_grpc
+
+__all__ = ["create_grpc_server"]
+
+
+def create_grpc_server(
+    model: ServedModel,
+    predictor: Predictor,
+    max_message_bytes: int,
+    connections: ConnectionSettings,
+) -> grpc.aio.Server:
+    """A grpc.aio server with every service; the caller binds ports and starts it."""
+    options = [
+        # The REST listener's connection limits, in gRPC core's terms: a connection that sends
+        # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
+        # connections past the cap are closed as they are accepted.
+        ("grpc.server_handshake_timeout_ms", int(connections.header_timeout_s * 1000)),
+        ("grpc.max_connection_idle_ms", int(connections.keep_alive_timeout_s * 1000)),
+        ("grpc.max_allowed_incoming_connections", connections.max_connections),
+        # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is in use
+        # and silently split its traffic; a port conflict must be an error instead.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers(tfserving_grpc.handlers(model, predictor))
+    server.add_generic_rpc_handlers(oip_grpc.handlers(model, predictor))
+    return server

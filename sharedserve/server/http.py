@@ -1,0 +1,86 @@
+"""The model server's one HTTP app: TF Serving's REST API and the Open Inference Protocol's on
+one port, plus ``/metrics``, ``/sharedserve/v1/limits`` and ``/openapi.json``.
+
+Each wire format adds its own routes over the same predictor; the error handlers here are the
+only place an exception becomes a response, so every failure on every path is an
+``{"error": ...}`` body with the status ``errors.py`` gives it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sharedserve.config import ConnectionSettings, RestSettings
+from sharedserve.errors import RequestTimeout, SharedServeError
+from sharedserve.server.budget import ByteBudget
+from sharedserve.server.http_io import JSON, error, json_response
+from sharedserve.server.oip import rest as oip_rest
+from sharedserve.server.predictor import Predictor
+from sharedserve.server.tfserving import rest as tfserving_rest
+from sharedserve.server.tfserving.openapi import build_openapi
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+# How long a body waits for room in the decoding budget before 503: several decodes of a large
+# body, so a burst of big requests queues rather than fails, but not so long that a client's
+# own timeout fires first.
+_DECODE_WAIT_S = 10.0
+
+
+def create_app(
+    predictor: Predictor,
+    limits: Callable[[], dict[str, Any]],
+    rest: RestSettings,
+    connections: ConnectionSettings,
+) -> FastAPI:
+    """The HTTP app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body."""
+    model, metrics = predictor.model, predictor.metrics
+    # One budget for both APIs: it bounds the memory of decoding, whoever sent the bytes.
+    decoding = ByteBudget(rest.decoding_limit, _DECODE_WAIT_S)
+    app = FastAPI(title="sharedserve", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(SharedServeError)
+    async def _ours(_: Request, exc: SharedServeError) -> Response:
+        response = error(exc.http_status, exc.message)
+        if isinstance(exc, RequestTimeout):
+            response.headers["connection"] = "close"  # the rest of its body is not read
+        return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _routing(_: Request, exc: StarletteHTTPException) -> Response:
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error serving %s %s", request.method, request.url.path)
+        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    tfserving_rest.add_routes(app, predictor, rest, connections, decoding)
+    oip_rest.add_routes(app, predictor, rest, connections, decoding)
+
+    @app.get("/metrics")
+    async def get_metrics() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/sharedserve/v1/limits")
+    async def get_limits() -> Response:
+        return json_response(limits())
+
+    # Built once: it describes the served model's name and version, which never change.
+    openapi = orjson.dumps(build_openapi(model.name, model.version, rest.max_body_bytes))
+
+    @app.get("/openapi.json")
+    async def get_openapi() -> Response:
+        return Response(openapi, media_type=JSON)
+
+    return app

@@ -1,0 +1,169 @@
+"""The Open Inference Protocol's gRPC API (``inference.GRPCInferenceService``) on grpc.aio.
+
+Registered under the OIP's service name with sharedserve's wire-compatible messages
+(``api/grpc_predict_v2.proto``), on the same server and port as TF Serving's services, so
+Triton's and KServe's client stubs work unchanged. ModelInfer goes through the shared predictor
+(validator, batcher, caps) and is counted under protocol ``oip-grpc``. Inputs may come typed
+(``contents``) or raw (``raw_input_contents``, one per input, all or none); outputs always go
+raw, as Triton sends them and its client reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+
+from sharedserve.errors import InvalidInput, quoted
+from sharedserve.server.grpc_calls import guard, unary, unimplemented
+from sharedserve.server.http_io import parse_version
+from sharedserve.server.model import ModelState, ServedModel
+from sharedserve.server.oip import tensors
+from sharedserve.server.oip.api import SERVICE
+from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
+from sharedserve.server.oip.metadata import model_metadata
+from sharedserve.server.oip.rest import server_metadata
+from sharedserve.server.predictor import Predictor
+from sharedserve.server.signature import Signature
+
+__all__ = ["handlers"]
+
+
+def _version(text: str) -> int | None:
+    return parse_version(text) if text else None
+
+
+def _parameter(parameters: Any, key: str) -> str | None:
+    if key not in parameters:
+        return None
+    parameter = parameters[key]
+    if parameter.WhichOneof("parameter_choice") != "string_param":
+        raise InvalidInput(f"parameter {key!r} must be a string_param")
+    return str(parameter.string_param)
+
+
+class _Infer:
+    """A ModelInfer for the predictor; protobuf decodes and encodes in microseconds."""
+
+    heavy = False
+
+    def __init__(self, model: ServedModel, request: Any) -> None:
+        self._model, self._request = model, request
+
+    def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
+        request = self._request
+        signature = self._model.signature(_parameter(request.parameters, "signature_name"))
+        unknown = sorted({o.name for o in request.outputs} - set(signature.outputs))
+        if unknown:
+            raise InvalidInput(
+                f"unknown requested output {quoted(unknown[0])}; the model's outputs are "
+                f"{', '.join(sorted(signature.outputs))}"
+            )
+        raw = request.raw_input_contents
+        if raw and len(raw) != len(request.inputs):
+            raise InvalidInput(
+                f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: "
+                "send every input raw, or none"
+            )
+        arrays: dict[str, np.ndarray] = {}
+        for i, tensor in enumerate(request.inputs):
+            name = tensor.name
+            if name in arrays:
+                raise InvalidInput(f"input {name!r} is given twice")
+            spec = signature.inputs.get(name)
+            if spec is None:
+                raise InvalidInput(
+                    f"unknown input {quoted(name)}; the signature's inputs are "
+                    f"{', '.join(sorted(signature.inputs))}"
+                )
+            tensors.check_datatype(spec, tensor.datatype)
+            shape = tensors.parse_shape(name, list(tensor.shape))
+            if raw:
+                if tensor.HasField("contents"):
+                    raise InvalidInput(f"input {name!r} has both contents and raw_input_contents")
+                arrays[name] = tensors.from_raw(name, tensor.datatype, shape, raw[i])
+            else:
+                arrays[name] = tensors.from_contents(name, tensor.datatype, shape, tensor.contents)
+        return signature, arrays
+
+    def encode(self, outputs: dict[str, np.ndarray]) -> Any:
+        request = self._request
+        response = pb.ModelInferResponse(
+            model_name=self._model.name, model_version=str(self._model.version), id=request.id
+        )
+        names = [o.name for o in request.outputs] or list(outputs)
+        for name in names:
+            array = outputs[name]
+            response.outputs.add(
+                name=name, datatype=tensors.datatype_of(array), shape=list(array.shape)
+            )
+            response.raw_output_contents.append(tensors.to_raw(array))
+        return response
+
+
+class _Servicer:
+    def __init__(self, model: ServedModel, predictor: Predictor) -> None:
+        self._model, self._predictor = model, predictor
+
+    async def server_live(self, _request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.ServerLiveResponse(live=True)
+
+    async def server_ready(self, _request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.ServerReadyResponse(ready=self._model.state is ModelState.AVAILABLE)
+
+    async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def call() -> Any:
+            self._model.check(request.name, _version(request.version))
+            return pb.ModelReadyResponse(ready=self._model.state is ModelState.AVAILABLE)
+
+        return await guard(context, "ModelReady", call)
+
+    async def server_metadata(self, _request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.ServerMetadataResponse(**server_metadata())
+
+    async def model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def call() -> Any:
+            self._model.check(request.name, _version(request.version))
+            return pb.ModelMetadataResponse(**model_metadata(self._model))
+
+        return await guard(context, "ModelMetadata", call)
+
+    async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def call() -> Any:
+            self._model.check(request.model_name, _version(request.model_version))
+            return await self._predictor.predict(_Infer(self._model, request))
+
+        return await guard(context, "ModelInfer", call, (self._predictor.metrics, "oip-grpc"))
+
+
+def handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpcHandler, ...]:
+    """The service under its OIP name; the model repository's load and unload are not offered
+    (one model per process, loaded at start)."""
+    servicer = _Servicer(model, predictor)
+    methods = {
+        "ServerLive": (servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
+        "ServerReady": (servicer.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
+        "ModelReady": (servicer.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
+        "ServerMetadata": (
+            servicer.server_metadata,
+            pb.ServerMetadataRequest,
+            pb.ServerMetadataResponse,
+        ),
+        "ModelMetadata": (
+            servicer.model_metadata,
+            pb.ModelMetadataRequest,
+            pb.ModelMetadataResponse,
+        ),
+    }
+    table = {name: unary(name, *spec) for name, spec in methods.items()}
+    table["ModelInfer"] = unary(
+        "ModelInfer",
+        servicer.model_infer,
+        pb.ModelInferRequest,
+        pb.ModelInferResponse,
+        (predictor.metrics, "oip-grpc"),
+    )
+    for method in ("RepositoryModelLoad", "RepositoryModelUnload"):
+        table[method] = unimplemented(method, "it serves one model per process, loaded at start")
+    return (grpc.method_handlers_generic_handler(SERVICE, table),)

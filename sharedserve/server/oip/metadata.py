@@ -1,0 +1,30 @@
+"""A model's metadata as the Open Inference Protocol shows it, for REST and gRPC alike.
+
+The OIP has no signatures: it describes the model's default one (``serving_default``), which is
+the one an infer request runs unless it names another (sharedserve's ``signature_name``
+parameter). ``platform`` uses Triton's names, which KServe's tooling and clients know.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sharedserve.config import Framework
+from sharedserve.server.model import ServedModel
+from sharedserve.server.oip.tensors import tensor_metadata
+
+__all__ = ["PLATFORM", "model_metadata"]
+
+PLATFORM = {Framework.TENSORFLOW: "tensorflow_savedmodel", Framework.TORCH: "pytorch_libtorch"}
+
+
+def model_metadata(model: ServedModel) -> dict[str, Any]:
+    """NotReady until the model is AVAILABLE (its signatures are known only once loaded)."""
+    signature = model.signature(None)
+    return {
+        "name": model.name,
+        "versions": [str(model.version)],
+        "platform": PLATFORM[model.source.framework],
+        "inputs": [tensor_metadata(spec) for spec in signature.inputs.values()],
+        "outputs": [tensor_metadata(spec) for spec in signature.outputs.values()],
+    }
