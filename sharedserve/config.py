@@ -35,6 +35,10 @@ __all__ = [
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
+#: The bench's wire formats: TF Serving's REST and gRPC APIs, and the Open Inference Protocol's.
+PROTOCOLS = ("rest", "grpc", "oip-rest", "oip-grpc")
+
+
 class Framework(str, Enum):
     """A model's format and the framework that serves it; values are the CLI's ``--framework``."""
 
@@ -199,7 +203,8 @@ class BenchSettings:
     max_in_flight: int = 100
     """Poisson only: requests in flight per replica beyond which new ones are dropped (counted)."""
     protocol: str = "rest"
-    """``rest`` or ``grpc``."""
+    """One of ``PROTOCOLS``: TF Serving's REST (JSON) or gRPC API, or the Open Inference
+    Protocol's REST (binary tensor extension) or gRPC (raw contents) API."""
     duration_s: float = 30.0
     """Seconds of the measured window per density: the row's figures cover this long, split into
     ``stability_windows`` windows of equal length."""
@@ -241,8 +246,10 @@ class BenchSettings:
             raise ConfigError(f"--scales must be positive integers, got {list(self.scales)}")
         if len(set(self.scales)) != len(self.scales):
             raise ConfigError(f"--scales repeats a value: {list(self.scales)}")
-        if self.protocol not in ("rest", "grpc"):
-            raise ConfigError(f"--protocol must be rest or grpc, got {self.protocol!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(
+                f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}"
+            )
         checks = [
             ("--duration", self.duration_s > 0 and math.isfinite(self.duration_s)),
             ("--stability-windows", self.stability_windows >= 1),

@@ -40,7 +40,13 @@ from locust.exception import StopUser
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from sharedserve.bench.histogram import LatencyHistogram
-from sharedserve.bench.payload import random_inputs, rest_body, signature_inputs
+from sharedserve.bench.payload import (
+    oip_rest_body,
+    oip_tensors,
+    random_inputs,
+    rest_body,
+    signature_inputs,
+)
 from sharedserve.bench.windows import (
     COUNTS,
     measurement_result,
@@ -135,11 +141,22 @@ class _Sender:
             metadata_client.close()
         arrays = random_inputs(signature_inputs(metadata), seed)
         self.protocol = protocol
+        self._headers = {"Content-Type": "application/json"}
         if protocol == "grpc":
             self._init_grpc(target, arrays)
+        elif protocol == "oip-grpc":
+            self._init_oip_grpc(target, arrays)
         else:
-            self._path = f"/v1/models/{target['model']}:predict"
-            self._body = rest_body(arrays)
+            if protocol == "oip-rest":
+                self._path = f"/v2/models/{target['model']}/infer"
+                self._body, header_length = oip_rest_body(arrays)
+                self._headers = {
+                    "Content-Type": "application/octet-stream",
+                    "Inference-Header-Content-Length": str(header_length),
+                }
+            else:
+                self._path = f"/v1/models/{target['model']}:predict"
+                self._body = rest_body(arrays)
             self._http = HTTPClient.from_url(
                 URL(target["rest"]),
                 concurrency=concurrency,
@@ -169,12 +186,32 @@ class _Sender:
             response_deserializer=pb.PredictResponse.FromString,
         )
 
+    def _init_oip_grpc(self, target: dict[str, Any], arrays: dict[str, Any]) -> None:
+        import grpc
+        import grpc.experimental.gevent
+
+        grpc.experimental.gevent.init_gevent()
+        from sharedserve.server.oip.api import MODEL_INFER_METHOD
+        from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
+
+        request = pb.ModelInferRequest(model_name=target["model"])
+        for name, datatype, shape, raw in oip_tensors(arrays):  # raw, as Triton's client sends
+            request.inputs.add(name=name, datatype=datatype, shape=shape)
+            request.raw_input_contents.append(raw)
+        self._request = request
+        channel = grpc.insecure_channel(target["grpc"])
+        self._predict = channel.unary_unary(
+            MODEL_INFER_METHOD,
+            request_serializer=pb.ModelInferRequest.SerializeToString,
+            response_deserializer=pb.ModelInferResponse.FromString,
+        )
+
     def send(self) -> tuple[Exception | None, int]:
         try:
-            if self.protocol == "grpc":
+            if self.protocol in ("grpc", "oip-grpc"):
                 reply = self._predict(self._request, timeout=_NETWORK_TIMEOUT_S)
                 return None, reply.ByteSize()
-            response = self._http.post(self._path, self._body, {"Content-Type": "application/json"})
+            response = self._http.post(self._path, self._body, self._headers)
             body = response.read()
             if response.status_code != 200:
                 return RuntimeError(f"HTTP {response.status_code}: {body[:200]!r}"), len(body)

@@ -14,8 +14,16 @@ import numpy as np
 import orjson
 
 from sharedserve.errors import ConfigError
+from sharedserve.server.oip.tensors import DATATYPE_OF_DT, to_raw
 
-__all__ = ["InputSpec", "random_inputs", "rest_body", "signature_inputs"]
+__all__ = [
+    "InputSpec",
+    "oip_rest_body",
+    "oip_tensors",
+    "random_inputs",
+    "rest_body",
+    "signature_inputs",
+]
 
 _NUMPY = {
     "DT_FLOAT": np.float32,
@@ -29,6 +37,9 @@ _NUMPY = {
     "DT_BOOL": np.bool_,
     "DT_STRING": np.object_,
 }
+
+
+_DT_OF_NUMPY = {np.dtype(kind): name for name, kind in _NUMPY.items()}
 
 
 @dataclass(frozen=True)
@@ -85,3 +96,33 @@ def rest_body(arrays: dict[str, np.ndarray]) -> bytes:
     """A TF Serving columnar predict body, ``{"inputs": {name: nested list}}``."""
     columns = {name: array.tolist() for name, array in arrays.items()}
     return orjson.dumps({"inputs": columns})
+
+
+def oip_tensors(arrays: dict[str, np.ndarray]) -> list[tuple[str, str, list[int], bytes]]:
+    """Each input as the Open Inference Protocol's raw form carries it:
+    (name, datatype, shape, little-endian bytes)."""
+    return [
+        (name, DATATYPE_OF_DT[_DT_OF_NUMPY[array.dtype]], list(array.shape), to_raw(array))
+        for name, array in arrays.items()
+    ]
+
+
+def oip_rest_body(arrays: dict[str, np.ndarray]) -> tuple[bytes, int]:
+    """An Open Inference Protocol infer body with every tensor binary, both ways (what Triton's
+    client sends by default) -> (body, length of its JSON header)."""
+    tensors = oip_tensors(arrays)
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": name,
+                    "shape": shape,
+                    "datatype": datatype,
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+                for name, datatype, shape, raw in tensors
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    )
+    return header + b"".join(raw for *_, raw in tensors), len(header)

@@ -181,7 +181,13 @@ def bench(
             show_default="none: only the spec's objectives",
         ),
     ] = None,
-    protocol: Annotated[str, typer.Option(help="rest or grpc.")] = "rest",
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
+            "tensors) or oip-grpc."
+        ),
+    ] = "rest",
     gpu: Annotated[
         str | None,
         typer.Option(help="GPU to pack onto: index or UUID.", show_default="lowest index"),

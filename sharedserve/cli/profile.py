@@ -43,7 +43,13 @@ def profile(
         str | None,
         typer.Option(help="GPU to measure on: index or UUID.", show_default="lowest index"),
     ] = None,
-    protocol: Annotated[str, typer.Option(help="rest or grpc.")] = "rest",
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
+            "tensors) or oip-grpc."
+        ),
+    ] = "rest",
     fake_gpus: Annotated[
         Path | None,
         typer.Option(

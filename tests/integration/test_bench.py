@@ -17,10 +17,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.pack import PackRun, alive
-from tests.support.servers import SHAREDSERVE, clean_env, free_port, run_cli
+from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
 
 ROW_KEYS = {
@@ -158,7 +160,7 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
         (["--densities", "1,x"], "comma-separated integers"),
         (["--densities", "0"], "positive integers"),
         (["--duration", "0"], "--duration"),
-        (["--protocol", "soap"], "rest or grpc"),
+        (["--protocol", "soap"], "rest, grpc, oip-rest, oip-grpc"),
     ],
 )
 def test_bad_bench_options_are_refused_before_anything_starts(
@@ -487,3 +489,40 @@ def test_windows_are_recorded_and_max_duration_bounds_the_measurement(
     # Without a cgroup (a targets file of remote endpoints), no throttling figure.
     assert row["per_model"][0]["cpu_throttled_share"] is None
     assert elapsed < 30
+
+
+def _served(server: Server, protocol: str) -> float:
+    """Successful predict calls ``server`` counted under ``protocol``."""
+    text = httpx.get(f"{server.base}/metrics").text
+    ok = {"oip-rest": "200", "oip-grpc": "OK"}[protocol]
+    wanted = {"protocol": protocol, "code": ok}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = {k: sample.labels.get(k) for k in wanted}
+            if sample.name == "sharedserve_requests_total" and labels == wanted:
+                return sample.value
+    return 0.0
+
+
+@pytest.mark.parametrize("protocol", ["oip-rest", "oip-grpc"])
+def test_bench_drives_the_open_inference_protocol(
+    tiny_server: Server, tmp_path: Path, protocol: str
+) -> None:
+    targets = tmp_path / "targets.json"
+    target = {
+        "name": "tiny-0",
+        "model": "tiny",
+        "rest": tiny_server.base,
+        "grpc": f"127.0.0.1:{tiny_server.grpc_port}",
+    }
+    targets.write_text(json.dumps({"targets": [target]}))
+    before = _served(tiny_server, protocol)
+    result = run_cli(
+        "bench", "--targets", str(targets), "--duration", "1", "--warmup", "0",
+        "--stability-windows", "1", "--protocol", protocol, "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["rows"]
+    assert row["requests"] > 0 and row["errors"] == 0, row
+    # The server counted them as that protocol's: the bench spoke it, not TF Serving's API.
+    assert _served(tiny_server, protocol) - before >= row["requests"]
