@@ -1,4 +1,5 @@
-"""What does serving cost on top of the model call? REST and gRPC against the bare backend.
+"""What does serving cost on top of the model call? REST (TF Serving JSON and OIP binary) and gRPC
+against the bare backend.
 
 Builds example models (``--models``, default ``tiny`` and ``mobilenet_v2``; ``--framework tf`` or
 ``torch``) into a temp dir and measures them at batch 1 on whatever device the framework picks
@@ -10,6 +11,8 @@ off then on:
   the client threads nor this process's own framework import share its GIL and heap;
 * ``REST``: a real ``sharedserve serve`` process; row-format JSON body encoded once; one
   keep-alive ``http.client`` connection per client thread;
+* ``OIP REST binary``: the same server's Open Inference Protocol infer with the binary tensor
+  extension both ways (raw float32 bytes after a small JSON header, as Triton's client sends);
 * ``gRPC``: the same server; ``PredictionServiceStub.Predict`` with a pre-built request holding
   binary ``tensor_content``; one channel (connection) per client thread;
 * ``bare gRPC``: the same client against the least a Python gRPC server can do: grpcio's
@@ -271,7 +274,26 @@ def _get(port: int, path: str) -> bytes:
 
 
 def rest_client(port: int, name: str, body: bytes) -> MakeCall:
-    path, headers = f"/v1/models/{name}:predict", {"Content-Type": "application/json"}
+    """TF Serving's REST predict with a JSON body."""
+    return http_client(
+        port, f"/v1/models/{name}:predict", body, {"Content-Type": "application/json"}
+    )
+
+
+def oip_rest_client(port: int, name: str, key: str, array: np.ndarray) -> MakeCall:
+    """The Open Inference Protocol's REST infer with the binary tensor extension both ways (the
+    bench's own body, which is what Triton's client sends by default)."""
+    from sharedserve.bench.payload import oip_rest_body
+
+    body, header_length = oip_rest_body({key: array})
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(header_length),
+    }
+    return http_client(port, f"/v2/models/{name}/infer", body, headers)
+
+
+def http_client(port: int, path: str, body: bytes, headers: dict[str, str]) -> MakeCall:
 
     def make_call() -> Callable[[], object]:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -365,6 +387,7 @@ def measure_model(name: str, model_dir: Path, args: argparse.Namespace, log: Pat
             with serving(model_dir, extra, log) as (rest_port, grpc_port):
                 clients = {
                     "REST": rest_client(rest_port, name, rest_body(array)),
+                    "OIP REST binary": oip_rest_client(rest_port, name, key, array),
                     "gRPC": grpc_client(grpc_port, name, key, array),
                 }
                 for threads in CONCURRENCY:
@@ -465,8 +488,15 @@ def _extras(cells: list[Cell], args: argparse.Namespace) -> list[str]:
         if model == "tiny":
             continue
         rest = _find(cells, model, "REST", "off", 1).p50_ms
+        binary = _find(cells, model, "OIP REST binary", "off", 1).p50_ms
+        base = _find(cells, model, "in-process", "-", 1).p50_ms
         total = (parse + to_numpy) * 1e3
         lines += [
+            f"{model}, the Open Inference Protocol's binary tensor extension against TF "
+            f"Serving's JSON body (same server, same run, 1 client, batching off): p50 "
+            f"{binary:.1f} ms vs {rest:.1f} ms, overhead over the in-process call "
+            f"**{binary - base:+.1f} ms vs {rest - base:+.1f} ms**.",
+            "",
             f"{model} REST JSON decode of the {size / 2**20:.1f} MiB body (`codec`, timed in "
             f"the in-process worker, median of 30): parse {parse * 1e3:.1f} ms + to numpy "
             f"{to_numpy * 1e3:.1f} ms = {total:.1f} ms, **{100 * total / rest:.0f}%** of the "

@@ -67,8 +67,12 @@ def serve(
         str | None, typer.Option(help="Model name in URLs.", show_default="dir name")
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
-    rest_port: Annotated[int, typer.Option(help="REST API port; 0 picks a free one.")] = 8501,
-    grpc_port: Annotated[int, typer.Option(help="gRPC API port; 0 picks a free one.")] = 8500,
+    rest_port: Annotated[
+        int, typer.Option(help="REST port (TF Serving and OIP); 0 picks a free one.")
+    ] = 8501,
+    grpc_port: Annotated[
+        int, typer.Option(help="gRPC port (TF Serving and OIP); 0 picks a free one.")
+    ] = 8500,
     max_body_bytes: Annotated[
         int, typer.Option(help="Largest request body in bytes; larger gets HTTP 413.")
     ] = DEFAULT_MAX_BODY_BYTES,
@@ -166,7 +170,9 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve a model over the TensorFlow Serving REST and gRPC APIs.
+    """Serve a model over the TensorFlow Serving REST and gRPC APIs and the Open Inference
+    Protocol (KServe V2: /v2/... on the REST port, inference.GRPCInferenceService on the gRPC
+    port), both through one predictor.
 
     The model directory decides the backend: saved_model.pb is TensorFlow, model.pt (with the
     signature.json that `models build --framework torch` writes) is TorchScript.

@@ -57,10 +57,14 @@ def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     answers = [json.loads(line) for line in result.stdout.replace("}{", "}\n{").splitlines()]
     assert [a for a in answers if "error" in a] == []
-    status, metadata, prediction, limits = answers
+    status, metadata, prediction, inference, limits = answers
     assert status["model_version_status"][0]["state"] == "AVAILABLE"
     assert "serving_default" in metadata["metadata"]["signature_def"]["signature_def"]
     assert len(prediction["predictions"]) == 1
+    # The same row over the Open Inference Protocol gives the same answer.
+    (output,) = inference["outputs"]
+    assert output["shape"] == [1, 4]
+    assert output["data"] == pytest.approx(prediction["predictions"][0], rel=1e-6)
     assert limits["gpu_memory_enforced"] is False
 
 
