@@ -59,6 +59,10 @@ def numeric_array(
     except ValueError as e:
         raise InvalidInput(f"input {name!r}: nested lists are ragged (inhomogeneous shape)") from e
     kind = raw.dtype.kind
+    if kind == "f" and target == np.uint64:
+        # numpy reads [1, 2**63] as floats (no signed type holds both): integers only, re-read.
+        raw = _exact_uint64(raw, value)
+        kind = raw.dtype.kind
     if raw.size == 0 and kind in "biuf":
         return raw.astype(target)  # [] is float64 to numpy; an empty tensor of any dtype is fine
 
@@ -81,6 +85,17 @@ def numeric_array(
             return raw.astype(target, copy=False)
     except FloatingPointError as e:
         raise InvalidInput(f"input {name!r}: a value is out of range for {label}") from e
+
+
+def _exact_uint64(raw: np.ndarray, value: Any) -> np.ndarray:
+    """``value`` as uint64 when every number in it is an integer (walks it: a rare path)."""
+    exact = np.asarray(value, dtype=object)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in exact.flat):
+        return raw  # a float among them: refused as floats
+    try:
+        return np.asarray(value, dtype=np.uint64)
+    except OverflowError:
+        return exact  # a negative or too large value: refused below, by range
 
 
 def _describe(raw: np.ndarray, describe_item: Callable[[Any], str]) -> str:

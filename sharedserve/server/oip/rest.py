@@ -50,7 +50,8 @@ class _Infer:
     def __init__(self, model: ServedModel, body: bytes | bytearray, header_length: int | None):
         self._model, self._body, self._header_length = model, body, header_length
         self._id: Any = None
-        self._wanted: dict[str, bool] | None = None  # requested outputs -> binary?
+        # Requested outputs -> binary (None: as the request's binary_data_output says).
+        self._wanted: dict[str, bool | None] | None = None
         self._all_binary = False
 
     def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
@@ -72,7 +73,7 @@ class _Infer:
 
     def encode(self, outputs: dict[str, np.ndarray]) -> tuple[bytes, int | None]:
         """-> (body, length of its JSON header when binary outputs follow it, else None)."""
-        wanted = self._wanted if self._wanted is not None else dict.fromkeys(outputs, False)
+        wanted = self._wanted if self._wanted is not None else dict.fromkeys(outputs)
         described, blobs = [], []
         for name, binary in wanted.items():
             array = outputs[name]
@@ -81,7 +82,7 @@ class _Infer:
                 "datatype": tensors.datatype_of(array),
                 "shape": list(array.shape),
             }
-            if binary or self._all_binary:
+            if binary if binary is not None else self._all_binary:  # an output's own wins
                 blob = tensors.to_raw(array)
                 entry["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(blob)
@@ -121,20 +122,21 @@ def _optional_str(parameters: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def _flag(parameters: dict[str, Any], key: str) -> bool:
-    value = parameters.get(key, False)
-    if not isinstance(value, bool):
+def _flag(parameters: dict[str, Any], key: str, default: bool | None = False) -> Any:
+    """A true/false parameter; ``default`` when not given."""
+    value = parameters.get(key, default)
+    if value is not default and not isinstance(value, bool):
         raise InvalidInput(f"parameter {key!r} must be true or false, got {json_type(value)}")
     return value
 
 
-def _requested_outputs(requested: Any, signature: Signature) -> dict[str, bool] | None:
-    """Requested output name -> sent as binary; None: every output, as JSON unless asked."""
+def _requested_outputs(requested: Any, signature: Signature) -> dict[str, bool | None] | None:
+    """Requested output name -> sent as binary (None: not said); None: every output."""
     if requested is None:
         return None
     if not isinstance(requested, list):
         raise InvalidInput(f"'outputs' must be a list, got {json_type(requested)}")
-    wanted: dict[str, bool] = {}
+    wanted: dict[str, bool | None] = {}
     for i, item in enumerate(requested):
         entry = _object(item, f"outputs[{i}]")
         name = entry.get("name")
@@ -143,9 +145,8 @@ def _requested_outputs(requested: Any, signature: Signature) -> dict[str, bool] 
                 f"outputs[{i}] names unknown output {quoted(name)}; the model's outputs are "
                 f"{', '.join(sorted(signature.outputs))}"
             )
-        wanted[name] = _flag(
-            _object(entry.get("parameters", {}), f"outputs[{i}].parameters"), "binary_data"
-        )
+        parameters = _object(entry.get("parameters", {}), f"outputs[{i}].parameters")
+        wanted[name] = _flag(parameters, "binary_data", default=None)
     return wanted
 
 

@@ -66,6 +66,7 @@ _NUMPY = {
 # Past this no array can be addressed (8-byte elements, halved for room): refused before numpy.
 _MAX_ELEMENTS = (2**63 - 1) // 16
 _LENGTH = struct.Struct("<I")
+_MAX_DIMS = 64  # numpy's most; TensorFlow and torch take no more
 
 
 def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
@@ -93,6 +94,10 @@ def parse_shape(name: str, shape: Any) -> tuple[int, ...]:
         isinstance(d, int) and not isinstance(d, bool) for d in shape
     ):
         raise InvalidInput(f"input {name!r}: 'shape' must be a list of integers, got {shape!r}")
+    if len(shape) > _MAX_DIMS:
+        raise InvalidInput(
+            f"input {name!r}: 'shape' has {len(shape)} dimensions, more than {_MAX_DIMS}"
+        )
     if any(d < 0 for d in shape):
         raise InvalidInput(f"input {name!r}: 'shape' has a negative dimension {list(shape)}")
     if math.prod(shape) > _MAX_ELEMENTS:  # Python's integers: no overflow on a hostile shape
