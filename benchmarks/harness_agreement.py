@@ -13,8 +13,10 @@ builds for that path (``sharedserve.bench.payload``), written to a file for the 
 
 wrk and hey have no warm-up of their own: each first runs ``--warmup`` seconds unmeasured. The
 harnesses run in turn, not at once, so each has the server to itself; on a small machine each
-also shares the cores with the server, which is part of what is compared. Needs ``wrk`` and
-``hey`` (Debian packages: ``apt-get install wrk hey``).
+also shares the cores with the server, which is part of what is compared. ``--rounds`` repeats
+the three with the order reversed every other round, so that a server which drifts over the run
+does not pass for a harness that disagrees; a harness's figures are the means over its rounds.
+Needs ``wrk`` and ``hey`` (Debian packages: ``apt-get install wrk hey``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -117,19 +120,32 @@ def run_hey(url: str, body: Path, headers: dict[str, str], args: argparse.Namesp
             "requests": len(rows), "errors": len(rows) - len(ok)}  # fmt: skip
 
 
+def mean(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "qps": float(np.mean([r["qps"] for r in rounds])),
+        "p99_ms": float(np.mean([r["p99_ms"] for r in rounds])),
+        "requests": sum(r["requests"] for r in rounds),
+        "errors": sum(r["errors"] for r in rounds),
+        "rounds": [(round(r["qps"], 1), round(r["p99_ms"], 1)) for r in rounds],
+    }
+
+
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     lines = heading("Harness agreement: sharedserve bench vs wrk vs hey", PACKAGES)
     lines += [
         "",
         f"Model `{args.model}` (random weights), one `sharedserve serve` process, batching off. "
         f"Closed loop, {args.concurrency} connections, {args.duration:g} s measured after "
-        f"{args.warmup:g} s unmeasured, one harness at a time. `rest` is TF Serving's JSON "
+        f"{args.warmup:g} s unmeasured, one harness at a time, {args.rounds} rounds in "
+        "alternating order (bench, wrk, hey; then hey, wrk, bench); QPS and p99 are the means "
+        "of the rounds, listed as (QPS, p99) in *rounds*. `rest` is TF Serving's JSON "
         "predict; `oip-rest` is the Open Inference Protocol's infer with binary tensors both "
         "ways. Every harness sends the bench's own body. *vs bench* is the harness's figure "
         f"over the bench's; within ±{AGREE:.0%} counts as agreeing.",
         "",
-        "| path | harness | QPS | p99 ms | requests | errors | QPS vs bench | p99 vs bench |",
-        "|---|---|---|---|---|---|---|---|",
+        "| path | harness | QPS | p99 ms | requests | errors | QPS vs bench | p99 vs bench "
+        "| rounds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for path, by_tool in results.items():
         bench = by_tool["bench"]
@@ -138,7 +154,8 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
             cells = ("", "") if tool == "bench" else (f"{q:.2f}", f"{p:.2f}")
             lines.append(
                 f"| {path} | {tool} | {got['qps']:.1f} | {got['p99_ms']:.1f} | "
-                f"{got['requests']} | {got['errors']} | {cells[0]} | {cells[1]} |"
+                f"{got['requests']} | {got['errors']} | {cells[0]} | {cells[1]} | "
+                f"{', '.join(f'({q:g}, {p:g})' for q, p in got['rounds'])} |"
             )
     verdicts = []
     for path, by_tool in results.items():
@@ -158,8 +175,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the Markdown report here")
     parser.add_argument("--model", default="mobilenet_v2")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds measured")
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds measured")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each harness per path")
     args = parser.parse_args()
     missing = [tool for tool in ("wrk", "hey") if shutil.which(tool) is None]
     if missing:
@@ -175,12 +193,17 @@ def main() -> None:
                 body_file = tmp / f"{path}.body"
                 body_file.write_bytes(body)
                 url = rest + url_path
-                results[path] = {
-                    "bench": run_bench(rest, args.model, path, args, tmp),
-                    "wrk": run_wrk(url, body_file, headers, args),
-                    "hey": run_hey(url, body_file, headers, args),
+                runs: dict[str, Any] = {
+                    "bench": partial(run_bench, rest, args.model, path, args, tmp),
+                    "wrk": partial(run_wrk, url, body_file, headers, args),
+                    "hey": partial(run_hey, url, body_file, headers, args),
                 }
-                print(path, json.dumps(results[path]), flush=True)
+                rounds: dict[str, list[Any]] = {tool: [] for tool in runs}
+                for i in range(args.rounds):
+                    for tool in list(runs)[:: -1 if i % 2 else 1]:
+                        rounds[tool].append(runs[tool]())
+                        print(path, tool, json.dumps(rounds[tool][-1]), flush=True)
+                results[path] = {tool: mean(got) for tool, got in rounds.items()}
     publish(report(results, args), args.out)
 
 

@@ -85,7 +85,7 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
             assert row["requests"] > 0 and row["errors"] == 0
             assert row["gpu_util_mean"] is None and row["gpu_mem_used_mib"] is None
     paths = {c["path"] for c in results["overhead"]["cells"]}
-    assert paths == {"in-process", "bare gRPC", "REST", "gRPC"}
+    assert paths == {"in-process", "bare gRPC", "REST", "OIP REST binary", "gRPC"}
     assert results["overhead"]["framework"] == "torch"
     assert results["overhead"]["ceiling"]["tiny"]["rows_per_s"] > 0
     mix = results["mix"]
