@@ -25,6 +25,7 @@ import argparse
 import csv
 import io
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def run_bench(rest: str, model: str, protocol: str, args: argparse.Namespace, tm
     subprocess.run(command, check=True, capture_output=True)
     (row,) = json.loads((out / "report.json").read_text())["rows"]
     return {"qps": row["qps"], "p99_ms": row["p99_ms"], "requests": row["requests"],
-            "errors": row["errors"]}  # fmt: skip
+            "errors": row["errors"], "cpu": row["loadgen_cpu_util"]}  # fmt: skip
 
 
 def run_wrk(url: str, body: Path, headers: dict[str, str], args: argparse.Namespace) -> Any:
@@ -97,12 +98,14 @@ def run_wrk(url: str, body: Path, headers: dict[str, str], args: argparse.Namesp
     script.write_text(WRK_SCRIPT.format(body=body, headers=lines))
     base = ["wrk", "-t", "1", "-c", str(args.concurrency), "--timeout", "60s", "-s", str(script)]
     subprocess.run([*base, "-d", f"{args.warmup:g}s", url], check=True, capture_output=True)
+    before = _children_cpu()
     done = subprocess.run([*base, "-d", f"{args.duration:g}s", url], check=True,
                           capture_output=True, text=True)  # fmt: skip
+    cpu = (_children_cpu() - before) / args.duration
     line = next(x for x in done.stdout.splitlines() if x.startswith("WRK "))
     got = json.loads(line[4:])
     return {"qps": got["requests"] / (got["duration_us"] / 1e6), "p99_ms": got["p99_us"] / 1e3,
-            "requests": got["requests"], "errors": got["errors"]}  # fmt: skip
+            "requests": got["requests"], "errors": got["errors"], "cpu": cpu}  # fmt: skip
 
 
 def run_hey(url: str, body: Path, headers: dict[str, str], args: argparse.Namespace) -> Any:
@@ -112,12 +115,20 @@ def run_hey(url: str, body: Path, headers: dict[str, str], args: argparse.Namesp
         if key != "Content-Type":
             base += ["-H", f"{key}: {value}"]
     subprocess.run([*base, "-z", f"{args.warmup:g}s", url], check=True, capture_output=True)
+    before = _children_cpu()
     done = subprocess.run([*base, "-z", f"{args.duration:g}s", "-o", "csv", url], check=True,
                           capture_output=True, text=True)  # fmt: skip
+    cpu = (_children_cpu() - before) / args.duration
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     ok = [float(r["response-time"]) for r in rows if r["status-code"] == "200"]
     return {"qps": len(ok) / args.duration, "p99_ms": float(np.percentile(ok, 99)) * 1e3,
-            "requests": len(rows), "errors": len(rows) - len(ok)}  # fmt: skip
+            "requests": len(rows), "errors": len(rows) - len(ok), "cpu": cpu}  # fmt: skip
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (wrk, hey), user and system."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def mean(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -126,13 +137,25 @@ def mean(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "p99_ms": float(np.mean([r["p99_ms"] for r in rounds])),
         "requests": sum(r["requests"] for r in rounds),
         "errors": sum(r["errors"] for r in rounds),
+        "cpu": float(np.mean([r["cpu"] for r in rounds])),
         "rounds": [(round(r["qps"], 1), round(r["p99_ms"], 1)) for r in rounds],
     }
+
+
+def tool_versions() -> str:
+    """The Debian packages' versions of wrk and hey (hey has no --version)."""
+    found = []
+    for tool in ("wrk", "hey"):
+        query = ["dpkg-query", "-W", "-f", "${Version}", tool]
+        done = subprocess.run(query, capture_output=True, text=True, check=False)
+        found.append(f"{tool} {done.stdout.strip() if done.returncode == 0 else '(not from dpkg)'}")
+    return "- Load generators: " + ", ".join(found)
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     lines = heading("Harness agreement: sharedserve bench vs wrk vs hey", PACKAGES)
     lines += [
+        tool_versions(),
         "",
         f"Model `{args.model}` (random weights), one `sharedserve serve` process, batching off. "
         f"Closed loop, {args.concurrency} connections, {args.duration:g} s measured after "
@@ -141,11 +164,14 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         "of the rounds, listed as (QPS, p99) in *rounds*. `rest` is TF Serving's JSON "
         "predict; `oip-rest` is the Open Inference Protocol's infer with binary tensors both "
         "ways. Every harness sends the bench's own body. *vs bench* is the harness's figure "
-        f"over the bench's; within ±{AGREE:.0%} counts as agreeing.",
+        f"over the bench's; within ±{AGREE:.0%} counts as agreeing. *harness CPU cores* is "
+        "what the load generator itself used while measuring, on the cores the server uses too: "
+        "the bench's own figure (`loadgen_cpu_util`), wrk's and hey's from the operating "
+        "system's accounting of the finished process.",
         "",
         "| path | harness | QPS | p99 ms | requests | errors | QPS vs bench | p99 vs bench "
-        "| rounds |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| harness CPU cores | rounds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path, by_tool in results.items():
         bench = by_tool["bench"]
@@ -155,7 +181,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
             lines.append(
                 f"| {path} | {tool} | {got['qps']:.1f} | {got['p99_ms']:.1f} | "
                 f"{got['requests']} | {got['errors']} | {cells[0]} | {cells[1]} | "
-                f"{', '.join(f'({q:g}, {p:g})' for q, p in got['rounds'])} |"
+                f"{got['cpu']:.2f} | {', '.join(f'({q:g}, {p:g})' for q, p in got['rounds'])} |"
             )
     verdicts = []
     for path, by_tool in results.items():
