@@ -201,9 +201,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the Markdown report here")
     parser.add_argument("--model", default="mobilenet_v2")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--duration", type=float, default=15.0, help="seconds measured")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds measured")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each harness per path")
+    parser.add_argument("--rounds", type=int, default=4, help="runs of each harness per path")
     args = parser.parse_args()
     missing = [tool for tool in ("wrk", "hey") if shutil.which(tool) is None]
     if missing:
