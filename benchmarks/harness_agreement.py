@@ -39,7 +39,7 @@ import numpy as np
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 from server_overhead import serving
 
-from sharedserve.bench.payload import oip_rest_body, random_inputs, rest_body, signature_inputs
+from sharedserve.bench.payload import oip_rest_request, random_inputs, rest_body, signature_inputs
 
 PACKAGES = ("sharedserve", "tensorflow", "locust", "uvicorn", "numpy")
 AGREE = 0.10  # the issue's bar: the harnesses measure the same thing
@@ -63,11 +63,7 @@ def bodies(rest: str, model: str) -> dict[str, tuple[str, bytes, dict[str, str]]
     """Path name -> (URL path, body, headers), the bytes the bench itself sends."""
     with urllib.request.urlopen(f"{rest}/v1/models/{model}/metadata") as response:
         arrays = random_inputs(signature_inputs(json.load(response)), seed=0)
-    oip, header_length = oip_rest_body(arrays)
-    oip_headers = {
-        "Content-Type": "application/octet-stream",
-        "Inference-Header-Content-Length": str(header_length),
-    }
+    oip, oip_headers = oip_rest_request(arrays)
     return {
         "rest": (
             f"/v1/models/{model}:predict",

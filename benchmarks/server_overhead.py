@@ -283,13 +283,9 @@ def rest_client(port: int, name: str, body: bytes) -> MakeCall:
 def oip_rest_client(port: int, name: str, key: str, array: np.ndarray) -> MakeCall:
     """The Open Inference Protocol's REST infer with the binary tensor extension both ways (the
     bench's own body, which is what Triton's client sends by default)."""
-    from sharedserve.bench.payload import oip_rest_body
+    from sharedserve.bench.payload import oip_rest_request
 
-    body, header_length = oip_rest_body({key: array})
-    headers = {
-        "Content-Type": "application/octet-stream",
-        "Inference-Header-Content-Length": str(header_length),
-    }
+    body, headers = oip_rest_request({key: array})
     return http_client(port, f"/v2/models/{name}/infer", body, headers)
 
 

@@ -32,21 +32,13 @@ from typing import Any, ClassVar
 
 import gevent
 import gevent.pool
-from geventhttpclient import HTTPClient
-from geventhttpclient.url import URL
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, Runner, WorkerRunner
 
 from sharedserve.bench.histogram import LatencyHistogram
-from sharedserve.bench.payload import (
-    oip_rest_body,
-    oip_tensors,
-    random_inputs,
-    rest_body,
-    signature_inputs,
-)
+from sharedserve.bench.senders import Sender
 from sharedserve.bench.windows import (
     COUNTS,
     measurement_result,
@@ -128,101 +120,9 @@ class Recorder:
 RECORDER = Recorder()
 
 
-class _Sender:
-    """Sends a target's prepared request; returns None on success or the error."""
-
-    def __init__(self, target: dict[str, Any], protocol: str, concurrency: int, seed: int) -> None:
-        self.name = target["name"]
-        metadata_client = HTTPClient.from_url(URL(target["rest"]), network_timeout=30)
-        try:
-            response = metadata_client.get(f"/v1/models/{target['model']}/metadata")
-            metadata = json.loads(response.read())
-        finally:
-            metadata_client.close()
-        arrays = random_inputs(signature_inputs(metadata), seed)
-        self.protocol = protocol
-        self._headers = {"Content-Type": "application/json"}
-        if protocol == "grpc":
-            self._init_grpc(target, arrays)
-        elif protocol == "oip-grpc":
-            self._init_oip_grpc(target, arrays)
-        else:
-            if protocol == "oip-rest":
-                self._path = f"/v2/models/{target['model']}/infer"
-                self._body, header_length = oip_rest_body(arrays)
-                self._headers = {
-                    "Content-Type": "application/octet-stream",
-                    "Inference-Header-Content-Length": str(header_length),
-                }
-            else:
-                self._path = f"/v1/models/{target['model']}:predict"
-                self._body = rest_body(arrays)
-            self._http = HTTPClient.from_url(
-                URL(target["rest"]),
-                concurrency=concurrency,
-                network_timeout=_NETWORK_TIMEOUT_S,
-                connection_timeout=_NETWORK_TIMEOUT_S,
-            )
-
-    def _init_grpc(self, target: dict[str, Any], arrays: dict[str, Any]) -> None:
-        import grpc
-        import grpc.experimental.gevent
-
-        # gRPC's own threads would block gevent's loop; this makes its I/O cooperative.
-        grpc.experimental.gevent.init_gevent()
-        from sharedserve.server.tfserving.api import PREDICT_METHOD
-        from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
-        from sharedserve.server.tfserving.tensor_proto import to_tensor_proto
-
-        request = pb.PredictRequest()
-        request.model_spec.name = target["model"]
-        for name, array in arrays.items():
-            to_tensor_proto(array, request.inputs[name])
-        self._request = request
-        channel = grpc.insecure_channel(target["grpc"])
-        self._predict = channel.unary_unary(
-            PREDICT_METHOD,
-            request_serializer=pb.PredictRequest.SerializeToString,
-            response_deserializer=pb.PredictResponse.FromString,
-        )
-
-    def _init_oip_grpc(self, target: dict[str, Any], arrays: dict[str, Any]) -> None:
-        import grpc
-        import grpc.experimental.gevent
-
-        grpc.experimental.gevent.init_gevent()
-        from sharedserve.server.oip.api import MODEL_INFER_METHOD
-        from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
-
-        request = pb.ModelInferRequest(model_name=target["model"])
-        for name, datatype, shape, raw in oip_tensors(arrays):  # raw, as Triton's client sends
-            request.inputs.add(name=name, datatype=datatype, shape=shape)
-            request.raw_input_contents.append(raw)
-        self._request = request
-        channel = grpc.insecure_channel(target["grpc"])
-        self._predict = channel.unary_unary(
-            MODEL_INFER_METHOD,
-            request_serializer=pb.ModelInferRequest.SerializeToString,
-            response_deserializer=pb.ModelInferResponse.FromString,
-        )
-
-    def send(self) -> tuple[Exception | None, int]:
-        try:
-            if self.protocol in ("grpc", "oip-grpc"):
-                reply = self._predict(self._request, timeout=_NETWORK_TIMEOUT_S)
-                return None, reply.ByteSize()
-            response = self._http.post(self._path, self._body, self._headers)
-            body = response.read()
-            if response.status_code != 200:
-                return RuntimeError(f"HTTP {response.status_code}: {body[:200]!r}"), len(body)
-            return None, len(body)
-        except Exception as e:  # any transport failure is an error of this request, not ours
-            return e, 0
-
-
-def _sender(target: dict[str, Any], spec: dict[str, Any], concurrency: int) -> _Sender | None:
+def _sender(target: dict[str, Any], spec: dict[str, Any], concurrency: int) -> Sender | None:
     try:
-        return _Sender(target, spec["protocol"], concurrency, spec["seed"])
+        return Sender(target, spec["protocol"], concurrency, spec["seed"], _NETWORK_TIMEOUT_S)
     except Exception as e:  # unreachable target, unusable metadata: this user cannot run
         RECORDER.setup_errors.append(f"{target['name']}: {type(e).__name__}: {e}")
         return None
@@ -300,7 +200,7 @@ class _Poisson(User):
                 continue
             self.pool.spawn(self._one, sender, name, scheduled)
 
-    def _one(self, sender: _Sender, name: str, scheduled: float) -> None:
+    def _one(self, sender: Sender, name: str, scheduled: float) -> None:
         # Late: the loop overslept or this greenlet waited for the CPU; the delay is in the
         # latency (counted from the schedule), and the row says how often it happened.
         late = time.perf_counter() - scheduled > _LATE_S

@@ -14,11 +14,12 @@ import numpy as np
 import orjson
 
 from sharedserve.errors import ConfigError
-from sharedserve.server.oip.tensors import DATATYPE_OF_DT, to_raw
+from sharedserve.server.oip import HEADER_LENGTH
+from sharedserve.server.oip.tensors import datatype_of, to_raw
 
 __all__ = [
     "InputSpec",
-    "oip_rest_body",
+    "oip_rest_request",
     "oip_tensors",
     "random_inputs",
     "rest_body",
@@ -37,9 +38,6 @@ _NUMPY = {
     "DT_BOOL": np.bool_,
     "DT_STRING": np.object_,
 }
-
-
-_DT_OF_NUMPY = {np.dtype(kind): name for name, kind in _NUMPY.items()}
 
 
 @dataclass(frozen=True)
@@ -102,14 +100,14 @@ def oip_tensors(arrays: dict[str, np.ndarray]) -> list[tuple[str, str, list[int]
     """Each input as the Open Inference Protocol's raw form carries it:
     (name, datatype, shape, little-endian bytes)."""
     return [
-        (name, DATATYPE_OF_DT[_DT_OF_NUMPY[array.dtype]], list(array.shape), to_raw(array))
+        (name, datatype_of(array), list(array.shape), to_raw(array))
         for name, array in arrays.items()
     ]
 
 
-def oip_rest_body(arrays: dict[str, np.ndarray]) -> tuple[bytes, int]:
+def oip_rest_request(arrays: dict[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
     """An Open Inference Protocol infer body with every tensor binary, both ways (what Triton's
-    client sends by default) -> (body, length of its JSON header)."""
+    client sends by default), and the headers it needs."""
     tensors = oip_tensors(arrays)
     header = orjson.dumps(
         {
@@ -125,4 +123,8 @@ def oip_rest_body(arrays: dict[str, np.ndarray]) -> tuple[bytes, int]:
             "parameters": {"binary_data_output": True},
         }
     )
-    return header + b"".join(raw for *_, raw in tensors), len(header)
+    headers = {
+        "Content-Type": "application/octet-stream",
+        HEADER_LENGTH: str(len(header)),
+    }
+    return header + b"".join(raw for *_, raw in tensors), headers

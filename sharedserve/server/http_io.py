@@ -8,7 +8,6 @@ the same way whichever API it was sent to.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,20 +19,16 @@ from fastapi.responses import Response
 from starlette.requests import ClientDisconnect
 
 from sharedserve.errors import (
-    InvalidInput,
     PayloadTooLarge,
     RequestTimeout,
     SharedServeError,
-    quoted,
 )
 from sharedserve.server.metrics import Metrics
 
-__all__ = ["JSON", "counted", "error", "json_response", "parse_version", "read_body"]
+__all__ = ["JSON", "counted", "error", "json_response", "read_body"]
 
 JSON = "application/json"
 _CLIENT_CLOSED = 499
-_VERSION = re.compile(r"0*(?P<digits>[0-9]{1,19})")  # ASCII digits, no more than int64 has
-_INT64_MAX = 2**63 - 1
 
 
 def json_response(body: Any, status: int = 200) -> Response:
@@ -42,16 +37,6 @@ def json_response(body: Any, status: int = 200) -> Response:
 
 def error(status: int, message: str) -> Response:
     return json_response({"error": message}, status)
-
-
-def parse_version(text: str) -> int:
-    """A version from a path; InvalidInput unless it is an int64 in ASCII digits."""
-    # Not int() alone: it takes any Unicode digit, and raises ValueError (a 500) from 4,301
-    # digits on. TF Serving's versions are int64s; past that it answers 400 too.
-    number = _VERSION.fullmatch(text)
-    if number is None or int(number["digits"]) > _INT64_MAX:
-        raise InvalidInput(f"Malformed request: version {quoted(text)} is not an integer (int64)")
-    return int(number["digits"])
 
 
 async def counted(

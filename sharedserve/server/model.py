@@ -8,22 +8,40 @@ warm-up, so a readiness probe on ``GET /v1/models/NAME`` never admits traffic to
 from __future__ import annotations
 
 import logging
+import re
 import time
 from enum import Enum
 from typing import Any
 
 import numpy as np
 
-from sharedserve.errors import NotFound, NotReady, quoted
+from sharedserve.errors import InvalidInput, NotFound, NotReady, quoted
 from sharedserve.server.backends.base import Backend, warm_up
 from sharedserve.server.model_source import ModelSource
 from sharedserve.server.signature import Signature, TensorSpec
 
-__all__ = ["DEFAULT_SIGNATURE", "ModelState", "ServedModel"]
+__all__ = ["DEFAULT_SIGNATURE", "ModelState", "ServedModel", "parse_version"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SIGNATURE = "serving_default"
+_VERSION = re.compile(r"0*(?P<digits>[0-9]{1,19})")  # ASCII digits, no more than int64 has
+_INT64_MAX = 2**63 - 1
+
+
+def parse_version(text: str | None) -> int | None:
+    """A version as a request names it (a path segment, a gRPC field); None or "" for the latest.
+
+    InvalidInput unless it is an int64 in ASCII digits. Not int() alone: it takes any Unicode
+    digit, and raises ValueError (a 500) from 4,301 digits on. TF Serving's versions are int64s;
+    past that it answers 400 too.
+    """
+    if not text:
+        return None
+    number = _VERSION.fullmatch(text)
+    if number is None or int(number["digits"]) > _INT64_MAX:
+        raise InvalidInput(f"Malformed request: version {quoted(text)} is not an integer (int64)")
+    return int(number["digits"])
 
 
 class ModelState(str, Enum):

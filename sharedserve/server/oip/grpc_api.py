@@ -17,21 +17,15 @@ import numpy as np
 
 from sharedserve.errors import InvalidInput, quoted
 from sharedserve.server.grpc_calls import guard, unary, unimplemented
-from sharedserve.server.http_io import parse_version
-from sharedserve.server.model import ModelState, ServedModel
+from sharedserve.server.model import ModelState, ServedModel, parse_version
 from sharedserve.server.oip import tensors
 from sharedserve.server.oip.api import SERVICE
 from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
-from sharedserve.server.oip.metadata import model_metadata
-from sharedserve.server.oip.rest import server_metadata
+from sharedserve.server.oip.metadata import model_metadata, server_metadata
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature
 
 __all__ = ["handlers"]
-
-
-def _version(text: str) -> int | None:
-    return parse_version(text) if text else None
 
 
 def _parameter(parameters: Any, key: str) -> str | None:
@@ -68,23 +62,15 @@ class _Infer:
             )
         arrays: dict[str, np.ndarray] = {}
         for i, tensor in enumerate(request.inputs):
-            name = tensor.name
-            if name in arrays:
-                raise InvalidInput(f"input {name!r} is given twice")
-            spec = signature.inputs.get(name)
-            if spec is None:
-                raise InvalidInput(
-                    f"unknown input {quoted(name)}; the signature's inputs are "
-                    f"{', '.join(sorted(signature.inputs))}"
-                )
-            tensors.check_datatype(spec, tensor.datatype)
-            shape = tensors.parse_shape(name, list(tensor.shape))
+            name, datatype, shape = tensors.declared_input(
+                signature, arrays, tensor.name, tensor.datatype, list(tensor.shape)
+            )
             if raw:
                 if tensor.HasField("contents"):
                     raise InvalidInput(f"input {name!r} has both contents and raw_input_contents")
-                arrays[name] = tensors.from_raw(name, tensor.datatype, shape, raw[i])
+                arrays[name] = tensors.from_raw(name, datatype, shape, raw[i])
             else:
-                arrays[name] = tensors.from_contents(name, tensor.datatype, shape, tensor.contents)
+                arrays[name] = tensors.from_contents(name, datatype, shape, tensor.contents)
         return signature, arrays
 
     def encode(self, outputs: dict[str, np.ndarray]) -> Any:
@@ -114,7 +100,7 @@ class _Servicer:
 
     async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            self._model.check(request.name, _version(request.version))
+            self._model.check(request.name, parse_version(request.version))
             return pb.ModelReadyResponse(ready=self._model.state is ModelState.AVAILABLE)
 
         return await guard(context, "ModelReady", call)
@@ -124,14 +110,14 @@ class _Servicer:
 
     async def model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            self._model.check(request.name, _version(request.version))
+            self._model.check(request.name, parse_version(request.version))
             return pb.ModelMetadataResponse(**model_metadata(self._model))
 
         return await guard(context, "ModelMetadata", call)
 
     async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            self._model.check(request.model_name, _version(request.model_version))
+            self._model.check(request.model_name, parse_version(request.model_version))
             return await self._predictor.predict(_Infer(self._model, request))
 
         return await guard(context, "ModelInfer", call, (self._predictor.metrics, "oip-grpc"))

@@ -1,4 +1,5 @@
-"""A model's metadata as the Open Inference Protocol shows it, for REST and gRPC alike.
+"""The server's and a model's metadata as the Open Inference Protocol shows them, for REST and
+gRPC alike.
 
 The OIP has no signatures: it describes the model's default one (``serving_default``), which is
 the one an infer request runs unless it names another (sharedserve's ``signature_name``
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sharedserve import __version__
 from sharedserve.config import Framework
 from sharedserve.server.model import ServedModel
 from sharedserve.server.oip.tensors import tensor_metadata
 
-__all__ = ["PLATFORM", "model_metadata"]
+__all__ = ["PLATFORM", "model_metadata", "server_metadata"]
 
 PLATFORM = {Framework.TENSORFLOW: "tensorflow_savedmodel", Framework.TORCH: "pytorch_libtorch"}
 
@@ -28,3 +30,7 @@ def model_metadata(model: ServedModel) -> dict[str, Any]:
         "inputs": [tensor_metadata(spec) for spec in signature.inputs.values()],
         "outputs": [tensor_metadata(spec) for spec in signature.outputs.values()],
     }
+
+
+def server_metadata() -> dict[str, Any]:
+    return {"name": "sharedserve", "version": __version__, "extensions": ["binary_tensor_data"]}

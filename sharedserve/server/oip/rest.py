@@ -19,27 +19,20 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from sharedserve import __version__
 from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, quoted
 from sharedserve.server.budget import ByteBudget
-from sharedserve.server.http_io import JSON, counted, json_response, parse_version, read_body
+from sharedserve.server.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.json_values import json_type
-from sharedserve.server.model import ServedModel
-from sharedserve.server.oip import tensors
-from sharedserve.server.oip.metadata import model_metadata
+from sharedserve.server.model import ServedModel, parse_version
+from sharedserve.server.oip import HEADER_LENGTH, tensors
+from sharedserve.server.oip.metadata import model_metadata, server_metadata
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature
 
-__all__ = ["HEADER_LENGTH", "add_routes", "server_metadata"]
+__all__ = ["add_routes"]
 
-#: The binary extension's header: how many leading bytes of a body are its JSON.
-HEADER_LENGTH = "inference-header-content-length"
 _OCTETS = "application/octet-stream"
-
-
-def server_metadata() -> dict[str, Any]:
-    return {"name": "sharedserve", "version": __version__, "extensions": ["binary_tensor_data"]}
 
 
 class _Infer:
@@ -157,20 +150,9 @@ def _inputs(given: Any, signature: Signature, raw: memoryview) -> dict[str, np.n
     at = 0
     for i, item in enumerate(given):
         entry = _object(item, f"inputs[{i}]")
-        name = entry.get("name")
-        if not isinstance(name, str):
-            raise InvalidInput(f"inputs[{i}] has no 'name' string")
-        if name in arrays:
-            raise InvalidInput(f"input {name!r} is given twice")
-        spec = signature.inputs.get(name)
-        if spec is None:
-            raise InvalidInput(
-                f"unknown input {quoted(name)}; the signature's inputs are "
-                f"{', '.join(sorted(signature.inputs))}"
-            )
-        tensors.check_datatype(spec, entry.get("datatype"))
-        datatype = entry["datatype"]
-        shape = tensors.parse_shape(name, entry.get("shape"))
+        name, datatype, shape = tensors.declared_input(
+            signature, arrays, entry.get("name"), entry.get("datatype"), entry.get("shape")
+        )
         parameters = _object(entry.get("parameters", {}), f"input {name!r} parameters")
         size = parameters.get("binary_data_size")
         if size is not None:
@@ -204,10 +186,6 @@ def _header_length(request: Request) -> int | None:
     return int(value)
 
 
-def _version(version: str | None) -> int | None:
-    return None if version is None else parse_version(version)
-
-
 def add_routes(
     app: FastAPI,
     predictor: Predictor,
@@ -233,17 +211,17 @@ def add_routes(
         return json_response({"ready": True})
 
     async def model_ready(name: str, version: str | None = None) -> Response:
-        model.check(name, _version(version))
+        model.check(name, parse_version(version))
         model.require_available()
         return json_response({"name": model.name, "ready": True})
 
     async def metadata(name: str, version: str | None = None) -> Response:
-        model.check(name, _version(version))
+        model.check(name, parse_version(version))
         return json_response(model_metadata(model))
 
     async def infer(request: Request, name: str, version: str | None = None) -> Response:
         async def answer() -> Response:
-            model.check(name, _version(version))
+            model.check(name, parse_version(version))
             header_length = _header_length(request)
             body = await read_body(request, rest.max_body_bytes, connections.body_timeout_s)
             async with decoding.hold(len(body)):

@@ -18,12 +18,13 @@ import numpy as np
 
 from sharedserve.errors import InvalidInput, SharedServeError, quoted
 from sharedserve.server.json_values import json_type, numeric_array
-from sharedserve.server.signature import TensorSpec, numeric_dtype_name
+from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec, numeric_dtype_name
 
 __all__ = [
     "DATATYPE_OF_DT",
     "check_datatype",
     "datatype_of",
+    "declared_input",
     "from_contents",
     "from_json",
     "from_raw",
@@ -49,20 +50,7 @@ DATATYPE_OF_DT = {
     "DT_DOUBLE": "FP64",
     "DT_STRING": "BYTES",
 }
-_NUMPY = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-}
+_NUMPY = {DATATYPE_OF_DT[dt]: DTYPE_TO_NUMPY[dt] for dt in DATATYPE_OF_DT if dt != "DT_STRING"}
 # Past this no array can be addressed (8-byte elements, halved for room): refused before numpy.
 _MAX_ELEMENTS = (2**63 - 1) // 16
 _LENGTH = struct.Struct("<I")
@@ -86,6 +74,25 @@ def check_datatype(spec: TensorSpec, datatype: Any) -> None:
         raise InvalidInput(
             f"input {spec.name!r}: expected datatype {DATATYPE_OF_DT[spec.dtype]}, got {datatype}"
         )
+
+
+def declared_input(
+    signature: Signature, given: dict[str, np.ndarray], name: Any, datatype: Any, shape: Any
+) -> tuple[str, str, tuple[int, ...]]:
+    """An input's name, datatype and shape as a request declares them, checked against the
+    signature (a known name, not in ``given`` already, its datatype) -> (name, datatype, shape)."""
+    if not isinstance(name, str):
+        raise InvalidInput(f"an input has no 'name' string (got {json_type(name)})")
+    if name in given:
+        raise InvalidInput(f"input {name!r} is given twice")
+    spec = signature.inputs.get(name)
+    if spec is None:
+        raise InvalidInput(
+            f"unknown input {quoted(name)}; the signature's inputs are "
+            f"{', '.join(sorted(signature.inputs))}"
+        )
+    check_datatype(spec, datatype)
+    return name, datatype, parse_shape(name, shape)
 
 
 def parse_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -143,12 +150,7 @@ def from_contents(name: str, datatype: str, shape: tuple[int, ...], contents: An
     else:
         # np.asarray reads the repeated field in C; the checked cast catches 300 for UINT8.
         array = numeric_array(name, datatype, _NUMPY[datatype], np.asarray(values))
-    if array.size != math.prod(shape):
-        raise InvalidInput(
-            f"input {name!r}: {array.size} values in {field} for shape {list(shape)} "
-            f"({math.prod(shape)} elements)"
-        )
-    return array.reshape(shape)
+    return _shaped(name, array, shape, f"values in {field}")
 
 
 def from_raw(
@@ -207,10 +209,12 @@ def to_json_data(name: str, array: np.ndarray) -> Any:
     return np.ascontiguousarray(array.astype(array.dtype.newbyteorder("="), copy=False)).reshape(-1)
 
 
-def _shaped(name: str, array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def _shaped(
+    name: str, array: np.ndarray, shape: tuple[int, ...], what: str = "elements given"
+) -> np.ndarray:
     if array.size != math.prod(shape):
         raise InvalidInput(
-            f"input {name!r}: {array.size} elements given for shape {list(shape)} "
+            f"input {name!r}: {array.size} {what} for shape {list(shape)} "
             f"({math.prod(shape)} elements)"
         )
     return array.reshape(shape)

@@ -19,8 +19,8 @@ from fastapi.responses import Response
 from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, NotFound, Unimplemented, quoted
 from sharedserve.server.budget import ByteBudget
-from sharedserve.server.http_io import JSON, counted, json_response, parse_version, read_body
-from sharedserve.server.model import ServedModel
+from sharedserve.server.http_io import JSON, counted, json_response, read_body
+from sharedserve.server.model import ServedModel, parse_version
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature
 from sharedserve.server.tfserving import codec
@@ -42,8 +42,12 @@ def _parse(path: str) -> tuple[str, int | None, bool, str | None]:
     if match["label"] is not None:
         # sharedserve serves one version per process; labels would always be unassigned.
         raise NotFound(f"Unrecognized servable version label: {quoted(match['label'])}")
-    version = None if match["version"] is None else parse_version(match["version"])
-    return match["name"], version, match["metadata"] is not None, match["verb"]
+    return (
+        match["name"],
+        parse_version(match["version"]),
+        match["metadata"] is not None,
+        match["verb"],
+    )
 
 
 class _JsonPredict:
