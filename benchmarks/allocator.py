@@ -36,8 +36,8 @@ import grpc
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 
 from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
-from sharedserve.allocator.api import deviceplugin_pb2 as pb
-from sharedserve.allocator.api import deviceplugin_pb2_grpc as pb_grpc
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from sharedserve.allocator.inventory import Sizing, build_inventory
 from sharedserve.allocator.placement import Policy, preferred_allocation
 from sharedserve.gpu.info import GpuInfo

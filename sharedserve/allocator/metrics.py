@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sharedserve.allocator.deviceplugin.plugin import UsageView
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import Inventory
-from sharedserve.allocator.plugin import UsageView
 from sharedserve.errors import SharedServeError
 from sharedserve.gpu.backend import GpuBackend
 

@@ -13,12 +13,12 @@ import gc
 import logging
 import signal
 
+from sharedserve.allocator.deviceplugin.kubelet import KubeletSession
+from sharedserve.allocator.deviceplugin.plugin import DeviceBoard, DevicePluginServicer, UsageView
 from sharedserve.allocator.health import HealthMonitor, mps_daemon_check
 from sharedserve.allocator.health_state import HealthBook
 from sharedserve.allocator.inventory import Inventory, build_inventory
-from sharedserve.allocator.kubelet import KubeletSession
 from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer
-from sharedserve.allocator.plugin import DeviceBoard, DevicePluginServicer, UsageView
 from sharedserve.allocator.settings import AllocatorSettings
 from sharedserve.errors import NvmlUnavailable
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sharedserve.allocator.api import deviceplugin_pb2 as pb
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from tests.support.allocator import A100, GPUS, T4, Node, allocate, ids, prefer
 from tests.support.servers import free_port, run_cli
 

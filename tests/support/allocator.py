@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sharedserve.allocator.api import deviceplugin_pb2 as pb
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from tests.support.kubelet import FakeKubelet, PluginConnection
 from tests.support.servers import SHAREDSERVE, clean_env
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import grpc
 
-from sharedserve.allocator.api import deviceplugin_pb2 as pb
-from sharedserve.allocator.api import deviceplugin_pb2_grpc as pb_grpc
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 
 SUPPORTED_VERSIONS = ("v1beta1",)
 # The kubelet keeps its allocation checkpoint in the same directory and spares it when it wipes.

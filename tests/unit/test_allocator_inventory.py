@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sharedserve.allocator.deviceplugin.plugin import DeviceBoard
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import (
     MAX_DEVICE_ID_LENGTH,
@@ -12,7 +13,6 @@ from sharedserve.allocator.inventory import (
     build_inventory,
     replicas_for,
 )
-from sharedserve.allocator.plugin import DeviceBoard
 from sharedserve.errors import ConfigError, InvalidInput
 from sharedserve.gpu.info import GpuInfo
 

@@ -17,7 +17,7 @@ import grpc
 
 from sharedserve import rpc
 from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
-from sharedserve.allocator.api import deviceplugin_pb2 as pb
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import Inventory
 from sharedserve.allocator.placement import Policy, preferred_allocation

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import grpc
 
-from sharedserve.allocator.api import deviceplugin_pb2 as pb
-from sharedserve.allocator.api import deviceplugin_pb2_grpc as pb_grpc
-from sharedserve.allocator.plugin import OPTIONS, DevicePluginServicer, add_to_server
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
+from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
+from sharedserve.allocator.deviceplugin.plugin import OPTIONS, DevicePluginServicer, add_to_server
 from sharedserve.allocator.settings import API_VERSION, AllocatorSettings
 from sharedserve.errors import SharedServeError
 
