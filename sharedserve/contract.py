@@ -26,6 +26,8 @@ from sharedserve.errors import ConfigError
 
 __all__ = [
     "CUDA_DEVICE_ORDER",
+    "DRA_DRIVER",
+    "DRA_MEMORY",
     "CUDA_VISIBLE_DEVICES",
     "GPU_MEMORY_FRACTION",
     "GPU_MEMORY_MIB",
@@ -46,6 +48,11 @@ __all__ = [
 
 VGPU_RESOURCE = "sharedserve.io/vgpu"
 """The extended resource a pod requests: one vGPU is one share of one physical GPU."""
+
+DRA_DRIVER = "gpu.sharedserve.io"
+"""The DRA driver's name: its ResourceSlices, its DeviceClass and the CDI kind of its specs."""
+DRA_MEMORY = "memory"
+"""The consumable capacity a claim asks for (``capacity: {requests: {memory: 6Gi}}``)."""
 
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The physical GPUs by UUID; the NVIDIA container runtime exposes only these."""

@@ -14,8 +14,8 @@ from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
-from sharedserve.k8s.quantity import format_cpu
 from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model_yaml
+from sharedserve.quantity import format_cpu
 from sharedserve.server.model_source import find_model
 
 __all__: list[str] = []

@@ -30,7 +30,7 @@ import yaml
 from sharedserve import contract
 from sharedserve.config import REPLICA_SERVE_OPTIONS
 from sharedserve.errors import ConfigError
-from sharedserve.k8s.quantity import parse_cpu, parse_memory
+from sharedserve.quantity import parse_cpu, parse_memory
 
 __all__ = [
     "RUN_AS_USER",

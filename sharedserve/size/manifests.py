@@ -22,8 +22,8 @@ from typing import Any
 from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing, replicas_for, vgpu_memory_for
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
-from sharedserve.k8s.quantity import format_cpu
 from sharedserve.k8s.render import ModelDeployment
+from sharedserve.quantity import format_cpu
 from sharedserve.size.fleet import Fleet
 
 __all__ = ["PlanManifests", "plan_manifests"]

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from sharedserve.k8s.quantity import parse_cpu
 from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
+from sharedserve.quantity import parse_cpu
 from tests.integration import test_readme as readme
 from tests.support import manifests as m
 from tests.support.manifests import K8S, Obj

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from sharedserve.errors import ConfigError
-from sharedserve.k8s.quantity import parse_cpu, parse_memory, parse_quantity
 from sharedserve.k8s.render import ModelDeployment, render_model, render_model_yaml
+from sharedserve.quantity import parse_cpu, parse_memory, parse_quantity
 
 
 def _server(objects: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix, render_mix_yaml
-from sharedserve.k8s.quantity import format_cpu, parse_cpu
 from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model
 from sharedserve.pack.plan import PlanItem, plan_gpu
+from sharedserve.quantity import format_cpu, parse_cpu
 
 RESERVE = 512
 NO_CAP = GpuCapRequest(None, None, CapSource.NONE)
