@@ -26,9 +26,9 @@ from sharedserve.errors import ConfigError
 
 __all__ = [
     "CUDA_DEVICE_ORDER",
+    "CUDA_VISIBLE_DEVICES",
     "DRA_DRIVER",
     "DRA_MEMORY",
-    "CUDA_VISIBLE_DEVICES",
     "GPU_MEMORY_FRACTION",
     "GPU_MEMORY_MIB",
     "MPS_ACTIVE_THREAD_PERCENTAGE",
@@ -106,8 +106,9 @@ class Grant:
     gpus: tuple[GpuShare, ...]
     mps: MpsLimits | None = None
     bare_host: bool = False
-    """Also set ``CUDA_VISIBLE_DEVICES`` and PCI bus order: no container runtime will apply
-    ``NVIDIA_VISIBLE_DEVICES`` (the packer)."""
+    """Also set ``CUDA_VISIBLE_DEVICES`` and PCI bus order: where no container runtime will
+    apply ``NVIDIA_VISIBLE_DEVICES`` (the packer), or may not (the DRA driver's CDI specs reach
+    runtimes configured either way; CUDA takes UUIDs there too)."""
 
     def to_env(self) -> dict[str, str]:
         """The variables, formatted the one way ``from_env`` reads them back. A per-GPU variable

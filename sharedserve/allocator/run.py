@@ -1,5 +1,7 @@
 """Start the allocator: discover GPUs, cut them into vGPUs, serve the kubelet until SIGTERM.
 
+With ``--api dra`` the same discovery feeds the DRA driver (``allocator/dra/run.py``) instead.
+
 Discovery happens once: the inventory (and so every vGPU ID) is fixed for the life of the
 process, as the kubelet expects. A GPU that later disappears or fails is reported Unhealthy,
 not removed. Failing to discover any GPU at start-up is an error (exit 1), as in NVIDIA's
@@ -19,7 +21,7 @@ from sharedserve.allocator.health import HealthMonitor, mps_daemon_check
 from sharedserve.allocator.health_state import HealthBook
 from sharedserve.allocator.inventory import Inventory, build_inventory
 from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer
-from sharedserve.allocator.settings import AllocatorSettings
+from sharedserve.allocator.settings import AllocatorSettings, Api
 from sharedserve.errors import NvmlUnavailable
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 
@@ -30,6 +32,12 @@ log = logging.getLogger(__name__)
 
 def _discover(settings: AllocatorSettings, backend: GpuBackend) -> Inventory:
     inventory = build_inventory(backend.list_gpus(), settings.sizing)
+    if settings.api is Api.DRA:
+        for gpu in inventory.gpus:
+            log.info("GPU %d %s (%s, %d MiB)", gpu.index, gpu.uuid, gpu.name, gpu.memory_mib)
+        if not inventory.gpus:
+            log.warning("no GPUs found: publishing no ResourceSlice")
+        return inventory
     for gpu in inventory.gpus:
         log.info(
             "GPU %d %s (%s, %d MiB, NUMA %s): %d vGPUs of %d MiB",
@@ -122,7 +130,12 @@ def run(settings: AllocatorSettings) -> int:
         # busy node) and would stall whichever kubelet call triggered it; none of them is
         # garbage, so they are moved out of the collector's sight.
         gc.freeze()
-        asyncio.run(_serve(settings, backend, inventory))
+        if settings.api is Api.DRA:
+            from sharedserve.allocator.dra.run import serve  # the kubernetes client: DRA only
+
+            asyncio.run(serve(settings, backend, inventory))
+        else:
+            asyncio.run(_serve(settings, backend, inventory))
     finally:
         backend.close()
     log.info("stopped")

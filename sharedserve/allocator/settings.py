@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from sharedserve.allocator.allocation import GrantOptions
+from sharedserve.allocator.dra.settings import DraSettings
 from sharedserve.allocator.health_state import DEFAULT_IGNORED_XIDS
 from sharedserve.allocator.inventory import Sizing
 from sharedserve.allocator.placement import Policy
@@ -20,6 +22,7 @@ __all__ = [
     "DEFAULT_RESOURCE_NAME",
     "KUBELET_SOCKET",
     "AllocatorSettings",
+    "Api",
 ]
 
 #: The device plugin API version this plugin speaks.
@@ -40,8 +43,21 @@ _RESOURCE_NAME = re.compile(
 )
 
 
+class Api(str, Enum):
+    """How the kubelet learns of the GPUs."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    """vGPUs as an extended resource (``sharedserve.io/vgpu``), through the device plugin API."""
+    DRA = "dra"
+    """GPU memory as consumable capacity of a ResourceSlice, through a DRA kubelet plugin."""
+
+
 @dataclass(frozen=True)
 class AllocatorSettings:
+    api: Api = Api.DEVICE_PLUGIN
+    """The transport: the device plugin, or the DRA driver."""
+    dra: DraSettings = field(default_factory=DraSettings)
+    """The DRA driver's settings (``--api dra`` only)."""
     sizing: Sizing = field(default_factory=Sizing)
     """How each GPU is cut into vGPUs (``--replicas`` or ``--vgpu-memory-mib``)."""
     policy: Policy = Policy.BUNDLE
@@ -83,6 +99,8 @@ class AllocatorSettings:
 
     def validate(self) -> None:
         """Raise ConfigError for the first setting that cannot work, naming its flag."""
+        if self.api is Api.DRA:
+            self.dra.validate()
         self.sizing.validate()
         name = self.resource_name
         if not _RESOURCE_NAME.fullmatch(name) or name.split("/")[0].endswith("kubernetes.io"):

@@ -1,4 +1,4 @@
-"""``sharedserve allocator``: the vGPU device plugin a node's kubelet talks to."""
+"""``sharedserve allocator``: the vGPU device plugin or the DRA driver the kubelet talks to."""
 
 from __future__ import annotations
 
@@ -8,6 +8,13 @@ from typing import Annotated
 import typer
 
 from sharedserve.allocator.allocation import GrantOptions
+from sharedserve.allocator.dra.settings import (
+    DEFAULT_CDI_DIR,
+    DEFAULT_PLUGIN_DIR,
+    DEFAULT_REGISTRY_DIR,
+    DraSettings,
+)
+from sharedserve.allocator.dra.slices import MAX_SLOTS, SliceOptions
 from sharedserve.allocator.health_state import DEFAULT_IGNORED_XIDS
 from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing
 from sharedserve.allocator.placement import Policy
@@ -16,6 +23,7 @@ from sharedserve.allocator.settings import (
     DEFAULT_MPS_PIPE_DIR,
     DEFAULT_RESOURCE_NAME,
     AllocatorSettings,
+    Api,
 )
 from sharedserve.cli._app import app
 from sharedserve.errors import ConfigError
@@ -38,8 +46,28 @@ def _parse_xids(text: str) -> frozenset[int]:
     return frozenset(xids)
 
 
+def _check_mode(api: Api, device_plugin_only: dict[str, bool], dra_only: dict[str, bool]) -> None:
+    """Refuse a flag of the other mode, rather than ignore what the user asked for."""
+    other = dra_only if api is Api.DEVICE_PLUGIN else device_plugin_only
+    given = [flag for flag, set_ in other.items() if set_]
+    if given:
+        mode = (
+            "--api dra" if api is Api.DEVICE_PLUGIN else "the device plugin (--api device-plugin)"
+        )
+        raise ConfigError(f"{', '.join(given)} only applies to {mode}")
+
+
 @app.command()
 def allocator(
+    api: Annotated[
+        Api,
+        typer.Option(
+            help="device-plugin: vGPUs as the extended resource sharedserve.io/vgpu. dra: a "
+            "DRA driver (gpu.sharedserve.io) publishing each GPU's memory as consumable "
+            "capacity; pods ask for an amount in a ResourceClaim.",
+            case_sensitive=False,
+        ),
+    ] = Api.DEVICE_PLUGIN,
     replicas: Annotated[
         int | None,
         typer.Option(
@@ -118,6 +146,44 @@ def allocator(
         int, typer.Option(help="Port for Prometheus /metrics; 0 turns metrics off.")
     ] = 0,
     metrics_host: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "0.0.0.0",
+    node_name: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NODE_NAME",
+            help="DRA: this node's name (set NODE_NAME from the pod's spec.nodeName).",
+            show_default="$NODE_NAME",
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="DRA: kubeconfig for the API server.",
+            show_default="in-cluster service account",
+        ),
+    ] = None,
+    dra_plugin_dir: Annotated[
+        Path, typer.Option(help="DRA: directory for our DRA socket and claim checkpoint.")
+    ] = DEFAULT_PLUGIN_DIR,
+    plugin_registry_dir: Annotated[
+        Path, typer.Option(help="DRA: the kubelet's plugin registry (registration socket).")
+    ] = DEFAULT_REGISTRY_DIR,
+    cdi_dir: Annotated[
+        Path, typer.Option(help="DRA: where CDI specs of prepared claims are written.")
+    ] = DEFAULT_CDI_DIR,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            help=f"DRA without consumable capacity: publish each GPU as N (1-{MAX_SLOTS}) "
+            "exclusive devices of an equal share of its memory.",
+            show_default="off: one shared device per GPU, memory as consumable capacity",
+        ),
+    ] = None,
+    memory_step_mib: Annotated[
+        int,
+        typer.Option(
+            help="DRA: smallest memory a claim gets, in MiB; requests round up to a multiple."
+        ),
+    ] = SliceOptions().memory_step_mib,
     fake_gpus: Annotated[
         Path | None,
         typer.Option(
@@ -126,7 +192,8 @@ def allocator(
         ),
     ] = None,
 ) -> None:
-    """Run the vGPU allocator: a kubelet device plugin (API v1beta1) advertising vGPUs.
+    """Run the vGPU allocator: a kubelet device plugin (API v1beta1) advertising vGPUs, or,
+    with --api dra, a DRA driver publishing GPU memory as consumable capacity.
 
     Each GPU is advertised as --replicas vGPUs (or as many --vgpu-memory-mib shares as it
     holds). A pod that requests sharedserve.io/vgpu gets, through Allocate, the physical GPU
@@ -134,12 +201,46 @@ def allocator(
     SHAREDSERVE_GPU_MEMORY_MIB), which `sharedserve serve` applies. Unhealthy GPUs (probe
     failure, critical XID) are reported to the kubelet and come back when they pass again.
     Stops cleanly on SIGTERM.
+
+    With --api dra, each GPU is one device of this node's ResourceSlice (driver
+    gpu.sharedserve.io) whose memory many claims share; the scheduler does the arithmetic. A
+    prepared claim gets a CDI spec carrying the same env contract, with the amount of memory the
+    claim asked for. Needs --node-name, a DRA-enabled cluster and CDI in the container runtime.
     """
     from sharedserve.allocator.run import run
 
+    _check_mode(
+        api,
+        {
+            "--replicas": replicas is not None,
+            "--vgpu-memory-mib": vgpu_memory_mib is not None,
+            "--policy": policy is not Policy.BUNDLE,
+            "--allow-multi-gpu": allow_multi_gpu,
+            "--mps": mps,
+            "--resource-name": resource_name != DEFAULT_RESOURCE_NAME,
+            "--device-plugin-dir": device_plugin_dir != DEFAULT_DEVICE_PLUGIN_DIR,
+        },
+        {
+            "--kubeconfig": kubeconfig is not None,
+            "--dra-plugin-dir": dra_plugin_dir != DEFAULT_PLUGIN_DIR,
+            "--plugin-registry-dir": plugin_registry_dir != DEFAULT_REGISTRY_DIR,
+            "--cdi-dir": cdi_dir != DEFAULT_CDI_DIR,
+            "--slots": slots is not None,
+            "--memory-step-mib": memory_step_mib != SliceOptions().memory_step_mib,
+        },
+    )
     if replicas is not None and vgpu_memory_mib is not None:
         raise ConfigError("give --replicas or --vgpu-memory-mib, not both")
     settings = AllocatorSettings(
+        api=api,
+        dra=DraSettings(
+            node_name=node_name,
+            kubeconfig=kubeconfig,
+            plugin_dir=dra_plugin_dir,
+            registry_dir=plugin_registry_dir,
+            cdi_dir=cdi_dir,
+            slices=SliceOptions(slots=slots, memory_step_mib=memory_step_mib),
+        ),
         sizing=Sizing(
             replicas=_DEFAULT_REPLICAS if replicas is None else replicas,
             vgpu_memory_mib=vgpu_memory_mib,
