@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 async def serve(settings: AllocatorSettings, backend: GpuBackend, inventory: Inventory) -> None:
     dra = settings.dra
     assert dra.node_name is not None  # validate() said so
+    dra.slices.check_fits(len(inventory.gpus))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

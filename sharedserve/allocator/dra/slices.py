@@ -53,6 +53,15 @@ class SliceOptions:
     memory_step_mib: int = 256
     """The smallest amount of memory a claim gets, and the step the scheduler rounds up to."""
 
+    def check_fits(self, gpu_count: int) -> None:
+        """ConfigError if this node's devices would not fit one slice (the API refuses it)."""
+        count = gpu_count * (self.slots or 1)
+        if count > MAX_DEVICES:
+            raise ConfigError(
+                f"{gpu_count} GPUs x --slots {self.slots} is {count} devices; one ResourceSlice "
+                f"holds {MAX_DEVICES}: use fewer --slots"
+            )
+
     def validate(self) -> None:
         if self.slots is not None and not 1 <= self.slots <= MAX_SLOTS:
             raise ConfigError(f"--slots must be in 1..{MAX_SLOTS}, got {self.slots}")
