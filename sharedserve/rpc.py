@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from sharedserve.errors import InvalidInput
+from sharedserve.errors import InvalidInput, SharedServeError
 
-__all__ = ["Refuse", "unary_stream", "unary_unary"]
+__all__ = ["Refuse", "abort", "unary_stream", "unary_unary"]
 
 log = logging.getLogger(__name__)
 
 # Answers a refused call: aborts it with the error's status (and counts it, where that matters).
 Refuse = Callable[[grpc.aio.ServicerContext, InvalidInput], Awaitable[Any]]
+
+
+async def abort(context: grpc.aio.ServicerContext, error: SharedServeError) -> NoReturn:
+    """End the call with the error's gRPC status and message."""
+    await context.abort(grpc.StatusCode[error.grpc_code], error.message)
+    raise AssertionError("context.abort returned")  # it always raises
 
 
 def _parse(method: str, request_type: Any, data: bytes) -> Any:

@@ -17,9 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 
@@ -27,21 +25,12 @@ from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from sharedserve.allocator.deviceplugin.plugin import OPTIONS, DevicePluginServicer, add_to_server
 from sharedserve.allocator.settings import API_VERSION, AllocatorSettings
+from sharedserve.allocator.sockets import FileId, file_id
 from sharedserve.errors import SharedServeError
 
 __all__ = ["KubeletSession"]
 
 log = logging.getLogger(__name__)
-
-_FileId = tuple[int, int, int]  # (device, inode, ctime ns): a re-created file differs
-
-
-def _file_id(path: Path) -> _FileId | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 class KubeletSession:
@@ -54,7 +43,7 @@ class KubeletSession:
         self._make_servicer = make_servicer
         self._server: grpc.aio.Server | None = None
         self._servicer: DevicePluginServicer | None = None
-        self._socket_id: _FileId | None = None
+        self._socket_id: FileId | None = None
         self.registrations = 0
         """Successful registrations so far."""
 
@@ -83,7 +72,7 @@ class KubeletSession:
             raise SharedServeError(f"cannot listen on {path}: {e}") from e
         await server.start()
         self._server, self._servicer = server, servicer
-        self._socket_id = _file_id(path)
+        self._socket_id = file_id(path)
         log.info("device plugin listening on %s", path)
 
     async def _stop_server(self) -> None:
@@ -94,22 +83,22 @@ class KubeletSession:
         if server is not None:
             await server.stop(grace=1.0)
         # Remove the socket only if it is still the one we bound: a newer plugin may own it.
-        if self._socket_id is not None and _file_id(self._settings.plugin_socket) == (
+        if self._socket_id is not None and file_id(self._settings.plugin_socket) == (
             self._socket_id
         ):
             with contextlib.suppress(FileNotFoundError):
                 self._settings.plugin_socket.unlink()
         self._socket_id = None
 
-    async def _register(self) -> _FileId:
+    async def _register(self) -> FileId:
         """Register, retrying with backoff; returns the identity of the kubelet.sock used."""
         settings = self._settings
         first, longest = settings.register_backoff_s
         delay = first
         waiting_logged = False
-        tried: _FileId | None = None
+        tried: FileId | None = None
         while True:
-            kubelet_id = _file_id(settings.kubelet_socket)
+            kubelet_id = file_id(settings.kubelet_socket)
             if kubelet_id != tried:
                 delay = first  # a new kubelet.sock: a new kubelet, try it promptly
                 tried = kubelet_id
@@ -151,14 +140,14 @@ class KubeletSession:
             stub = pb_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             await stub.Register(request, timeout=settings.register_timeout_s)
 
-    async def _watch(self, kubelet_id: _FileId) -> str:
+    async def _watch(self, kubelet_id: FileId) -> str:
         """Return (with the reason) once we must serve and register again."""
         settings = self._settings
         while True:
             await asyncio.sleep(settings.socket_poll_interval_s)
-            if _file_id(settings.plugin_socket) != self._socket_id:
+            if file_id(settings.plugin_socket) != self._socket_id:
                 return f"our socket {settings.plugin_socket} was removed or replaced"
-            current = _file_id(settings.kubelet_socket)
+            current = file_id(settings.kubelet_socket)
             # A missing kubelet.sock means the kubelet is down: wait for the new one, which
             # (or the deletion of our socket) is what says it is back.
             if current is not None and current != kubelet_id:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import NoReturn
 
 import grpc
 
@@ -81,11 +80,6 @@ class UsageView:
         self.allocated = {**self.allocated, **dict.fromkeys(device_ids, allocated)}
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: SharedServeError) -> NoReturn:
-    await context.abort(grpc.StatusCode[error.grpc_code], error.message)
-    raise AssertionError("context.abort returned")  # it always raises
-
-
 class DevicePluginServicer:
     """``v1beta1.DevicePlugin`` for one gRPC server instance."""
 
@@ -139,7 +133,7 @@ class DevicePluginServicer:
                 answers.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         except SharedServeError as e:
             log.warning("GetPreferredAllocation refused: %s", e.message)
-            await _abort(context, e)
+            await rpc.abort(context, e)
         return pb.PreferredAllocationResponse(container_responses=answers)
 
     async def Allocate(  # noqa: N802
@@ -173,7 +167,7 @@ class DevicePluginServicer:
                 )
         except SharedServeError as e:
             log.warning("Allocate refused: %s", e.message)
-            await _abort(context, e)
+            await rpc.abort(context, e)
         for container in request.container_requests:
             self._usage.mark(container.devices_ids, allocated=True)
         return pb.AllocateResponse(container_responses=answers)
@@ -188,9 +182,6 @@ class DevicePluginServicer:
 def add_to_server(servicer: DevicePluginServicer, server: grpc.aio.Server) -> None:
     """``v1beta1.DevicePlugin`` on ``server``, each request parsed by ``rpc`` (a request that
     does not parse is INVALID_ARGUMENT, not a traceback and UNKNOWN)."""
-
-    async def refuse(context: grpc.aio.ServicerContext, error: SharedServeError) -> NoReturn:
-        await _abort(context, error)
 
     methods: dict[str, tuple[Callable[..., grpc.RpcMethodHandler], type, type]] = {
         "GetDevicePluginOptions": (rpc.unary_unary, pb.Empty, pb.DevicePluginOptions),
@@ -208,7 +199,7 @@ def add_to_server(servicer: DevicePluginServicer, server: grpc.aio.Server) -> No
         ),
     }
     handlers = {
-        name: kind(name, request, response, getattr(servicer, name), refuse)
+        name: kind(name, request, response, getattr(servicer, name), rpc.abort)
         for name, (kind, request, response) in methods.items()
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,21 +25,12 @@ import grpc
 from sharedserve.allocator.dra.preparer import Preparer
 from sharedserve.allocator.dra.service import add_services
 from sharedserve.allocator.dra.settings import DraSettings
+from sharedserve.allocator.sockets import FileId, file_id
 from sharedserve.errors import SharedServeError
 
 __all__ = ["DraKubeletSession"]
 
 log = logging.getLogger(__name__)
-
-_FileId = tuple[int, int, int]  # (device, inode, ctime ns): a re-created file differs
-
-
-def _file_id(path: Path) -> _FileId | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 class DraKubeletSession:
@@ -53,7 +43,7 @@ class DraKubeletSession:
         self._preparer = preparer
         self._on_registered = on_registered
         self._server: grpc.aio.Server | None = None
-        self._ids: dict[Path, _FileId | None] = {}
+        self._ids: dict[Path, FileId | None] = {}
         self.registrations = 0
         """Registrations the kubelet confirmed so far."""
 
@@ -89,7 +79,7 @@ class DraKubeletSession:
                 raise SharedServeError(f"cannot listen on {path}: {e}") from e
         await server.start()
         self._server = server
-        self._ids = {path: _file_id(path) for path in self._sockets}
+        self._ids = {path: file_id(path) for path in self._sockets}
         log.info(
             "DRA driver listening on %s (registration on %s)",
             self._settings.dra_socket,
@@ -102,7 +92,7 @@ class DraKubeletSession:
             await server.stop(grace=1.0)
         # Remove a socket only if it is still the one we bound: a newer driver may own it.
         for path, bound in self._ids.items():
-            if bound is not None and _file_id(path) == bound:
+            if bound is not None and file_id(path) == bound:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
         self._ids = {}
@@ -112,5 +102,5 @@ class DraKubeletSession:
         while True:
             await asyncio.sleep(self._settings.socket_poll_interval_s)
             for path, bound in self._ids.items():
-                if _file_id(path) != bound:
+                if file_id(path) != bound:
                     return f"our socket {path} was removed or replaced"

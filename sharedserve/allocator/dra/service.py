@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
@@ -20,7 +20,6 @@ from sharedserve.allocator.dra.api import pluginregistration_pb2 as reg
 from sharedserve.allocator.dra.claims import ClaimRef, PreparedClaim
 from sharedserve.allocator.dra.preparer import Preparer
 from sharedserve.contract import DRA_DRIVER
-from sharedserve.errors import SharedServeError
 
 __all__ = ["PLUGIN_TYPE", "SUPPORTED_VERSIONS", "add_services"]
 
@@ -33,11 +32,6 @@ _VERSIONS: dict[str, tuple[str, ModuleType]] = {
     "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin": ("v1beta1.DRAPlugin", dra_v1beta1_pb2),
 }
 SUPPORTED_VERSIONS = tuple(version for version, _ in _VERSIONS.values())
-
-
-async def _refuse(context: grpc.aio.ServicerContext, error: SharedServeError) -> NoReturn:
-    await context.abort(grpc.StatusCode[error.grpc_code], error.message)
-    raise AssertionError("context.abort returned")  # it always raises
 
 
 def _refs(request: Any) -> list[ClaimRef]:
@@ -98,14 +92,14 @@ def add_services(
             "pluginregistration.Registration",
             {
                 "GetInfo": rpc.unary_unary(
-                    "GetInfo", reg.InfoRequest, reg.PluginInfo, registration.GetInfo, _refuse
+                    "GetInfo", reg.InfoRequest, reg.PluginInfo, registration.GetInfo, rpc.abort
                 ),
                 "NotifyRegistrationStatus": rpc.unary_unary(
                     "NotifyRegistrationStatus",
                     reg.RegistrationStatus,
                     reg.RegistrationStatusResponse,
                     registration.NotifyRegistrationStatus,
-                    _refuse,
+                    rpc.abort,
                 ),
             },
         )
@@ -137,13 +131,13 @@ def _dra_handlers(pb: ModuleType, preparer: Preparer) -> dict[str, grpc.RpcMetho
             pb.NodePrepareResourcesRequest,
             pb.NodePrepareResourcesResponse,
             prepare,
-            _refuse,
+            rpc.abort,
         ),
         "NodeUnprepareResources": rpc.unary_unary(
             "NodeUnprepareResources",
             pb.NodeUnprepareResourcesRequest,
             pb.NodeUnprepareResourcesResponse,
             unprepare,
-            _refuse,
+            rpc.abort,
         ),
     }
