@@ -13,7 +13,7 @@ from sharedserve.cli.pack import check_server_args
 from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
-from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
+from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model_yaml
 from sharedserve.quantity import format_cpu
 from sharedserve.server.model_source import find_model
@@ -84,6 +84,24 @@ def render(
             show_default="1",
         ),
     ] = None,
+    dra: Annotated[
+        bool,
+        typer.Option(
+            "--dra",
+            help="For the DRA driver gpu.sharedserve.io (`allocator --api dra`, "
+            "k8s/overlays/dra) instead of the device plugin: each pod claims GPU memory "
+            "through a ResourceClaimTemplate rather than asking for sharedserve.io/vgpu.",
+        ),
+    ] = False,
+    gpu_memory: Annotated[
+        str | None,
+        typer.Option(
+            help="With --dra --model: GPU memory each pod claims of one GPU (Kubernetes "
+            "quantity, e.g. 6Gi), which also becomes the server's cap; --spec sizes it from "
+            "its plan.",
+            show_default="none: required with --dra --model",
+        ),
+    ] = None,
     cpu: Annotated[
         str | None,
         typer.Option(
@@ -129,6 +147,11 @@ def render(
     the model read-only from the claim, and is ready only once the model has loaded and warmed
     up.
 
+    --dra renders for the DRA driver instead: no sharedserve.io/vgpu; a ResourceClaimTemplate
+    per model, asking the DeviceClass gpu.sharedserve.io for --gpu-memory of one GPU's memory
+    (consumable capacity), and each pod claims from it. With --spec, each claim is what the
+    plan gives one replica plus --context-reserve-mib, and no vGPU size is given.
+
     --spec FILE renders each entry as `pack --spec FILE` would run it on one GPU of
     --gpu-memory-mib: replicas, name (default: the model's directory name, also its directory
     on the claim), cpu_limit (default 500m) and serve_args come from the entry, and each pod
@@ -139,6 +162,11 @@ def render(
     with it; weight and slo_p99_ms are bench's; an entry's gpu is refused (the scheduler
     places pods).
     """
+    if gpu_memory is not None and not dra:
+        raise ConfigError(
+            "--gpu-memory is what a pod claims from the DRA driver: give --dra with it (the "
+            "device plugin's pods ask for --vgpu vGPUs instead)"
+        )
     common: dict[str, Any] = {
         "image": image,
         "memory": memory,
@@ -159,9 +187,23 @@ def render(
             "these come from the spec (replicas, name, cpu_limit per entry; vGPUs from its plan)",
             beside="--spec",
         )
-        size = _vgpu_size(gpu_memory_mib, replicas_per_gpu, vgpu_memory_mib)
+        size: VgpuSize | ClaimSize
+        if dra:
+            refuse_flags(
+                {
+                    "--gpu-memory": gpu_memory,
+                    "--replicas-per-gpu": replicas_per_gpu,
+                    "--vgpu-memory-mib": vgpu_memory_mib,
+                },
+                "each pod claims the GPU memory the spec's plan gives one replica plus its "
+                "context reserve; the DRA driver cuts no vGPUs",
+                beside="--dra --spec",
+            )
+            size = ClaimSize(_plan_gpu_mib(gpu_memory_mib))
+        else:
+            size = _vgpu_size(gpu_memory_mib, replicas_per_gpu, vgpu_memory_mib)
         reserve = _DEFAULT_RESERVE if context_reserve_mib is None else context_reserve_mib
-        text = _render_spec(spec, size, reserve, common)
+        text = _render_spec(spec, size, reserve, common, dra=dra)
     elif model is None:
         raise ConfigError("give --model (one model) or --spec (a pack spec's models)")
     else:
@@ -173,14 +215,28 @@ def render(
         }
         refuse_flags(
             planning,
-            "for --spec only, whose pods they size from its plan; with --model, give --vgpu",
+            "for --spec only, whose pods they size from its plan; with --model, give "
+            + ("--gpu-memory" if dra else "--vgpu"),
         )
+        if dra:
+            refuse_flags(
+                {"--vgpu": vgpu},
+                "vGPUs are the device plugin's; a pod asks the DRA driver for --gpu-memory",
+                beside="--dra",
+            )
+            if gpu_memory is None:
+                raise ConfigError(
+                    "--dra --model needs --gpu-memory: the GPU memory each pod claims (e.g. "
+                    "6Gi), also its cap. There is no default: a claim without it would take the "
+                    "driver's default, a whole GPU"
+                )
         deployment = ModelDeployment(
             model=model,
             name=name,
             vgpu=ModelDeployment.vgpu if vgpu is None else vgpu,
             cpu=ModelDeployment.cpu if cpu is None else cpu,
             replicas=ModelDeployment.replicas if replicas is None else replicas,
+            gpu_memory=gpu_memory,
             **common,
         )
         text = render_model_yaml(deployment)
@@ -198,13 +254,7 @@ def _vgpu_size(
     gpu_memory_mib: int | None, replicas_per_gpu: int | None, vgpu_memory_mib: int | None
 ) -> VgpuSize:
     """One GPU cut into vGPUs by the allocator's own inventory code, as its flags would cut it."""
-    if gpu_memory_mib is None:
-        raise ConfigError(
-            "--spec needs --gpu-memory-mib: one GPU's memory in MiB (nvidia-smi "
-            "--query-gpu=memory.total --format=csv), which the plan shares among the replicas"
-        )
-    if gpu_memory_mib < 1:
-        raise ConfigError(f"--gpu-memory-mib must be positive, got {gpu_memory_mib}")
+    gpu_memory_mib = _plan_gpu_mib(gpu_memory_mib)
     if replicas_per_gpu is not None and vgpu_memory_mib is not None:
         raise ConfigError("give --replicas-per-gpu or --vgpu-memory-mib, not both")
     if replicas_per_gpu is not None:
@@ -235,12 +285,26 @@ def _vgpu_size(
     return VgpuSize(gpu_memory_mib, cut.vgpu_memory_mib, cut.replicas, flag)
 
 
+def _plan_gpu_mib(gpu_memory_mib: int | None) -> int:
+    """--gpu-memory-mib, which --spec needs for its plan."""
+    if gpu_memory_mib is None:
+        raise ConfigError(
+            "--spec needs --gpu-memory-mib: one GPU's memory in MiB (nvidia-smi "
+            "--query-gpu=memory.total --format=csv), which the plan shares among the replicas"
+        )
+    if gpu_memory_mib < 1:
+        raise ConfigError(f"--gpu-memory-mib must be positive, got {gpu_memory_mib}")
+    return gpu_memory_mib
+
+
 def _planned_gpu(memory_mib: int) -> GpuInfo:
     # Named for the flag, which is how the plan's refusals then refer to it.
     return GpuInfo("GPU-k8s-render", 0, "--gpu-memory-mib", memory_mib)
 
 
-def _render_spec(path: Path, size: VgpuSize, reserve: int, common: dict[str, Any]) -> str:
+def _render_spec(
+    path: Path, size: VgpuSize | ClaimSize, reserve: int, common: dict[str, Any], *, dra: bool
+) -> str:
     """The spec's models as manifests, sized from ``pack``'s plan of the spec on one GPU."""
     from sharedserve.pack.plan import PlanItem, plan_gpu
     from sharedserve.pack.prepare import footprint_mib  # pack's measure: pack's own plan
@@ -294,4 +358,7 @@ def _render_spec(path: Path, size: VgpuSize, reserve: int, common: dict[str, Any
     for (deployment, where), share in zip(models, shares, strict=True):
         assert share.mib is not None  # planned on a GPU of known size
         mix.append(MixModel(deployment, share.mib, where))
-    return render_mix_yaml(mix, size, context_reserve_mib=reserve, source=str(path))
+    command = "sharedserve k8s render --dra --spec" if dra else "sharedserve k8s render --spec"
+    return render_mix_yaml(
+        mix, size, context_reserve_mib=reserve, source=str(path), command=command
+    )

@@ -14,6 +14,10 @@ put more replicas on a GPU than the plan fits. With one model of N replicas and 
 ``--replicas N``, every pod gets 1 vGPU, exactly ``pack``'s N on one GPU. Rounding up can make a
 mix take more vGPUs than one GPU has; the header says how many GPUs' worth. A pod never asks for
 more vGPUs than one GPU advertises: the allocator grants a pod vGPUs on one GPU only.
+
+With the DRA driver (``k8s render --dra --spec``) there are no vGPUs to round to: each pod's
+ResourceClaim asks for that memory itself (``ClaimSize``), cap plus reserve in MiB, and the
+scheduler rounds it up to the step of the driver's requestPolicy (256 MiB by default).
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from sharedserve.contract import DRA_DRIVER
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.render import ModelDeployment, dump_all, render_model
+from sharedserve.quantity import parse_memory
 
-__all__ = ["MixModel", "VgpuSize", "render_mix", "render_mix_yaml"]
+__all__ = ["ClaimSize", "MixModel", "VgpuSize", "render_mix", "render_mix_yaml"]
+
+_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,57 @@ class VgpuSize:
         """The whole vGPUs holding ``mib`` MiB: at least 1, at most the GPU's."""
         return min(max(1, math.ceil(mib / self.vgpu_memory_mib)), self.per_gpu)
 
+    def sized(self, deployment: ModelDeployment, mib: int) -> ModelDeployment:
+        """``deployment`` with pods asking for the vGPUs that hold ``mib`` MiB."""
+        return replace(deployment, vgpu=self.vgpus_for(mib))
+
+    def total(self, deployments: Sequence[ModelDeployment]) -> str:
+        vgpus = sum(d.replicas * d.vgpu for d in deployments)
+        return f"{_count(vgpus, 'vGPU')} ({vgpus / self.per_gpu:.1f} GPUs' worth)"
+
+    def asks(self, basis: str, reserve_mib: int) -> str:
+        return (
+            f"Each pod asks for the vGPUs holding {basis}: its GPU memory cap plus {reserve_mib} "
+            f"MiB for its CUDA context, rounded up to vGPUs of {self.vgpu_memory_mib} MiB, "
+            f"{self.per_gpu} per {self.gpu_memory_mib} MiB GPU (the allocator's "
+            f"{self.allocator_flag})."
+        )
+
+    def per_pod(self, deployment: ModelDeployment) -> str:
+        return f"{_count(deployment.vgpu, 'vGPU')} ({deployment.vgpu * self.vgpu_memory_mib} MiB)"
+
+
+@dataclass(frozen=True)
+class ClaimSize:
+    """DRA mode: each pod's ResourceClaim asks the driver for its GPU memory in MiB."""
+
+    gpu_memory_mib: int
+    """One GPU's memory in MiB, which the plan shares out."""
+
+    def sized(self, deployment: ModelDeployment, mib: int) -> ModelDeployment:
+        """``deployment`` with pods claiming ``mib`` MiB of one GPU's memory."""
+        return replace(deployment, gpu_memory=f"{mib}Mi")
+
+    def total(self, deployments: Sequence[ModelDeployment]) -> str:
+        mib = sum(d.replicas * _claimed_mib(d) for d in deployments)
+        return f"{mib} MiB of GPU memory ({mib / self.gpu_memory_mib:.1f} GPUs' worth)"
+
+    def asks(self, basis: str, reserve_mib: int) -> str:
+        return (
+            f"Each pod's ResourceClaim asks the DRA driver {DRA_DRIVER} for {basis}: its GPU "
+            f"memory cap plus {reserve_mib} MiB for its CUDA context, of one "
+            f"{self.gpu_memory_mib} MiB GPU; the scheduler rounds a claim up to the driver's "
+            "step (allocator --memory-step-mib, 256 by default)."
+        )
+
+    def per_pod(self, deployment: ModelDeployment) -> str:
+        return f"{_claimed_mib(deployment)} MiB of GPU memory"
+
+
+def _claimed_mib(deployment: ModelDeployment) -> int:
+    assert deployment.gpu_memory is not None
+    return int(parse_memory(deployment.gpu_memory, "gpu_memory") // _MIB)
+
 
 @dataclass(frozen=True)
 class MixModel:
@@ -61,14 +120,14 @@ class MixModel:
 
 
 def render_mix(
-    models: Sequence[MixModel], size: VgpuSize, *, context_reserve_mib: int
+    models: Sequence[MixModel], size: VgpuSize | ClaimSize, *, context_reserve_mib: int
 ) -> list[ModelDeployment]:
-    """Each model's Deployment with its vGPUs set, checked; ConfigError names the entry."""
+    """Each model's Deployment with its vGPUs (or, with a ``ClaimSize``, its claim's GPU memory)
+    set, checked; ConfigError names the entry."""
     deployments = []
     seen: dict[str, str] = {}
     for model in models:
-        vgpu = size.vgpus_for(model.cap_mib + context_reserve_mib)
-        deployment = replace(model.deployment, vgpu=vgpu)
+        deployment = size.sized(model.deployment, model.cap_mib + context_reserve_mib)
         try:
             deployment.validate()
         except ConfigError as e:
@@ -91,36 +150,35 @@ def _count(n: int, what: str) -> str:
 
 def render_mix_yaml(
     models: Sequence[MixModel],
-    size: VgpuSize,
+    size: VgpuSize | ClaimSize,
     *,
     context_reserve_mib: int,
     source: str,
     basis: str = "what `pack` plans for one replica of the spec on one GPU",
     command: str = "sharedserve k8s render --spec",
 ) -> str:
-    """Every model's Deployment and Service in one YAML stream, with comments saying how their
-    vGPUs follow from the plan; ``source`` names the spec (or plan) in the header, ``basis``
+    """Every model's objects in one YAML stream, with comments saying how their vGPUs (or
+    claims) follow from the plan; ``source`` names the spec (or plan) in the header, ``basis``
     where each replica's cap comes from and ``command`` what wrote the file."""
     deployments = render_mix(models, size, context_reserve_mib=context_reserve_mib)
     pods = sum(d.replicas for d in deployments)
-    vgpus = sum(d.replicas * d.vgpu for d in deployments)
+    objects = "a Deployment and Service"
+    if isinstance(size, ClaimSize):
+        objects = "a ResourceClaimTemplate, Deployment and Service"
     header = (
-        f"Models of {source} for sharedserve ({command}): a Deployment and "
-        f"Service each; {_count(len(deployments), 'model')}, {_count(pods, 'pod')}, "
-        f"{_count(vgpus, 'vGPU')} ({vgpus / size.per_gpu:.1f} GPUs' worth). Apply with: "
-        f"kubectl apply -f FILE. Each pod asks for the vGPUs holding {basis}: its GPU memory "
-        f"cap plus {context_reserve_mib} MiB for "
-        f"its CUDA context, rounded up to vGPUs of {size.vgpu_memory_mib} MiB, {size.per_gpu} "
-        f"per {size.gpu_memory_mib} MiB GPU (the allocator's {size.allocator_flag})."
+        f"Models of {source} for sharedserve ({command}): {objects} "
+        f"each; {_count(len(deployments), 'model')}, {_count(pods, 'pod')}, "
+        f"{size.total(deployments)}. Apply with: kubectl apply -f FILE. "
+        f"{size.asks(basis, context_reserve_mib)}"
     )
     lines = textwrap.wrap(header, 97, break_long_words=False, break_on_hyphens=False)
     parts = ["".join(f"# {line}\n" for line in lines)]
     for model, deployment in zip(models, deployments, strict=True):
         note = (
             f"# {deployment.model}: {_count(deployment.replicas, 'pod')} x "
-            f"{_count(deployment.vgpu, 'vGPU')} ({deployment.vgpu * size.vgpu_memory_mib} MiB); "
+            f"{size.per_pod(deployment)}; "
             f"planned cap {model.cap_mib} MiB + {context_reserve_mib} MiB reserve"
         )
-        objects = render_model(deployment)
-        parts.append(f"---\n{note}\n" + dump_all(objects))
+        objects_of = render_model(deployment)
+        parts.append(f"---\n{note}\n" + dump_all(objects_of))
     return "".join(parts)

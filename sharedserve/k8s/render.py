@@ -12,6 +12,11 @@ differs per model; everything else, and the comments explaining it, live in that
   ``GET /v1/models/NAME/metadata``, which answers 503 until the model has loaded and warmed up.
 - ``maxSurge: 0``: a surge pod would need one more vGPU, which a full node does not have.
 
+In DRA mode (``gpu_memory`` set: ``k8s render --dra``) the pod asks the DRA driver
+``gpu.sharedserve.io`` for GPU memory instead of vGPUs: the Component in ``model/dra/`` (which
+``k8s/overlays/dra/model`` builds with too) adds a ResourceClaimTemplate and patches the
+Deployment to claim from it, and ``render_model`` applies the same two files.
+
 A mix of models (a pack spec) is several of these; ``sharedserve.k8s.mix`` sizes them.
 """
 
@@ -77,7 +82,10 @@ class ModelDeployment:
     name: str | None = None
     """Deployment and Service name [default: the model name lower-cased, ``_``/``.`` -> ``-``]."""
     vgpu: int = 1
-    """vGPUs per pod (``sharedserve.io/vgpu``)."""
+    """vGPUs per pod (``sharedserve.io/vgpu``); not with ``gpu_memory``."""
+    gpu_memory: str | None = None
+    """DRA mode: GPU memory each pod's ResourceClaim asks of one GPU, a Kubernetes quantity
+    (bytes, ``6Gi``), instead of vGPUs [default: none, the device plugin's vGPUs]."""
     cpu: str = "500m"
     """CPU request and limit, a Kubernetes quantity (cores)."""
     memory: str = "2Gi"
@@ -127,6 +135,12 @@ class ModelDeployment:
             raise ConfigError(f"--image {self.image!r} is not an image reference")
         if self.vgpu < 1:
             raise ConfigError(f"--vgpu must be at least 1, got {self.vgpu}")
+        if self.gpu_memory is not None:
+            parse_memory(self.gpu_memory, "--gpu-memory")
+            if self.vgpu != 1:
+                raise ConfigError(
+                    "--vgpu with --dra: a pod asks the DRA driver for --gpu-memory, not vGPUs"
+                )
         if self.replicas < 1:
             raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
         parse_cpu(self.cpu)
@@ -174,15 +188,63 @@ def _source() -> tuple[str, str]:
     return deployment, service
 
 
+@functools.cache
+def _dra_source() -> tuple[str, str]:
+    """The DRA Component's claim template and Deployment patch, as ``_source`` keeps them."""
+    folder = resources.files("sharedserve.k8s") / "model" / "dra"
+    template, patch = (
+        json.dumps(yaml.safe_load((folder / name).read_text()))
+        for name in ("resourceclaimtemplate.yaml", "deployment.patch.yaml")
+    )
+    return template, patch
+
+
+def _json_patch(document: Any, operations: list[dict[str, Any]]) -> None:
+    """RFC 6902's ``add`` and ``remove``, in place: the operations of the DRA Component's patch,
+    which kustomize applies to the same template."""
+    for operation in operations:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in operation["path"].split("/")[1:]]
+        *parents, last = parts
+        target = document
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        if operation["op"] == "remove":
+            del target[int(last) if isinstance(target, list) else last]
+        elif operation["op"] == "add" and isinstance(target, list):
+            target.insert(len(target) if last == "-" else int(last), operation["value"])
+        elif operation["op"] == "add":
+            target[last] = operation["value"]
+        else:
+            raise ValueError(f"{operation['op']!r}: the DRA patch may only add and remove")
+
+
+def _claim_template(spec: ModelDeployment, labels: dict[str, str]) -> dict[str, Any]:
+    """The ResourceClaimTemplate each of ``spec``'s pods claims its GPU memory from."""
+    assert spec.gpu_memory is not None
+    template: dict[str, Any] = json.loads(_dra_source()[0])
+    template["metadata"] = {
+        "name": f"{spec.resource_name}-gpu",
+        "namespace": spec.namespace,
+        "labels": dict(labels),
+    }
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    request["exactly"]["capacity"]["requests"][contract.DRA_MEMORY] = spec.gpu_memory
+    return template
+
+
 def dump_all(objects: list[dict[str, Any]]) -> str:
     """Kubernetes objects as YAML documents, in the order their keys were set."""
     return yaml.dump_all(objects, Dumper=_DUMPER, sort_keys=False)
 
 
 def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
-    """``[Deployment, Service]`` for ``spec``, as the API server takes them."""
+    """``[Deployment, Service]`` for ``spec``, as the API server takes them; in DRA mode
+    ``[ResourceClaimTemplate, Deployment, Service]``, the template first so that it exists by
+    the time ``kubectl apply -f`` creates the pods that claim from it."""
     spec.validate()
     deployment, service = (json.loads(text) for text in _source())
+    if spec.gpu_memory is not None:
+        _json_patch(deployment, json.loads(_dra_source()[1]))
     labels = _labels(spec)
     for obj in (deployment, service):
         obj["metadata"] = {
@@ -205,22 +267,40 @@ def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     args[args.index("--model") + 1] = f"{mount}/{spec.directory}"
     args[args.index("--name") + 1] = spec.model
     args.extend(spec.serve_args)
-    quantities = {"cpu": spec.cpu, "memory": spec.memory, VGPU_RESOURCE: str(spec.vgpu)}
-    container["resources"] = {"requests": dict(quantities), "limits": dict(quantities)}
+    quantities = {"cpu": spec.cpu, "memory": spec.memory}
+    if spec.gpu_memory is None:
+        quantities[VGPU_RESOURCE] = str(spec.vgpu)
+    requirements = {"requests": dict(quantities), "limits": dict(quantities)}
+    if "claims" in container["resources"]:  # the DRA patch's: the pod's claim, used here
+        requirements["claims"] = container["resources"]["claims"]
+    container["resources"] = requirements
     status = f"/v1/models/{spec.model}"
     for probe, path in (("startupProbe", status), ("livenessProbe", status)):
         container[probe]["httpGet"]["path"] = path
     container["readinessProbe"]["httpGet"]["path"] = f"{status}/metadata"
     volume = next(v for v in pod["volumes"] if v["name"] == "models")
     volume["persistentVolumeClaim"]["claimName"] = spec.model_pvc
-    return [deployment, service]
+    if spec.gpu_memory is None:
+        return [deployment, service]
+    template = _claim_template(spec, labels)
+    (claim,) = pod["resourceClaims"]
+    claim["resourceClaimTemplateName"] = template["metadata"]["name"]
+    return [template, deployment, service]
 
 
 def render_model_yaml(spec: ModelDeployment) -> str:
     """``render_model`` as YAML documents, with a header saying what they are."""
     objects = render_model(spec)
-    header = (
-        f"# Model {spec.model!r} for sharedserve: Deployment and Service "
-        f"(sharedserve k8s render). Apply with: kubectl apply -f FILE\n"
-    )
+    if spec.gpu_memory is None:
+        header = (
+            f"# Model {spec.model!r} for sharedserve: Deployment and Service "
+            f"(sharedserve k8s render). Apply with: kubectl apply -f FILE\n"
+        )
+    else:
+        header = (
+            f"# Model {spec.model!r} for sharedserve's DRA driver {contract.DRA_DRIVER} "
+            f"(sharedserve k8s render --dra):\n# ResourceClaimTemplate, Deployment and Service; "
+            f"each pod claims {spec.gpu_memory} of one GPU's memory.\n# Apply with: kubectl "
+            f"apply -f FILE (the driver: kubectl apply -k k8s/overlays/dra/driver)\n"
+        )
     return header + dump_all(objects)

@@ -17,6 +17,11 @@ import yaml
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 KUBERNETES_VERSION = "1.30.0"
+# The DRA overlay's (and `k8s render --dra`'s) objects need resource.k8s.io/v1 (GA in 1.34) and
+# a claim's consumable-capacity request (capacity.requests, KEP-5075): beta, and on by default,
+# from 1.36, so they are checked against 1.36. (On 1.34 and 1.35, where the gate is alpha and
+# off by default, the driver's --slots mode is the one that needs no consumable capacity.)
+DRA_KUBERNETES_VERSION = "1.36.0"
 BIN = Path(sys.executable).parent
 
 Obj = dict[str, Any]
@@ -44,10 +49,11 @@ def kustomize(directory: str) -> str:
     return result.stdout
 
 
-def validate(paths: list[Path]) -> dict[str, list[str]]:
-    """``kubernetes-validate --strict`` on ``paths``: each file's result lines, all passing."""
+def validate(paths: list[Path], version: str = KUBERNETES_VERSION) -> dict[str, list[str]]:
+    """``kubernetes-validate --strict`` on ``paths`` against Kubernetes ``version``'s schemas:
+    each file's result lines, all passing."""
     result = subprocess.run(
-        [tool("kubernetes-validate"), "--strict", "-k", KUBERNETES_VERSION, *map(str, paths)],
+        [tool("kubernetes-validate"), "--strict", "-k", version, *map(str, paths)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -83,11 +89,15 @@ def flag(args: list[str], name: str) -> str:
 
 
 def container_env(container: Obj, objects: list[Obj]) -> dict[str, str]:
-    """The container's env as the kubelet would see it, ConfigMap references resolved."""
+    """The container's env as the kubelet would see it, ConfigMap references resolved; a value
+    from the downward API, which only the kubelet knows, as ``fieldRef:PATH``."""
     env = {}
     for var in container.get("env", []):
         if "value" in var:
             env[var["name"]] = var["value"]
+            continue
+        if "fieldRef" in var["valueFrom"]:
+            env[var["name"]] = f"fieldRef:{var['valueFrom']['fieldRef']['fieldPath']}"
             continue
         ref = var["valueFrom"]["configMapKeyRef"]
         data = one(objects, "ConfigMap", ref["name"])["data"]

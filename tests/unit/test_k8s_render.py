@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sharedserve import contract
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.render import ModelDeployment, render_model, render_model_yaml
 from sharedserve.quantity import parse_cpu, parse_memory, parse_quantity
@@ -113,6 +114,10 @@ def test_explicit_name_for_replicas_of_one_model() -> None:
         ({"model_pvc": "Models"}, "--model-pvc"),
         ({"namespace": "a.b"}, "--namespace"),
         ({"runtime_class": "NVIDIA"}, "--runtime-class"),
+        ({"gpu_memory": "6GB"}, "--gpu-memory '6GB' is not a Kubernetes quantity"),
+        ({"gpu_memory": "512m"}, "did you mean Mi"),
+        ({"gpu_memory": "0"}, "--gpu-memory must be positive"),
+        ({"gpu_memory": "6Gi", "vgpu": 2}, "--vgpu with --dra"),
     ],
 )
 def test_invalid_values_are_config_errors(changes: dict[str, Any], fragment: str) -> None:
@@ -156,10 +161,67 @@ def test_cpu_and_memory_rules() -> None:
         parse_cpu("0.0015")
 
 
+def test_dra_mode_claims_gpu_memory_instead_of_vgpus() -> None:
+    spec = ModelDeployment(
+        model="mobilenet_v2",
+        image="sharedserve:0.1.0",
+        gpu_memory="3584Mi",
+        replicas=2,
+        namespace="inference",
+        runtime_class="nvidia",
+    )
+    template, deployment, service = render_model(spec)
+    assert (template["kind"], deployment["kind"], service["kind"]) == (
+        "ResourceClaimTemplate",
+        "Deployment",
+        "Service",
+    )
+    assert template["metadata"] == {
+        "name": "mobilenet-v2-gpu",
+        "namespace": "inference",
+        "labels": deployment["metadata"]["labels"],
+    }
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {
+        "deviceClassName": contract.DRA_DRIVER,
+        "capacity": {"requests": {contract.DRA_MEMORY: "3584Mi"}},
+    }
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    (claim,) = pod["resourceClaims"]
+    assert claim == {"name": "gpu", "resourceClaimTemplateName": "mobilenet-v2-gpu"}
+    container = _server([deployment])
+    # No vGPU: CPU and memory as before, and the pod's claim.
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "2Gi"},
+        "limits": {"cpu": "500m", "memory": "2Gi"},
+        "claims": [{"name": "gpu"}],
+    }
+    # The rest is the device-plugin render's.
+    plain, _ = render_model(
+        ModelDeployment(
+            model="mobilenet_v2",
+            image="sharedserve:0.1.0",
+            replicas=2,
+            namespace="inference",
+            runtime_class="nvidia",
+        )
+    )
+    plain_pod = plain["spec"]["template"]["spec"]
+    assert {k: v for k, v in pod.items() if k not in ("resourceClaims", "containers")} == {
+        k: v for k, v in plain_pod.items() if k != "containers"
+    }
+    plain_container = plain_pod["containers"][0]
+    assert {k: v for k, v in container.items() if k != "resources"} == {
+        k: v for k, v in plain_container.items() if k != "resources"
+    }
+
+
 def test_yaml_round_trips_the_render() -> None:
     for spec in (
         ModelDeployment(model="tiny", image="sharedserve:0.1.0"),
         ModelDeployment(model="resnet50", image="r.example/s:1", runtime_class="nvidia"),
+        ModelDeployment(model="resnet50", image="r.example/s:1", gpu_memory="6Gi"),
     ):
         text = render_model_yaml(spec)
         assert text.startswith("# Model ")

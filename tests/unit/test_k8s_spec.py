@@ -13,7 +13,7 @@ from sharedserve.allocator.inventory import Sizing, build_inventory
 from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
-from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix, render_mix_yaml
+from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model
 from sharedserve.pack.plan import PlanItem, plan_gpu
 from sharedserve.quantity import format_cpu, parse_cpu
@@ -181,6 +181,24 @@ def test_the_mix_stream() -> None:
     assert list(yaml.safe_load_all(text)) == expected
     limits = expected[2]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"cpu": "1", "memory": "2Gi", "sharedserve.io/vgpu": "5"}
+
+
+def test_the_mix_stream_for_the_dra_driver() -> None:
+    """With the DRA driver a pod claims its cap plus reserve in MiB: no rounding to vGPUs."""
+    models = [mix_model("tiny", 4, 83), mix_model("resnet50", 1, 8152)]
+    claims = ClaimSize(16384)
+    text = render_mix_yaml(models, claims, context_reserve_mib=RESERVE, source="mix.yaml")
+    header = text.split("---\n", 1)[0]
+    assert all(line.startswith("# ") and len(line) <= 99 for line in header.splitlines())
+    flat = " ".join(line.removeprefix("# ") for line in header.splitlines())
+    assert "a ResourceClaimTemplate, Deployment and Service each" in flat
+    assert "2 models, 5 pods, 11044 MiB of GPU memory (0.7 GPUs' worth)" in flat
+    assert "# resnet50: 1 pod x 8664 MiB of GPU memory; planned cap 8152 MiB + 512 MiB" in text
+    deployments = render_mix(models, claims, context_reserve_mib=RESERVE)
+    assert [(d.gpu_memory, d.vgpu) for d in deployments] == [("595Mi", 1), ("8664Mi", 1)]
+    expected = [obj for d in deployments for obj in render_model(d)]
+    assert list(yaml.safe_load_all(text)) == expected
+    assert [o["kind"] for o in expected[:3]] == ["ResourceClaimTemplate", "Deployment", "Service"]
 
 
 def test_mix_refusals_name_the_entry() -> None:

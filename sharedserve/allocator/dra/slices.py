@@ -7,8 +7,9 @@ feature, each GPU is N ordinary devices of an equal share instead, like the devi
 vGPUs.
 
 An unhealthy GPU leaves the slice rather than being tainted: device taints need the
-DRADeviceTaints feature gate, without which the API server drops them and the GPU would stay
-allocatable; a tainted device also halves how many devices one slice may hold. Claims already
+DRADeviceTaints feature gate, off by default before 1.36, without which the API server drops
+them and the GPU would stay allocatable; a tainted device also halves how many devices one
+slice may hold (64 instead of 128). Leaving works on every release with DRA. Claims already
 allocated keep their device (allocations live in the claims, not in the slice) and are still
 prepared.
 """
