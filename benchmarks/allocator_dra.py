@@ -90,13 +90,20 @@ def measure_prepare(rounds: int) -> dict[str, list[float]]:
 
         kubelet.prepare(refs[:1])  # warm-up: the first call sets up the channel and the client
         kubelet.unprepare(refs[:1])
+
+        def prepare(refs_: list[Ref]) -> Callable[[], None]:
+            return lambda: check(kubelet.prepare(refs_), refs_)
+
+        def unprepare(refs_: list[Ref]) -> Callable[[], object]:
+            return lambda: kubelet.unprepare(refs_)
+
         for _ in range(rounds):
             for ref in refs:
-                samples["prepare"].append(_timed(lambda r=ref: check(kubelet.prepare([r]), [r])))
-                samples["repeat"].append(_timed(lambda r=ref: check(kubelet.prepare([r]), [r])))
+                samples["prepare"].append(_timed(prepare([ref])))
+                samples["repeat"].append(_timed(prepare([ref])))
             for ref in refs:
-                samples["unprepare"].append(_timed(lambda r=ref: kubelet.unprepare([r])))
-            samples["all"].append(_timed(lambda: check(kubelet.prepare(refs), refs)))
+                samples["unprepare"].append(_timed(unprepare([ref])))
+            samples["all"].append(_timed(prepare(refs)))
             kubelet.unprepare(refs)
     finally:
         log = node.log()

@@ -237,8 +237,8 @@ class FakeApiServer:
         except ApiError as e:
             code, answer, unexpected = e.code, e.status(), e.unexpected
         except Exception as e:  # a gap in this fake: answered, and loud in the request log
-            failure = ApiError(500, f"fake API server failed: {e!r}", unexpected=True)
-            code, answer, unexpected = 500, failure.status(), True
+            gap = ApiError(500, f"fake API server failed: {e!r}", unexpected=True)
+            code, answer, unexpected = 500, gap.status(), True
         with self._changed:
             self.requests.append(Request(method, url.path, url.query, code, unexpected))
             self.warnings += warnings

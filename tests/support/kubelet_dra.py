@@ -384,7 +384,7 @@ def _attempt(
     """One RegisterPlugin operation: (the record, the plugin if registered, retry?)."""
     channel = grpc.insecure_channel(f"unix://{path}")
     try:
-        stub = reg_grpc.RegistrationStub(channel)
+        stub = reg_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
         try:
             grpc.channel_ready_future(channel).result(timeout=DIAL_TIMEOUT_S)
             info = stub.GetInfo(reg.InfoRequest(), timeout=GET_INFO_TIMEOUT_S)

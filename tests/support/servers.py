@@ -107,7 +107,9 @@ class Server:
         return self.process.returncode
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300):
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*SHAREDSERVE, *args],
         capture_output=True,
