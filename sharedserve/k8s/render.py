@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import jsonpatch
 import yaml
 
 from sharedserve import contract
@@ -199,25 +200,6 @@ def _dra_source() -> tuple[str, str]:
     return template, patch
 
 
-def _json_patch(document: Any, operations: list[dict[str, Any]]) -> None:
-    """RFC 6902's ``add`` and ``remove``, in place: the operations of the DRA Component's patch,
-    which kustomize applies to the same template."""
-    for operation in operations:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in operation["path"].split("/")[1:]]
-        *parents, last = parts
-        target = document
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        if operation["op"] == "remove":
-            del target[int(last) if isinstance(target, list) else last]
-        elif operation["op"] == "add" and isinstance(target, list):
-            target.insert(len(target) if last == "-" else int(last), operation["value"])
-        elif operation["op"] == "add":
-            target[last] = operation["value"]
-        else:
-            raise ValueError(f"{operation['op']!r}: the DRA patch may only add and remove")
-
-
 def _claim_template(spec: ModelDeployment, labels: dict[str, str]) -> dict[str, Any]:
     """The ResourceClaimTemplate each of ``spec``'s pods claims its GPU memory from."""
     assert spec.gpu_memory is not None
@@ -244,7 +226,8 @@ def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     spec.validate()
     deployment, service = (json.loads(text) for text in _source())
     if spec.gpu_memory is not None:
-        _json_patch(deployment, json.loads(_dra_source()[1]))
+        # RFC 6902, as kustomize applies the same patch to the same template.
+        jsonpatch.apply_patch(deployment, json.loads(_dra_source()[1]), in_place=True)
     labels = _labels(spec)
     for obj in (deployment, service):
         obj["metadata"] = {
