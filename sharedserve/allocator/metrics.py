@@ -15,25 +15,36 @@ the kubelet has not mentioned since this process started have no series at all.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from sharedserve.allocator.deviceplugin.plugin import UsageView
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import Inventory
 from sharedserve.errors import SharedServeError
 from sharedserve.gpu.backend import GpuBackend
 
-__all__ = ["AllocatorCollector", "MetricsServer"]
+__all__ = ["AllocatorCollector", "MetricsServer", "UsageView"]
 
 log = logging.getLogger(__name__)
 
 _MIB = 1 << 20
 _GPU_LABELS = ["uuid", "index"]
+
+
+class UsageView:
+    """Which vGPUs the kubelet last said were allocated (Allocate) or free (offered as
+    available). For metrics only; decisions never depend on it. The dict is replaced, never
+    changed in place, so the metrics thread can read it without a lock."""
+
+    def __init__(self) -> None:
+        self.allocated: Mapping[str, bool] = {}
+
+    def mark(self, device_ids: Iterable[str], allocated: bool) -> None:
+        self.allocated = {**self.allocated, **dict.fromkeys(device_ids, allocated)}
 
 
 class AllocatorCollector(Collector):

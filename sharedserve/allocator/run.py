@@ -16,11 +16,11 @@ import logging
 import signal
 
 from sharedserve.allocator.deviceplugin.kubelet import KubeletSession
-from sharedserve.allocator.deviceplugin.plugin import DeviceBoard, DevicePluginServicer, UsageView
+from sharedserve.allocator.deviceplugin.plugin import DeviceBoard, DevicePluginServicer
 from sharedserve.allocator.health import HealthMonitor, mps_daemon_check
 from sharedserve.allocator.health_state import HealthBook
 from sharedserve.allocator.inventory import Inventory, build_inventory
-from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer
+from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer, UsageView
 from sharedserve.allocator.settings import AllocatorSettings, Api
 from sharedserve.errors import NvmlUnavailable
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend

@@ -21,9 +21,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sharedserve.allocator.deviceplugin.plugin import UsageView
 from sharedserve.allocator.inventory import Sizing, build_inventory
-from sharedserve.allocator.metrics import AllocatorCollector
+from sharedserve.allocator.metrics import AllocatorCollector, UsageView
 from sharedserve.gpu.fake import FakeGpuBackend
 from sharedserve.server.metrics import Metrics
 from tests.support.allocator import GPUS, T4, Node, allocate, ids, prefer

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import grpc
 
@@ -19,11 +19,12 @@ from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import Inventory
+from sharedserve.allocator.metrics import UsageView
 from sharedserve.allocator.placement import Policy, preferred_allocation
 from sharedserve.contract import GPU_MEMORY_MIB, NVIDIA_VISIBLE_DEVICES, VGPU_IDS
 from sharedserve.errors import SharedServeError
 
-__all__ = ["OPTIONS", "DeviceBoard", "DevicePluginServicer", "UsageView", "add_to_server"]
+__all__ = ["OPTIONS", "DeviceBoard", "DevicePluginServicer", "add_to_server"]
 
 log = logging.getLogger(__name__)
 
@@ -66,18 +67,6 @@ class DeviceBoard:
             finally:
                 for waiter in waiters:
                     waiter.cancel()
-
-
-class UsageView:
-    """Which vGPUs the kubelet last said were allocated (Allocate) or free (offered as
-    available). For metrics only; decisions never depend on it. The dict is replaced, never
-    changed in place, so the metrics thread can read it without a lock."""
-
-    def __init__(self) -> None:
-        self.allocated: Mapping[str, bool] = {}
-
-    def mark(self, device_ids: Iterable[str], allocated: bool) -> None:
-        self.allocated = {**self.allocated, **dict.fromkeys(device_ids, allocated)}
 
 
 class DevicePluginServicer:

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import signal
 
-from sharedserve.allocator.deviceplugin.plugin import UsageView
 from sharedserve.allocator.dra.checkpoint import Checkpoint
 from sharedserve.allocator.dra.kube import KubeApi
 from sharedserve.allocator.dra.kubelet import DraKubeletSession
@@ -21,7 +20,7 @@ from sharedserve.allocator.dra.slices import semver
 from sharedserve.allocator.health import HealthMonitor
 from sharedserve.allocator.health_state import HealthBook
 from sharedserve.allocator.inventory import Inventory
-from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer
+from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer, UsageView
 from sharedserve.allocator.settings import AllocatorSettings
 from sharedserve.gpu.backend import GpuBackend
 
