@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import signal
 
 from sharedserve.allocator.deviceplugin.kubelet import KubeletSession
 from sharedserve.allocator.deviceplugin.plugin import DeviceBoard, DevicePluginServicer
-from sharedserve.allocator.health import HealthMonitor, mps_daemon_check
-from sharedserve.allocator.health_state import HealthBook
+from sharedserve.allocator.health import mps_daemon_check
 from sharedserve.allocator.inventory import Inventory, build_inventory
-from sharedserve.allocator.metrics import AllocatorCollector, MetricsServer, UsageView
+from sharedserve.allocator.metrics import UsageView
+from sharedserve.allocator.node import serve_node
 from sharedserve.allocator.settings import AllocatorSettings, Api
 from sharedserve.errors import NvmlUnavailable
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
@@ -57,62 +56,23 @@ def _discover(settings: AllocatorSettings, backend: GpuBackend) -> Inventory:
 
 
 async def _serve(settings: AllocatorSettings, backend: GpuBackend, inventory: Inventory) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
-    uuids = [gpu.uuid for gpu in inventory.gpus]
-    book = HealthBook(uuids, settings.ignored_xids, settings.xid_recovery_probes)
-    board = DeviceBoard(inventory, book.snapshot())
+    board = DeviceBoard(inventory, {})  # every vGPU Unhealthy until the first probe says
     usage = UsageView()
-    # Read by the metrics thread: replaced on every change, never mutated.
-    health_view = book.snapshot()
-
-    def publish() -> None:
-        nonlocal health_view
-        health_view = book.snapshot()
-        board.publish(health_view)
-
     pipe_dir = settings.grant.mps_pipe_dir
-    node_check = None if pipe_dir is None else mps_daemon_check(pipe_dir)
-    monitor = HealthMonitor(
-        backend, book, uuids, settings.health_interval_s, publish, node_check=node_check
-    )
     session = KubeletSession(
         settings,
         lambda: DevicePluginServicer(inventory, board, usage, settings.policy, settings.grant),
     )
-    metrics = None
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        if settings.metrics_port:
-            collector = AllocatorCollector(inventory, backend, lambda: health_view, usage)
-            metrics = MetricsServer(collector, settings.metrics_host, settings.metrics_port)
-        # The first probe before the kubelet hears of any device: a GPU that is already broken
-        # is never advertised Healthy.
-        await monitor.probe_round()
-        monitor.start_xid_watch(loop)
-        tasks = [
-            asyncio.create_task(monitor.probe_forever(), name="health-probe"),
-            asyncio.create_task(session.run(), name="kubelet-session"),
-        ]
-        stopped = asyncio.create_task(stop.wait(), name="stop-signal")
-        done, _ = await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        for task in done:
-            if task is not stopped:
-                task.result()  # the other tasks end early only by raising; let that surface
-        log.info("stopping: closing ListAndWatch streams and removing our socket")
-    finally:
-        for task in tasks:
-            task.cancel()
-        # The session's finally stops the server and removes our socket; exceptions of tasks
-        # that failed were raised above already.
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await monitor.stop()
-        if metrics is not None:
-            metrics.close()
+    await serve_node(
+        settings,
+        backend,
+        inventory,
+        publish=board.publish,
+        runners={"kubelet-session": session.run},
+        usage=usage,
+        node_check=None if pipe_dir is None else mps_daemon_check(pipe_dir),
+        stopping="stopping: closing ListAndWatch streams and removing our socket",
+    )
 
 
 def run(settings: AllocatorSettings) -> int:

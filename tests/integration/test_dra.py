@@ -8,17 +8,19 @@ stopped and started again where a test needs a restart.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sharedserve.allocator.dra.cdi import spec_path
 from sharedserve.allocator.dra.claims import CDI_KIND
 from sharedserve.contract import DRA_DRIVER, Grant
 from tests.support.allocator import A100, GPUS, T4
 from tests.support.apiserver import allocated_claim
-from tests.support.dra_node import NODE, DraNode
+from tests.support.dra_node import NODE, SLICE, DraNode
 from tests.support.servers import Server, clean_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -153,7 +155,7 @@ def test_an_oversized_claim_fails_alone(node: DraNode) -> None:
     error = answer.claims[big[1]].error
     assert "20480 MiB of gpu-0 (Tesla T4), which has 15360 MiB" in error
     assert answer.claims[fine[1]].error == ""
-    assert not (node.cdi_dir / f"{DRA_DRIVER}-claim_{big[1]}.json").exists()
+    assert not spec_path(node.cdi_dir, big[1]).exists()
     node.kubelet.unprepare([fine])
 
 
@@ -174,7 +176,7 @@ def test_unprepare_of_an_unknown_claim_succeeds_and_changes_nothing(node: DraNod
     assert answer.claims[uid(99)].error == ""
     assert node.spec(kept[1])["devices"]  # the prepared claim's spec is untouched
     node.kubelet.unprepare([kept])
-    assert not (node.cdi_dir / f"{DRA_DRIVER}-claim_{kept[1]}.json").exists()
+    assert not spec_path(node.cdi_dir, kept[1]).exists()
 
 
 def test_v1beta1_is_served_too(node: DraNode) -> None:
@@ -196,7 +198,7 @@ def test_a_restarted_driver_answers_from_its_checkpoint(node: DraNode) -> None:
     node.registered(registrations + 1)
     assert node.kubelet.prepare([ref]) == before
     assert node.kubelet.unprepare([ref]).claims[ref[1]].error == ""
-    assert not (node.cdi_dir / f"{DRA_DRIVER}-claim_{ref[1]}.json").exists()
+    assert not spec_path(node.cdi_dir, ref[1]).exists()
 
 
 def test_a_kubelet_restart_registers_again_and_republishes(node: DraNode) -> None:
@@ -262,3 +264,22 @@ def test_a_failing_api_server_is_retried(node: DraNode) -> None:
         node.set_gpus(GPUS)
     node.slice(lambda s: sorted(devices(s)) == ["gpu-0", "gpu-1"])
     assert "retrying" in node.log()
+
+
+def test_a_node_left_without_gpus_deletes_its_slice() -> None:
+    node = DraNode([], GPUS)
+    try:
+        node.registered()
+        node.slice()
+        assert node.stop() == 0
+        node.set_gpus([])  # the next start discovers none (a driver update, the GPUs gone)
+        node.start()
+        node.api.wait_until(lambda slices: SLICE not in slices)
+        # The log line follows the API's answer: give it a moment.
+        deadline = time.monotonic() + 5
+        while "this node has no GPU" not in node.log():
+            assert time.monotonic() < deadline, node.log()
+            time.sleep(0.05)
+    finally:
+        log = node.log()
+        assert node.close() == 0, log

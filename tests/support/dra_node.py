@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sharedserve.allocator.dra.cdi import spec_path
 from sharedserve.contract import DRA_DRIVER
 from tests.support.apiserver import FakeApiServer
 from tests.support.kubelet_dra import FakeDraKubelet
@@ -113,9 +114,7 @@ class DraNode:
         return found
 
     def spec(self, uid: str) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(
-            (self.cdi_dir / f"{DRA_DRIVER}-claim_{uid}.json").read_text()
-        )
+        data: dict[str, Any] = json.loads(spec_path(self.cdi_dir, uid).read_text())
         return data
 
     def stop(self) -> int:

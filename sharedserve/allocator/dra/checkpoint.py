@@ -18,11 +18,10 @@ from typing import Any
 from sharedserve.allocator.dra.claims import ClaimRef, PreparedClaim, PreparedDevice
 from sharedserve.files import write_atomic
 
-__all__ = ["CHECKPOINT_FILE", "Checkpoint"]
+__all__ = ["Checkpoint"]
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.json"
 _VERSION = 1
 
 

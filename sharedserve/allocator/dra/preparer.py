@@ -110,6 +110,7 @@ class Preparer:
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str | None]:
         """Per claim UID: None when done (or nothing was prepared), else why not."""
         answers: dict[str, str | None] = {}
+        forgotten = False
         async with self._lock:
             for ref in refs:
                 try:
@@ -119,10 +120,12 @@ class Preparer:
                     log.error("%s", answers[ref.uid])
                     continue
                 known = self._checkpoint.claims.pop(ref.uid, None) is not None
+                forgotten |= known
                 if known or removed:
                     log.info("unprepared claim %s", ref)
                 else:
                     log.info("unprepare of claim %s: not prepared here, nothing to do", ref)
                 answers[ref.uid] = None
-            await asyncio.to_thread(self._checkpoint.save)
+            if forgotten:
+                await asyncio.to_thread(self._checkpoint.save)
         return answers

@@ -11,6 +11,7 @@ from sharedserve.contract import DRA_DRIVER
 from sharedserve.errors import ConfigError
 
 __all__ = [
+    "CHECKPOINT",
     "DEFAULT_CDI_DIR",
     "DEFAULT_PLUGIN_DIR",
     "DEFAULT_REGISTRY_DIR",
@@ -26,6 +27,7 @@ DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 #: Where container runtimes look for generated (as opposed to static, /etc/cdi) CDI specs.
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 DRA_SOCKET = "dra.sock"
+CHECKPOINT = "checkpoint.json"
 REGISTRATION_SOCKET = f"{DRA_DRIVER}-reg.sock"
 # sockaddr_un.sun_path is 108 bytes on Linux, the terminating NUL included.
 _MAX_SOCKET_PATH = 107
@@ -64,7 +66,7 @@ class DraSettings:
 
     @property
     def checkpoint(self) -> Path:
-        return self.plugin_dir / "checkpoint.json"
+        return self.plugin_dir / CHECKPOINT
 
     def validate(self) -> None:
         """Raise ConfigError for the first setting that cannot work, naming its flag."""
