@@ -40,7 +40,8 @@ from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from sharedserve.allocator.inventory import Sizing, build_inventory
-from sharedserve.allocator.placement import Policy, preferred_allocation
+from sharedserve.allocator.placement import preferred_allocation
+from sharedserve.enums import PlacementPolicy
 from sharedserve.gpu.info import GpuInfo
 
 GPUS, REPLICAS = 8, 64
@@ -150,7 +151,7 @@ def measure(args: argparse.Namespace) -> list[str]:
         shutil.rmtree(root, ignore_errors=True)
 
     options = GrantOptions()
-    policy = Policy(args.policy)
+    policy = PlacementPolicy(args.policy)
     in_process = [
         (
             "plan + container_grant",
@@ -242,7 +243,7 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=10, help=f"DRA: rounds of {CLAIMS} prepares and unprepares"
     )
-    parser.add_argument("--policy", choices=[p.value for p in Policy], default="bundle")
+    parser.add_argument("--policy", choices=[p.value for p in PlacementPolicy], default="bundle")
     parser.add_argument("--out", type=Path, help="also write the report here")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]

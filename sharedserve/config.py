@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 
 __all__ = [
@@ -20,7 +21,6 @@ __all__ = [
     "BenchSettings",
     "CapSource",
     "ConnectionSettings",
-    "Framework",
     "GpuCapRequest",
     "GpuSettings",
     "GrpcSettings",
@@ -36,16 +36,7 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 #: The bench's wire formats: TF Serving's REST and gRPC APIs, and the Open Inference Protocol's.
-PROTOCOLS = ("rest", "grpc", "oip-rest", "oip-grpc")
-
-
-class Framework(str, Enum):
-    """A model's format and the framework that serves it; values are the CLI's ``--framework``."""
-
-    TENSORFLOW = "tf"
-    """A TF Serving SavedModel (``saved_model.pb``)."""
-    TORCH = "torch"
-    """TorchScript (``model.pt``) plus a ``signature.json`` sidecar."""
+PROTOCOLS = tuple(p.value for p in Protocol)
 
 
 class CapSource(str, Enum):

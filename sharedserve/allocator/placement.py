@@ -18,24 +18,17 @@ compute each, at the cost of fragmenting free vGPUs across GPUs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
 
 from sharedserve.allocator.inventory import Inventory, PhysicalGpu, VGpu
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import InvalidInput
 
-__all__ = ["Policy", "preferred_allocation"]
+__all__ = ["preferred_allocation"]
 
 
-class Policy(str, Enum):
-    """How GetPreferredAllocation picks a GPU."""
-
-    BUNDLE = "bundle"
-    SPREAD = "spread"
-
-
-def _sort_key(policy: Policy, gpu: PhysicalGpu, free: int) -> tuple[float, ...]:
+def _sort_key(policy: PlacementPolicy, gpu: PhysicalGpu, free: int) -> tuple[float, ...]:
     used_share = (gpu.replicas - free) / gpu.replicas
-    if policy is Policy.BUNDLE:
+    if policy is PlacementPolicy.BUNDLE:
         # Fewest free first (best fit); among equals the fuller one, then NVML order.
         return (free, -used_share, gpu.index)
     # Least used share first; among equals the one with more room, then NVML order.
@@ -47,7 +40,7 @@ def preferred_allocation(
     available: Sequence[str],
     must_include: Sequence[str],
     size: int,
-    policy: Policy,
+    policy: PlacementPolicy,
     *,
     allow_multi_gpu: bool = True,
 ) -> list[str]:

@@ -11,8 +11,8 @@ from sharedserve.allocator.allocation import GrantOptions
 from sharedserve.allocator.dra.settings import DraSettings
 from sharedserve.allocator.health_state import DEFAULT_IGNORED_XIDS
 from sharedserve.allocator.inventory import Sizing
-from sharedserve.allocator.placement import Policy
 from sharedserve.contract import VGPU_RESOURCE
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 
 __all__ = [
@@ -60,7 +60,7 @@ class AllocatorSettings:
     """The DRA driver's settings (``--api dra`` only)."""
     sizing: Sizing = field(default_factory=Sizing)
     """How each GPU is cut into vGPUs (``--replicas`` or ``--vgpu-memory-mib``)."""
-    policy: Policy = Policy.BUNDLE
+    policy: PlacementPolicy = PlacementPolicy.BUNDLE
     """GetPreferredAllocation's placement policy."""
     grant: GrantOptions = field(default_factory=GrantOptions)
     """What Allocate may grant and add (multi-GPU, CDI names, MPS)."""

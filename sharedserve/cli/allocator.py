@@ -17,7 +17,6 @@ from sharedserve.allocator.dra.settings import (
 from sharedserve.allocator.dra.slices import MAX_SLOTS, SliceOptions
 from sharedserve.allocator.health_state import DEFAULT_IGNORED_XIDS
 from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing
-from sharedserve.allocator.placement import Policy
 from sharedserve.allocator.settings import (
     DEFAULT_DEVICE_PLUGIN_DIR,
     DEFAULT_MPS_PIPE_DIR,
@@ -26,6 +25,7 @@ from sharedserve.allocator.settings import (
     Api,
 )
 from sharedserve.cli._app import app
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
@@ -84,13 +84,13 @@ def allocator(
         ),
     ] = None,
     policy: Annotated[
-        Policy,
+        PlacementPolicy,
         typer.Option(
             help="GetPreferredAllocation: bundle fills the fullest GPU that fits (keeps whole "
             "GPUs free for big requests); spread picks the least-loaded GPU.",
             case_sensitive=False,
         ),
-    ] = Policy.BUNDLE,
+    ] = PlacementPolicy.BUNDLE,
     allow_multi_gpu: Annotated[
         bool,
         typer.Option(
@@ -214,7 +214,7 @@ def allocator(
         {
             "--replicas": replicas is not None,
             "--vgpu-memory-mib": vgpu_memory_mib is not None,
-            "--policy": policy is not Policy.BUNDLE,
+            "--policy": policy is not PlacementPolicy.BUNDLE,
             "--allow-multi-gpu": allow_multi_gpu,
             "--mps": mps,
             "--resource-name": resource_name != DEFAULT_RESOURCE_NAME,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sharedserve.config import Framework
+from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 from sharedserve.framework_output import framework_startup
 

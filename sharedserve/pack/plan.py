@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from sharedserve.allocator.inventory import Sizing, build_inventory
-from sharedserve.allocator.placement import Policy, preferred_allocation
+from sharedserve.allocator.placement import preferred_allocation
 from sharedserve.config import CapSource, GpuCapRequest
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 
@@ -257,7 +258,7 @@ def place_replicas(
     gpus: Sequence[GpuInfo],
     requests: Sequence[tuple[str | None, int]],
     *,
-    policy: Policy,
+    policy: PlacementPolicy,
     slot_mib: int,
 ) -> list[list[GpuInfo | None]]:
     """The GPU of each replica of each ``(gpu selector, replicas)`` request, in order.

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sharedserve import contract
-from sharedserve.allocator.placement import Policy
 from sharedserve.config import PackEntry, PackSettings
 from sharedserve.contract import Grant, vgpu_id
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.gpu.info import GpuInfo
@@ -90,7 +90,7 @@ def _shares(
     placed = place_replicas(
         gpus,
         [(e.gpu, e.replicas) for e in entries],
-        policy=Policy(settings.placement_policy),
+        policy=PlacementPolicy(settings.placement_policy),
         slot_mib=slot_mib(items, gpus, reserve),
     )
     # Group the replicas by GPU, plan each GPU, and hand the shares back in replica order.

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharedserve.config import Framework
+from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 
 __all__ = ["Framework", "ModelSource", "find_model"]

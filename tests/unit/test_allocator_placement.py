@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from sharedserve.allocator.inventory import Inventory, Sizing, build_inventory
-from sharedserve.allocator.placement import Policy, preferred_allocation
+from sharedserve.allocator.placement import preferred_allocation
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import InvalidInput
 from sharedserve.gpu.info import GpuInfo
 
-BUNDLE, SPREAD = Policy.BUNDLE, Policy.SPREAD
+BUNDLE, SPREAD = PlacementPolicy.BUNDLE, PlacementPolicy.SPREAD
 
 
 def inventory(*replicas: int) -> Inventory:
@@ -93,7 +94,7 @@ def test_preferred_allocation(
     available: dict[str, str],
     must: str,
     size: int,
-    policy: Policy,
+    policy: PlacementPolicy,
     expected: str,
 ) -> None:
     inv = inventory(*replicas)
@@ -124,7 +125,7 @@ def test_preferred_allocation_rejects(
 class Node:
     """The kubelet's side of placement: it offers what is free and takes our preference."""
 
-    def __init__(self, policy: Policy, *replicas: int) -> None:
+    def __init__(self, policy: PlacementPolicy, *replicas: int) -> None:
         self.inv = inventory(*replicas)
         self.policy = policy
         self.allocated: set[str] = set()
@@ -143,7 +144,7 @@ class Node:
 @pytest.mark.parametrize(
     ("policy", "single_gpu"), [(BUNDLE, True), (SPREAD, False)], ids=["bundle", "spread"]
 )
-def test_fragmentation_four_small_then_one_big(policy: Policy, single_gpu: bool) -> None:
+def test_fragmentation_four_small_then_one_big(policy: PlacementPolicy, single_gpu: bool) -> None:
     """IBM's bundle vs spread example: 2 GPUs x 4 vGPUs, four 1-vGPU pods, then a 4-vGPU pod.
 
     Bundle packs the small pods onto GPU A, so the big one gets all of GPU B; spread puts two
@@ -159,7 +160,7 @@ def test_fragmentation_four_small_then_one_big(policy: Policy, single_gpu: bool)
 @pytest.mark.parametrize(
     ("policy", "single_gpu"), [(BUNDLE, True), (SPREAD, False)], ids=["bundle", "spread"]
 )
-def test_fragmentation_with_churn(policy: Policy, single_gpu: bool) -> None:
+def test_fragmentation_with_churn(policy: PlacementPolicy, single_gpu: bool) -> None:
     """4 GPUs x 8 vGPUs: 20 small pods, every third one ends, 6 more arrive, then an 8-vGPU
     request. Bundle fills the holes the ended pods left and keeps a GPU whole."""
     node = Node(policy, 8, 8, 8, 8)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
-from sharedserve.server.model_source import Framework, find_model
+from sharedserve.server.model_source import find_model
 
 TF = Framework.TENSORFLOW
 

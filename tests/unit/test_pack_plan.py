@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sharedserve.allocator.placement import Policy
 from sharedserve.config import CapSource, GpuCapRequest
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.pack.plan import (
@@ -220,19 +220,19 @@ def _indices(placed: list[list[GpuInfo | None]]) -> list[list[int | None]]:
     ("policy", "requests", "expected"),
     [
         # bundle fills a GPU (as far as its vGPUs of slot_mib go) before the next.
-        (Policy.BUNDLE, [(None, 2), (None, 1)], [[3, 3], [3]]),
-        (Policy.BUNDLE, [(None, 5), (None, 2)], [[3, 3, 3, 3, 3], [4, 4]]),
+        (PlacementPolicy.BUNDLE, [(None, 2), (None, 1)], [[3, 3], [3]]),
+        (PlacementPolicy.BUNDLE, [(None, 5), (None, 2)], [[3, 3, 3, 3, 3], [4, 4]]),
         # spread: least used first, so one entry's replicas land on different GPUs.
-        (Policy.SPREAD, [(None, 3)], [[3, 4, 5]]),
-        (Policy.SPREAD, [(None, 1), (None, 2)], [[3], [4, 5]]),
-        (Policy.SPREAD, [(None, 4)], [[3, 4, 5, 3]]),
+        (PlacementPolicy.SPREAD, [(None, 3)], [[3, 4, 5]]),
+        (PlacementPolicy.SPREAD, [(None, 1), (None, 2)], [[3], [4, 5]]),
+        (PlacementPolicy.SPREAD, [(None, 4)], [[3, 4, 5, 3]]),
         # A pinned entry takes its GPU's vGPUs first; the rest are placed around it.
-        (Policy.SPREAD, [("3", 2), (None, 2)], [[3, 3], [4, 5]]),
-        (Policy.BUNDLE, [("5", 1), (None, 1)], [[5], [5]]),
+        (PlacementPolicy.SPREAD, [("3", 2), (None, 2)], [[3, 3], [4, 5]]),
+        (PlacementPolicy.BUNDLE, [("5", 1), (None, 1)], [[5], [5]]),
     ],
 )
 def test_placement_over_several_gpus_uses_the_allocators_policy(
-    policy: Policy,
+    policy: PlacementPolicy,
     requests: list[tuple[str | None, int]],
     expected: list[list[int]],
 ) -> None:
@@ -243,17 +243,17 @@ def test_placement_over_several_gpus_uses_the_allocators_policy(
 
 def test_placement_skips_unhealthy_gpus_and_refuses_when_full() -> None:
     sick = GpuInfo("GPU-9999", 0, "T4", 16384, healthy=False)
-    placed = place_replicas([sick, T4], [(None, 2)], policy=Policy.SPREAD, slot_mib=3000)
+    placed = place_replicas([sick, T4], [(None, 2)], policy=PlacementPolicy.SPREAD, slot_mib=3000)
     assert _indices(placed) == [[3, 3]]
     with pytest.raises(ConfigError, match="the 1 healthy GPUs hold 5"):
-        place_replicas([sick, T4], [(None, 6)], policy=Policy.SPREAD, slot_mib=3000)
+        place_replicas([sick, T4], [(None, 6)], policy=PlacementPolicy.SPREAD, slot_mib=3000)
 
 
 def test_one_gpu_or_none_needs_no_placement() -> None:
-    assert _indices(place_replicas([K80], [(None, 2)], policy=Policy.SPREAD, slot_mib=1)) == [
-        [0, 0]
-    ]
-    assert place_replicas([], [(None, 1)], policy=Policy.BUNDLE, slot_mib=1) == [[None]]
+    assert _indices(
+        place_replicas([K80], [(None, 2)], policy=PlacementPolicy.SPREAD, slot_mib=1)
+    ) == [[0, 0]]
+    assert place_replicas([], [(None, 1)], policy=PlacementPolicy.BUNDLE, slot_mib=1) == [[None]]
 
 
 def test_slot_is_the_largest_least_need_plus_reserve() -> None:

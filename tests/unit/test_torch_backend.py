@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from sharedserve.enums import Framework
 from sharedserve.errors import (
     ConfigError,
     InvalidInput,
@@ -32,7 +33,7 @@ from sharedserve.limits.gpu import CapSource, GpuCap
 from sharedserve.models.catalog import build_models
 from sharedserve.server.backends.base import RuntimeConfig, warm_up
 from sharedserve.server.backends.torch import TorchBackend
-from sharedserve.server.model_source import Framework, find_model
+from sharedserve.server.model_source import find_model
 from sharedserve.server.signature import Signature, TensorSpec
 from sharedserve.server.validate import check_inputs
 

@@ -20,8 +20,9 @@ from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import Inventory
 from sharedserve.allocator.metrics import UsageView
-from sharedserve.allocator.placement import Policy, preferred_allocation
+from sharedserve.allocator.placement import preferred_allocation
 from sharedserve.contract import GPU_MEMORY_MIB, NVIDIA_VISIBLE_DEVICES, VGPU_IDS
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import SharedServeError
 
 __all__ = ["OPTIONS", "DeviceBoard", "DevicePluginServicer", "add_to_server"]
@@ -77,7 +78,7 @@ class DevicePluginServicer:
         inventory: Inventory,
         board: DeviceBoard,
         usage: UsageView,
-        policy: Policy,
+        policy: PlacementPolicy,
         grant: GrantOptions,
     ) -> None:
         self._inventory = inventory

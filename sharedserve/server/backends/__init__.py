@@ -5,7 +5,7 @@ Frameworks are imported only when a backend is made, so importing this package i
 
 from __future__ import annotations
 
-from sharedserve.config import Framework
+from sharedserve.enums import Framework
 from sharedserve.errors import SharedServeError
 from sharedserve.framework_output import framework_startup
 from sharedserve.server.backends.base import Backend

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sharedserve import __version__
-from sharedserve.config import Framework
+from sharedserve.enums import Framework
 from sharedserve.server.model import ServedModel
 from sharedserve.server.oip.tensors import tensor_metadata
 
