@@ -1,7 +1,8 @@
 """THE env contract between whoever grants a GPU share and the model server (DESIGN.md). Pure.
 
-Every writer (the allocator's ``Allocate``, the packer, the DRA driver to come) builds a
-``Grant`` and calls ``to_env()``; the one reader, ``sharedserve serve``, calls ``from_env()``.
+Every writer (the device plugin's ``Allocate``, the DRA driver's CDI specs, the packer) builds a
+``Grant`` and calls ``to_env()`` over an environment cleared of ``VARIABLES``; the one reader,
+``sharedserve serve``, calls ``from_env()``.
 Why one module: writers that each formatted numbers their own way once produced a contract the
 server refused. Numbers are written one way here (``repr`` for fractions, the shortest text that
 reads back as the same float, so 1/3 is never rounded up past the share granted; integers for
@@ -35,6 +36,7 @@ __all__ = [
     "MPS_PINNED_DEVICE_MEM_LIMIT",
     "MPS_PIPE_DIRECTORY",
     "NVIDIA_VISIBLE_DEVICES",
+    "VARIABLES",
     "VGPU_IDS",
     "VGPU_RESOURCE",
     "VGPU_SEPARATOR",
@@ -44,6 +46,7 @@ __all__ = [
     "parse_fraction",
     "parse_mib",
     "vgpu_id",
+    "without_grant",
 ]
 
 VGPU_RESOURCE = "sharedserve.io/vgpu"
@@ -66,10 +69,33 @@ MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
 MPS_ACTIVE_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MPS_PINNED_DEVICE_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
+VARIABLES = frozenset(
+    {
+        NVIDIA_VISIBLE_DEVICES,
+        CUDA_VISIBLE_DEVICES,
+        CUDA_DEVICE_ORDER,
+        VGPU_IDS,
+        GPU_MEMORY_FRACTION,
+        GPU_MEMORY_MIB,
+        MPS_PIPE_DIRECTORY,
+        MPS_ACTIVE_THREAD_PERCENTAGE,
+        MPS_PINNED_DEVICE_MEM_LIMIT,
+    }
+)
+"""Every variable the contract reads or writes. A writer that hands a process a grant starts
+from an environment without any of them (``without_grant``): a variable left in the user's shell
+(``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` from an MPS experiment, say) would otherwise reach every
+replica beside the grant and change what it may use."""
+
 _PCI_BUS_ID = "PCI_BUS_ID"
 T = TypeVar("T")
 VGPU_SEPARATOR = "::"
 """Between a GPU's UUID and a vGPU's slot; a UUID holding it cannot name vGPUs."""
+
+
+def without_grant(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` less every contract variable: the base a writer adds ``Grant.to_env()`` to."""
+    return {k: v for k, v in env.items() if k not in VARIABLES}
 
 
 def vgpu_id(uuid: str, slot: int) -> str:
@@ -109,6 +135,18 @@ class Grant:
     """Also set ``CUDA_VISIBLE_DEVICES`` and PCI bus order: where no container runtime will
     apply ``NVIDIA_VISIBLE_DEVICES`` (the packer), or may not (the DRA driver's CDI specs reach
     runtimes configured either way; CUDA takes UUIDs there too)."""
+    visible_devices: str | None = None
+    """``CUDA_VISIBLE_DEVICES`` where it is not the grant's own UUIDs: set by hand on a bare host
+    (an index, say; empty hides every GPU). None where unset or where ``bare_host`` implies it."""
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        """What CUDA will read as ``CUDA_VISIBLE_DEVICES``; None where it is unset."""
+        if self.visible_devices is not None:
+            return self.visible_devices
+        if self.bare_host:
+            return ",".join(g.uuid for g in self.gpus if g.uuid is not None)
+        return None
 
     def to_env(self) -> dict[str, str]:
         """The variables, formatted the one way ``from_env`` reads them back. A per-GPU variable
@@ -119,6 +157,8 @@ class Grant:
             env[NVIDIA_VISIBLE_DEVICES] = ",".join(uuids)
             if self.bare_host:
                 env[CUDA_VISIBLE_DEVICES] = env[NVIDIA_VISIBLE_DEVICES]
+        if self.visible_devices is not None:
+            env[CUDA_VISIBLE_DEVICES] = self.visible_devices
         ids = [i for g in self.gpus for i in g.vgpu_ids]
         if ids:
             env[VGPU_IDS] = ",".join(ids)
@@ -145,6 +185,8 @@ class Grant:
         """Read a grant; blank variables count as unset. ConfigError names the variable at
         fault. No variable at all is a grant of no GPU (``gpus == ()``)."""
         uuids = _list(env, NVIDIA_VISIBLE_DEVICES)
+        if [u.lower() for u in uuids] in (["all"], ["none"], ["void"]):
+            uuids = []  # the container runtime's keywords (an image's default), not a grant
         fractions = [
             parse_fraction(v, GPU_MEMORY_FRACTION) for v in _list(env, GPU_MEMORY_FRACTION)
         ]
@@ -176,9 +218,10 @@ class Grant:
         pipe = env.get(MPS_PIPE_DIRECTORY, "").strip()
         if pipe:
             mps = MpsLimits(pipe, _percentage(env.get(MPS_ACTIVE_THREAD_PERCENTAGE, "")))
-        visible = env.get(CUDA_VISIBLE_DEVICES, "").strip()
+        raw = env.get(CUDA_VISIBLE_DEVICES)
+        visible = None if raw is None else raw.strip()  # set but empty: every GPU hidden
         bare = bool(uuids) and visible == ",".join(uuids)
-        return cls(gpus, mps, bare_host=bare)
+        return cls(gpus, mps, bare_host=bare, visible_devices=None if bare else visible)
 
 
 def _every(values: Iterable[T | None]) -> list[T]:

@@ -110,7 +110,7 @@ def packed(
     entry = PackEntry(
         model_dir=model_dir,
         replicas=replicas,
-        cap=parse_cap_request(fraction, None, None, None),
+        cap=parse_cap_request(fraction, None),
         server_args=extra,
     )
     settings = PackSettings(

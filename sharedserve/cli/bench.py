@@ -273,7 +273,7 @@ def bench(
         entry = PackEntry(
             model_dir=model,
             gpu=gpu,
-            cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib, None, None),
+            cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib),
             cpu_limit_cores=cpu_limit,
             server_args=check_server_args(list(ctx.args)),
         )

@@ -13,12 +13,11 @@ import typer
 
 from sharedserve.cli._app import app, refuse_flags
 from sharedserve.config import REPLICA_SERVE_OPTIONS, PackEntry, PackSettings
-from sharedserve.contract import CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES
+from sharedserve.contract import without_grant
 from sharedserve.errors import ConfigError
 
 __all__ = ["check_server_args", "replica_environment", "spec_entries"]
 
-_CONTRACT_VARS = {CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES}
 # The usage errors typer raises: click's, or those of the copy of click newer typers carry.
 _CLICK_ERROR: type[Exception] = next(
     c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
@@ -63,14 +62,9 @@ def spec_entries(
 
 
 def replica_environment() -> dict[str, str]:
-    # The packer hands each replica the env contract itself; leftovers from this shell must not
-    # override it (a SHAREDSERVE_GPU_MEMORY_MIB exported for another test, say).
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if k not in _CONTRACT_VARS
-        and not (k.startswith("SHAREDSERVE_") and k != "SHAREDSERVE_LOG_LEVEL")
-    }
+    """This shell's environment less every variable of the env contract: the packer hands each
+    replica a grant of its own, which nothing left over here may add to or override."""
+    return without_grant(os.environ)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -218,7 +212,7 @@ def pack(
                 replicas=1 if replicas is None else replicas,
                 name=name,
                 gpu=gpu,
-                cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib, None, None),
+                cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib),
                 cpu_limit_cores=cpu_limit,
                 server_args=extra,
             ),

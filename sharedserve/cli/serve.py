@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from sharedserve import contract
 from sharedserve.cli._app import MODEL_NAMES, ExampleModel, app, models_app
 from sharedserve.config import (
     DEFAULT_MAX_BODY_BYTES,
@@ -19,6 +18,7 @@ from sharedserve.config import (
     RestSettings,
     ServerSettings,
 )
+from sharedserve.contract import Grant
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
@@ -215,12 +215,8 @@ def serve(
         keep_alive_timeout, header_timeout, body_timeout, max_connections
     )
     connections.validate()
-    cap = parse_cap_request(
-        gpu_memory_fraction,
-        gpu_memory_mib,
-        os.environ.get(contract.GPU_MEMORY_FRACTION),
-        os.environ.get(contract.GPU_MEMORY_MIB),
-    )
+    grant = Grant.from_env(os.environ)  # the env contract's one reader
+    cap = parse_cap_request(gpu_memory_fraction, gpu_memory_mib, grant)
     settings = ServerSettings(
         model_dir=model,
         model_name=name,
@@ -230,7 +226,7 @@ def serve(
         batching=batching,
         gpu=GpuSettings(
             cap=cap,
-            visible_devices=os.environ.get(contract.CUDA_VISIBLE_DEVICES),
+            visible_devices=grant.cuda_visible_devices,
             fake_gpus=fake_gpus,
         ),
         cpu_limit_cores=cpu_limit,

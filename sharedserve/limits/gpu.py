@@ -15,8 +15,6 @@ from dataclasses import dataclass, replace
 
 from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.contract import (
-    GPU_MEMORY_FRACTION,
-    GPU_MEMORY_MIB,
     Grant,
     parse_fraction,
     parse_mib,
@@ -57,16 +55,12 @@ class GpuCap:
 
 
 def parse_cap_request(
-    flag_fraction: float | None,
-    flag_mib: int | None,
-    env_fraction: str | None,
-    env_mib: str | None,
+    flag_fraction: float | None, flag_mib: int | None, grant: Grant | None = None
 ) -> GpuCapRequest:
-    """Validate and combine flags and env contract values (empty strings count as unset).
+    """Validate the flags and combine them with the env contract's ``grant``; flags win.
 
-    The env values are read by the contract's own reader (``Grant.from_env``). A grant of
-    several GPUs is served on the first, with that GPU's cap: the server uses one GPU, CUDA's
-    device 0, which is the first of the grant (NVML index order).
+    A grant of several GPUs is served on the first, with that GPU's cap: the server uses one
+    GPU, CUDA's device 0, which is the first of the grant (NVML index order).
     """
     if flag_fraction is not None and flag_mib is not None:
         raise ConfigError("give --gpu-memory-fraction or --gpu-memory-mib, not both")
@@ -78,8 +72,7 @@ def parse_cap_request(
             mib=None if flag_mib is None else parse_mib(flag_mib, "--gpu-memory-mib"),
             source=CapSource.FLAG,
         )
-    grant = Grant.from_env({GPU_MEMORY_FRACTION: env_fraction or "", GPU_MEMORY_MIB: env_mib or ""})
-    if not grant.gpus:
+    if grant is None or all(g.mib is None and g.fraction is None for g in grant.gpus):
         return GpuCapRequest(None, None, CapSource.NONE)
     if len(grant.gpus) > 1:
         log.warning(

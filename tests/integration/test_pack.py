@@ -20,6 +20,12 @@ from sharedserve.bench.sampler import process_cpu_seconds
 from tests.support.pack import PackRun, alive
 
 GPU_UUID = "GPU-0a1b2c3d-0000-0000-0000-000000000000"
+LEFT_IN_THE_SHELL = {
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "10",
+    "CUDA_MPS_PIPE_DIRECTORY": "/tmp/no-such-mps",
+    "SHAREDSERVE_GPU_MEMORY_MIB": "1",
+    "SHAREDSERVE_VGPU_IDS": "GPU-stale::0",
+}
 
 
 def _cgroups_now(pid: int | None = None) -> set[str]:
@@ -46,7 +52,8 @@ def packed(
     gpu = {"uuid": GPU_UUID, "index": 0, "name": "Tesla K80", "memory_mib": 16384}
     gpus.write_text(json.dumps({"gpus": [gpu]}))
     args = ("--replicas", "3", "--cpu-limit", "0.5", "--fake-gpus", str(gpus))
-    run = PackRun(tmp, models_dir / "tiny", *args)
+    # Contract variables left in the user's shell: none may reach a replica beside its grant.
+    run = PackRun(tmp, models_dir / "tiny", *args, env=LEFT_IN_THE_SHELL)
     targets = run.wait_targets()
     yield run, targets
     run.stop()
@@ -89,6 +96,20 @@ def test_replicas_get_the_env_contract_from_the_simulated_gpu(
         assert limits["gpu_memory_source"] == "env"
         assert limits["gpu_memory_enforced"] is False
     assert "SIMULATED GPU 0" in run.log()
+
+
+def test_a_replica_environment_holds_its_grant_and_nothing_left_in_the_shell(
+    packed: tuple[PackRun, dict],
+) -> None:
+    _, body = packed
+    for target in body["targets"]:
+        raw = Path(f"/proc/{target['pid']}/environ").read_bytes().split(b"\0")
+        env = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+        left = {k: env[k] for k, v in LEFT_IN_THE_SHELL.items() if env.get(k) == v}
+        assert not left, f"reached the replica from the packer's shell: {left}"
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env  # no MPS here: not set at all
+        assert env["SHAREDSERVE_GPU_MEMORY_MIB"] == "4949"  # the grant's, not the shell's
+        assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] == GPU_UUID
 
 
 def test_killed_replica_comes_back_on_its_endpoint(packed: tuple[PackRun, dict]) -> None:

@@ -25,8 +25,11 @@ def alive(pid: int) -> bool:
 class PackRun:
     """A ``sharedserve pack`` child process and its targets file."""
 
-    def __init__(self, tmp: Path, model: Path | None, *args: str) -> None:
-        """``model`` None: a ``--spec`` run, the spec among ``args``."""
+    def __init__(
+        self, tmp: Path, model: Path | None, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        """``model`` None: a ``--spec`` run, the spec among ``args``. ``env``: added to the
+        packer's own environment (the contract's variables are cleared first)."""
         tmp.mkdir(parents=True, exist_ok=True)
         self.targets_path = tmp / "targets.json"
         self.log_path = tmp / "pack.log"
@@ -35,7 +38,7 @@ class PackRun:
         command += [] if model is None else ["--model", str(model)]
         command += ["--targets-out", str(self.targets_path), "--log-dir", str(tmp / "logs"), *args]
         self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=clean_env()
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=clean_env(**(env or {}))
         )
 
     def log(self) -> str:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from sharedserve.contract import without_grant
+
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
 
 
@@ -22,9 +24,10 @@ def free_port() -> int:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment minus the env contract, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHAREDSERVE_")}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    """The test process's environment minus the env contract (the contract's own list), plus
+    ``extra``. The log level goes too: a test that wants one says so."""
+    env = without_grant(os.environ)
+    env.pop("SHAREDSERVE_LOG_LEVEL", None)
     env.update(extra)
     return env
 

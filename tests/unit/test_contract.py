@@ -13,13 +13,16 @@ from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
 from sharedserve.allocator.inventory import Sizing, build_inventory
 from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.contract import (
+    CUDA_VISIBLE_DEVICES,
     GPU_MEMORY_FRACTION,
     GPU_MEMORY_MIB,
     NVIDIA_VISIBLE_DEVICES,
+    VARIABLES,
     GpuShare,
     Grant,
     MpsLimits,
     vgpu_id,
+    without_grant,
 )
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
@@ -48,7 +51,40 @@ def grants(draw: st.DrawFn) -> Grant:
     mps = None
     if with_mib and draw(st.booleans()):
         mps = MpsLimits("/run/nvidia/mps", draw(st.integers(1, 100)))
-    return Grant(tuple(gpus), mps, bare_host=draw(st.booleans()))
+    bare = draw(st.booleans())
+    # Set by hand on a bare host (an index, or empty to hide every GPU); bare_host implies it.
+    visible = None if bare else draw(st.sampled_from([None, "", "0", "1,0"]))
+    return Grant(tuple(gpus), mps, bare_host=bare, visible_devices=visible)
+
+
+@given(grants())
+def test_the_contract_names_every_variable_it_writes(grant: Grant) -> None:
+    assert set(grant.to_env()) <= VARIABLES
+    assert without_grant({**grant.to_env(), "PATH": "/bin", "SHAREDSERVE_LOG_LEVEL": "info"}) == {
+        "PATH": "/bin",
+        "SHAREDSERVE_LOG_LEVEL": "info",
+    }
+
+
+@pytest.mark.parametrize("keyword", ["all", "none", "void", "ALL"])
+def test_the_container_runtimes_keywords_are_no_grant(keyword: str) -> None:
+    # NVIDIA's images set NVIDIA_VISIBLE_DEVICES=all by default: that names no GPU of a grant.
+    grant = Grant.from_env({NVIDIA_VISIBLE_DEVICES: keyword, GPU_MEMORY_FRACTION: "0.5"})
+    assert grant.gpus == (GpuShare(None, 0.5, None),)
+
+
+@pytest.mark.parametrize(
+    ("env", "visible"),
+    [
+        ({}, None),
+        ({CUDA_VISIBLE_DEVICES: ""}, ""),
+        ({CUDA_VISIBLE_DEVICES: " 1 "}, "1"),
+        ({NVIDIA_VISIBLE_DEVICES: "GPU-a", CUDA_VISIBLE_DEVICES: "GPU-a"}, "GPU-a"),
+        ({NVIDIA_VISIBLE_DEVICES: "GPU-a", CUDA_VISIBLE_DEVICES: "0"}, "0"),
+    ],
+)
+def test_what_cuda_will_see(env: dict[str, str], visible: str | None) -> None:
+    assert Grant.from_env(env).cuda_visible_devices == visible
 
 
 @given(grants())
@@ -113,7 +149,7 @@ def test_the_allocators_multi_gpu_grant_is_what_serve_reads() -> None:
     ]
     assert grant.gpus[1].vgpu_ids == ("GPU-b::0", "GPU-b::1")
     assert grant.mps == MpsLimits("/run/mps", 25)
-    request = parse_cap_request(None, None, envs[GPU_MEMORY_FRACTION], envs[GPU_MEMORY_MIB])
+    request = parse_cap_request(None, None, Grant.from_env(envs))
     assert request == GpuCapRequest(None, 4096, CapSource.ENV)
 
 
@@ -121,6 +157,6 @@ def test_serve_takes_the_first_gpu_of_a_multi_gpu_grant(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING):
-        request = parse_cap_request(None, None, "0.25,0.5", None)
+        request = parse_cap_request(None, None, Grant.from_env({GPU_MEMORY_FRACTION: "0.25,0.5"}))
     assert request == GpuCapRequest(0.25, None, CapSource.ENV)
     assert "grants 2 GPUs" in caplog.text and "first" in caplog.text

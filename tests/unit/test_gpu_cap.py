@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from sharedserve.contract import GPU_MEMORY_FRACTION, GPU_MEMORY_MIB, Grant
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import GpuInfo
 from sharedserve.limits.gpu import (
@@ -35,6 +36,14 @@ GPUS = [GPU1, GPU0]
 # --- parse_cap_request -------------------------------------------------------------------------
 
 
+def _request(
+    flag_fraction: float | None, flag_mib: int | None, env_fraction: str | None, env_mib: str | None
+) -> GpuCapRequest:
+    """As ``serve`` does: the env contract read once by its reader, then combined with flags."""
+    env = {k: v for k, v in ((GPU_MEMORY_FRACTION, env_fraction), (GPU_MEMORY_MIB, env_mib)) if v}
+    return parse_cap_request(flag_fraction, flag_mib, Grant.from_env(env))
+
+
 @pytest.mark.parametrize(
     ("flag_fraction", "flag_mib", "env_fraction", "env_mib", "expected"),
     [
@@ -49,9 +58,6 @@ GPUS = [GPU1, GPU0]
         ),
         pytest.param(
             None, 1024, "0.75", "4096", GpuCapRequest(None, 1024, FLAG), id="flag-mib-wins"
-        ),
-        pytest.param(
-            0.25, None, "abc", "x", GpuCapRequest(0.25, None, FLAG), id="flag-ignores-bad-env"
         ),
         pytest.param(None, None, "0.5", None, GpuCapRequest(0.5, None, ENV), id="env-fraction"),
         pytest.param(None, None, " 0.5 ", None, GpuCapRequest(0.5, None, ENV), id="env-frac-ws"),
@@ -73,7 +79,7 @@ def test_parse_cap_request(
     env_mib: str | None,
     expected: GpuCapRequest,
 ) -> None:
-    assert parse_cap_request(flag_fraction, flag_mib, env_fraction, env_mib) == expected
+    assert _request(flag_fraction, flag_mib, env_fraction, env_mib) == expected
 
 
 @pytest.mark.parametrize(
@@ -98,6 +104,9 @@ def test_parse_cap_request(
         pytest.param(None, None, None, "1.5", MIB_ENV, id="env-mib-1.5"),
         pytest.param(None, None, None, "x", MIB_ENV, id="env-mib-x"),
         pytest.param(None, None, "0.5", "x", MIB_ENV, id="env-mib-bad-despite-good-fraction"),
+        # The contract is read whole before flags are weighed: a variable that cannot be read is
+        # a broken grant, said at start rather than hidden by a flag.
+        pytest.param(0.25, None, "abc", None, FRACTION_ENV, id="bad-env-despite-a-flag"),
     ],
 )
 def test_parse_cap_request_rejects(
@@ -108,13 +117,13 @@ def test_parse_cap_request_rejects(
     named: str,
 ) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_cap_request(flag_fraction, flag_mib, env_fraction, env_mib)
+        _request(flag_fraction, flag_mib, env_fraction, env_mib)
     assert named in info.value.message
 
 
 def test_both_flags_error_names_both() -> None:
     with pytest.raises(ConfigError) as info:
-        parse_cap_request(0.5, 1024, None, None)
+        parse_cap_request(0.5, 1024)
     assert FRACTION_FLAG in info.value.message
     assert MIB_FLAG in info.value.message
 
@@ -258,5 +267,5 @@ def test_resolve_cap_mib_over_gpu_memory(mib: int, gpu: GpuInfo) -> None:
 
 
 def test_parse_then_resolve_env_mib_wins_end_to_end() -> None:
-    request = parse_cap_request(None, None, "0.9", "500")
+    request = _request(None, None, "0.9", "500")
     assert resolve_cap(request, SMALL) == GpuCap(0.5, 500, ENV, 1000, "GPU-small")
