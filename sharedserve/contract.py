@@ -40,9 +40,12 @@ __all__ = [
     "VGPU_IDS",
     "VGPU_RESOURCE",
     "VGPU_SEPARATOR",
+    "FRACTION_DIGITS",
     "GpuShare",
     "Grant",
     "MpsLimits",
+    "fraction_of",
+    "mib_of",
     "parse_fraction",
     "parse_mib",
     "vgpu_id",
@@ -91,6 +94,40 @@ _PCI_BUS_ID = "PCI_BUS_ID"
 T = TypeVar("T")
 VGPU_SEPARATOR = "::"
 """Between a GPU's UUID and a vGPU's slot; a UUID holding it cannot name vGPUs."""
+
+
+FRACTION_DIGITS = 6
+"""Decimal places of a share written from a MiB cap: 1e-6 of an 80 GiB GPU is 0.08 MiB."""
+
+
+def fraction_of(mib: int, total_mib: int) -> float:
+    """``mib`` of a GPU of ``total_mib`` as a share, the one MiB-to-fraction conversion.
+
+    Rounded *down* to ``FRACTION_DIGITS`` places in integer arithmetic, so that the share times
+    the GPU's memory is never above the MiB cap it stands for (a share rounded up would let a
+    framework capped by fraction take more than the grant). ConfigError when the cap is finer
+    than a share can carry (it would read 0, which every server refuses) or above the GPU.
+    """
+    if mib <= 0 or total_mib <= 0:
+        raise ConfigError(f"a GPU memory cap needs positive MiB, got {mib} of {total_mib} MiB")
+    if mib > total_mib:
+        raise ConfigError(f"a GPU memory cap of {mib} MiB exceeds the GPU's {total_mib} MiB")
+    scale = 10**FRACTION_DIGITS
+    steps = mib * scale // total_mib
+    if steps == 0:
+        least = -(-total_mib // scale)
+        raise ConfigError(
+            f"a cap of {mib} MiB is under 1e-{FRACTION_DIGITS} of a {total_mib} MiB GPU, finer "
+            f"than a share the env contract carries; give at least {least} MiB"
+        )
+    return steps / scale
+
+
+def mib_of(fraction: float, total_mib: int) -> int:
+    """A share of a GPU of ``total_mib`` in whole MiB, rounded down: the inverse of
+    ``fraction_of`` up to its rounding (never above the share). The epsilon keeps 0.29 x 100
+    (28.999999999999996 in binary) from flooring to 28."""
+    return math.floor(fraction * total_mib + 1e-9)
 
 
 def without_grant(env: Mapping[str, str]) -> dict[str, str]:
