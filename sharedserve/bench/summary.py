@@ -1,7 +1,7 @@
 """Report math: one row per (scale, pattern) run and its scaling efficiency (the verdict on the
 rows, recommendation and notes, is ``bench.verdict``).
 
-A row is a plain JSON-safe dict because it *is* the ``report.json`` contract (issue 6); its keys
+A row is a plain JSON-safe dict because it *is* the ``report.json`` contract; its keys
 are listed in ``ROW_KEYS``, ``PER_MODEL_KEYS`` (each replica, ``per_model``) and ``MODEL_KEYS``
 (each model over its replicas, ``models``). A model is judged by what its users see: the merged
 histogram of its replicas against its own objective. Figures with no data behind them (percentiles

@@ -1,8 +1,9 @@
 """Framework-neutral description of a model's signatures (pure: no framework imports).
 
-Backends translate their own signature objects into these, so the REST codec, the metadata
-endpoint and (later) gRPC speak one vocabulary: TensorFlow's ``DataType`` names (``DT_FLOAT``)
-and shapes with ``-1`` for a dimension of unknown size, exactly as TF Serving reports them.
+Backends translate their own signature objects into these, so every wire format's codec and
+metadata speak one vocabulary (the Open Inference Protocol maps it to its own datatype names):
+TensorFlow's ``DataType`` names (``DT_FLOAT``) and shapes with ``-1`` for a dimension of unknown
+size, exactly as TF Serving reports them.
 """
 
 from __future__ import annotations

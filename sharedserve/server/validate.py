@@ -1,10 +1,11 @@
 """The one check of a request's tensors against the model's signature. Pure.
 
 Every wire format first decodes its bytes into arrays (``codec`` for TF Serving's JSON,
-``tensor_proto`` for gRPC, the Open Inference Protocol next) without judging them; then the
-predictor calls ``check_inputs`` once, on the shared predict path, whatever the protocol and the
-backend. So a bad request gets the same answer over every protocol, and backends take their
-inputs as given. Limits a request must stay within (sizes, element counts) belong here too.
+``tensor_proto`` for its gRPC, ``oip/tensors`` for the Open Inference Protocol's) without
+judging them; then the predictor calls ``check_inputs`` once, on the shared predict path,
+whatever the protocol and the backend. So a bad request gets the same answer over every
+protocol, and backends take their inputs as given. Limits a request must stay within (sizes,
+element counts) belong here too.
 """
 
 from __future__ import annotations

@@ -445,7 +445,7 @@ def test_a_signal_stops_bench_and_everything_it_started(
 
 def test_a_throttled_replica_says_its_quota_sets_its_tail(models_dir: Path, tmp_path: Path) -> None:
     # 0.3 of a core against 4 requests in flight: the CFS quota runs out in most periods, and
-    # the tail is the wait for the next period (issue 17 item 6).
+    # the tail is the wait for the next period.
     out = tmp_path / "report"
     result = run_cli(
         "bench", "--model", str(models_dir / "tiny"), "--densities", "1", "--duration", "3",

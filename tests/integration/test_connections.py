@@ -1,7 +1,7 @@
 """Connection deadlines and the connection cap, on a real server with one-second limits.
 
 Before them, 200 silent, 200 trickled-header and 200 half-sent-body connections were all still
-open after 30 s (issue 15, item 6). Each case holds raw sockets as those clients did and checks
+open after 30 s. Each case holds raw sockets as those clients did and checks
 what the server answers, that it closes the connection, and that it counted it.
 """
 

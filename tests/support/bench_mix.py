@@ -1,9 +1,8 @@
-"""A bench report of a mix of models, built by hand in the shape ``report.json`` has (issue 17
-item 5): tiny x4 (weight 6, SLO 50 ms), mobilenet_v2 x2 (weight 2, 250 ms) and resnet50 x1
-(weight 1, 1000 ms) at scales 1 and 2. resnet50 misses its objective at scale 2, so scale 1 (7
-replicas) is recommended. Nulls where a real run has them: resnet50 has no CPU limit (so no
-throttling figure), too few requests at scale 2 for a p99.9, and one GPU's peak utilisation was
-not sampled.
+"""A bench report of a mix of models, built by hand in the shape ``report.json`` has: tiny x4
+(weight 6, SLO 50 ms), mobilenet_v2 x2 (weight 2, 250 ms) and resnet50 x1 (weight 1, 1000 ms) at
+scales 1 and 2. resnet50 misses its objective at scale 2, so scale 1 (7 replicas) is recommended.
+Nulls where a real run has them: resnet50 has no CPU limit (so no throttling figure), too few
+requests at scale 2 for a p99.9, and one GPU's peak utilisation was not sampled.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What ``bench`` prints at the end: whole at any width, on a terminal or not (issue 16 item 4)."""
+"""What ``bench`` prints at the end: whole at any width, on a terminal or not."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_plain_table_blocks_fit_and_repeat_the_first_column() -> None:
     assert plain_table(["density"], [], width=10) == ["density"]
 
 
-# A mix of models (issue 17 item 5): tests/support/bench_mix.py's hand-built report.
+# A mix of models: tests/support/bench_mix.py's hand-built report.
 def test_a_mix_prints_each_model_at_each_scale() -> None:
     rep = mix_report()
     out = io.StringIO()

@@ -1,4 +1,4 @@
-"""The replicas' limits as the report records them (issue 16 item 6)."""
+"""The replicas' limits as the report records them."""
 
 from __future__ import annotations
 

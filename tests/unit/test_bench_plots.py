@@ -1,5 +1,5 @@
-"""The plots' density axis says what was packed, and onto what (issue 16 item 6); a mix of models
-is plotted against its scale, each model against its own SLO (issue 17 item 5)."""
+"""The plots' density axis says what was packed, and onto what; a mix of models is plotted
+against its scale, each model against its own SLO."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_every_plot_is_drawn_with_the_label() -> None:
     assert all(png.startswith(b"\x89PNG") for png in images.values())
 
 
-# A mix of models (issue 17 item 5): tests/support/bench_mix.py's hand-built rows.
+# A mix of models: tests/support/bench_mix.py's hand-built rows.
 def test_a_mix_is_plotted_against_its_scale() -> None:
     mix = mix_rows()
     assert xlabel(mix) == "scale"

@@ -271,7 +271,7 @@ def test_import_and_write_leave_pyplot_alone(tmp_path: Path) -> None:
     assert (tmp_path / "p99_vs_density.png").exists()
 
 
-# A mix of models (issue 17 item 5): tests/support/bench_mix.py's hand-built report.
+# A mix of models: tests/support/bench_mix.py's hand-built report.
 MIX_PLOTS = [*PLOTS, "p99_by_model_vs_scale.png"]
 
 

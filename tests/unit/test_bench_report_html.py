@@ -188,7 +188,7 @@ def test_figures_and_plots_the_page_does_not_know_are_still_shown() -> None:
     assert "More plots" in page and 'alt="new plot"' in page and "<li>a note</li>" in page
 
 
-# A mix of models (issue 17 item 5): tests/support/bench_mix.py's hand-built report.
+# A mix of models: tests/support/bench_mix.py's hand-built report.
 MIX_HEADINGS = [
     "scale", "model", "replicas", "weight", "QPS", "p50 ms", "p99 ms", "p99.9 ms", "errors",
     "dropped", "SLO ms", "met", "GPU mem cap", "CPU limit", "CPU throttled share", "GPU mem MiB",

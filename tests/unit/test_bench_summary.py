@@ -26,7 +26,7 @@ from sharedserve.bench.verdict import (
     throttle_notes,
 )
 
-# The report.json contract of issue 6, written out independently of the module's constant.
+# The report.json contract, written out independently of the module's constant.
 CONTRACT = {
     "density", "pattern", "requests", "errors", "dropped", "qps", "p50_ms", "p90_ms", "p99_ms",
     "p999_ms", "max_ms", "scaling_efficiency", "gpu_name", "gpu_util_mean", "gpu_util_max",
@@ -367,7 +367,7 @@ def test_recommend_on_built_rows_and_error_rate_parameter() -> None:
     assert "< 1% errors" in recommend(relaxed, 50.0, max_error_rate=0.01)["reason"]
 
 
-# --- issue 17 items 6 and 7: stability, lateness, throttling ------------------------------------
+# --- stability, lateness, throttling -------------------------------------------------------------
 
 
 def test_unstable_rows_are_never_recommended_and_the_reason_says_so() -> None:
@@ -438,7 +438,7 @@ def test_throttle_notes_are_capped() -> None:
     assert len(notes) == 6 and notes[-1] == "and 2 more models throttled likewise"
 
 
-# --- issue 17 items 4 and 5: a mix of models, each judged against its own objective -------------
+# --- a mix of models, each judged against its own objective --------------------------------------
 
 
 def replica(

@@ -1,4 +1,4 @@
-"""Atomic writes give files the mode a new file gets under the umask (issue 16 item 6)."""
+"""Atomic writes give files the mode a new file gets under the umask."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fewest GPUs any plan could use, and what GPUs cost (issue 18 item 4)."""
+"""The fewest GPUs any plan could use, and what GPUs cost."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What each fleet model asks of the GPUs (issue 18 item 3, first half): replicas from the
-profile's capacity with headroom, memory and busy share per replica with their sources."""
+"""What each fleet model asks of the GPUs: replicas from the profile's capacity with headroom,
+memory and busy share per replica with their sources."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fleet file (issue 18 item 2): what it holds, its defaults, and its errors."""
+"""The fleet file: what it holds, its defaults, and its errors."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The plan's Kubernetes manifests (issue 18 item 3): ``k8s render --spec``'s renderer, sized from
-the plan, under a cut of the GPU that holds every planned GPU's share."""
+"""The plan's Kubernetes manifests: ``k8s render --spec``'s renderer, sized from the plan, under
+a cut of the GPU that holds every planned GPU's share."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The plan's JSON (issue 18 items 3 and 5): nodes' CPU, and p99 predicted per GPU and verified."""
+"""The plan's JSON: nodes' CPU, and p99 predicted per GPU and verified."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""plan.html (issue 18 item 3): the cost comparison first, a bar per GPU, all in one page."""
+"""plan.html: the cost comparison first, a bar per GPU, all in one page."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Model profiles read from bench reports (issue 18 item 1): rows as ``build_row`` makes them."""
+"""Model profiles read from bench reports: rows as ``build_row`` makes them."""
 
 from __future__ import annotations
 
