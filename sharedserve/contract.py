@@ -1,4 +1,4 @@
-"""THE env contract between whoever grants a GPU share and the model server (DESIGN.md). Pure.
+"""THE env contract between whoever grants a GPU share and the model server. Pure.
 
 Every writer (the device plugin's ``Allocate``, the DRA driver's CDI specs, the packer) builds a
 ``Grant`` and calls ``to_env()`` over an environment cleared of ``VARIABLES``; the one reader,

@@ -1,7 +1,7 @@
 """What ``Allocate`` answers for one container: the env contract, MPS limits, mounts. Pure.
 
 The kubelet has already chosen the vGPUs; this maps them to physical GPUs and says what the
-container may use of each (DESIGN.md's env contract). Nothing is recorded: the answer is a
+container may use of each (a ``contract.Grant``). Nothing is recorded: the answer is a
 function of the IDs alone, so a restarted plugin answers exactly as the old one did.
 
 The variables and their formatting are ``sharedserve.contract``'s, which ``sharedserve serve``
@@ -90,7 +90,7 @@ def plan(
 
 
 def container_grant(grants: Sequence[GpuGrant], options: GrantOptions) -> ContainerGrant:
-    """The env contract (DESIGN.md), plus MPS and CDI when configured."""
+    """The env contract (``contract.Grant``), plus MPS and CDI when configured."""
     mps = None
     mounts: tuple[MountSpec, ...] = ()
     if options.mps_pipe_dir is not None:

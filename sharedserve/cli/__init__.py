@@ -1,6 +1,6 @@
 """The ``sharedserve`` command line. Thin: parse flags, read the environment, build settings, run.
 
-This package is the only place that reads environment variables (the env contract in DESIGN.md),
+This package is the only place that reads environment variables (the env contract's included),
 so every lower layer can be driven and tested from settings objects alone. Each command group
 lives in its own module and registers itself on the one typer ``app`` when imported here.
 """

@@ -1,10 +1,10 @@
 """The per-process GPU memory cap: where it comes from, what it amounts to, how it is applied.
 
 The cap arrives either as flags or through the env contract the allocator and the packer set
-(``SHAREDSERVE_GPU_MEMORY_FRACTION`` / ``SHAREDSERVE_GPU_MEMORY_MIB``, DESIGN.md). Flags win over
+(``SHAREDSERVE_GPU_MEMORY_FRACTION`` / ``SHAREDSERVE_GPU_MEMORY_MIB``). Flags win over
 the environment; within one source an absolute MiB figure wins over a fraction, because the
-allocator computed it against the real card. Resolution is pure; only ``apply_tensorflow``
-touches a framework, and it must run before that framework first touches the GPU: TensorFlow
+allocator computed it against the real card. Resolution is pure; only ``apply_tensorflow`` and
+``apply_torch`` touch a framework, and each must run before it first touches the GPU: TensorFlow
 fixes its device configuration on first use and refuses later changes.
 """
 

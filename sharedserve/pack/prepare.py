@@ -171,7 +171,7 @@ def _server_command(
 
 
 def _contract_env(settings: PackSettings, share: GpuShare, slot: int) -> dict[str, str]:
-    """The env contract (DESIGN.md), as the allocator would set it for one vGPU.
+    """The env contract (``contract.Grant``), as the allocator would set it for one vGPU.
 
     A bare-host grant: no container runtime reads NVIDIA_VISIBLE_DEVICES here, so CUDA is told
     too, with indices in NVML (PCI bus) order, which is what --gpu and the targets file use.

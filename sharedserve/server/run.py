@@ -67,7 +67,8 @@ def _gpu_cap(settings: ServerSettings) -> tuple[GpuBackend | None, GpuCap]:
 def limits_report(
     cap: GpuCap, cpu: CpuLimit, threads: tuple[int, int], batching: dict[str, Any]
 ) -> dict[str, Any]:
-    """The ``/sharedserve/v1/limits`` body (DESIGN.md field names, plus enforcement facts)."""
+    """The ``/sharedserve/v1/limits`` body: the caps in force, where each came from, whether
+    it is enforced (README shows it)."""
     return {
         "device": cap.device if cap.enforced and cap.device else "cpu",
         "gpu_memory_fraction": cap.fraction,
