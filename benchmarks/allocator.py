@@ -79,7 +79,7 @@ def start_plugin(root: Path, policy: str) -> tuple[subprocess.Popen[bytes], Path
     inventory.write_text(json.dumps({"gpus": [g.__dict__ for g in gpus()]}))
     plugin_dir = root / "dp"
     command = [sys.executable, "-m", "sharedserve", "allocator", "--fake-gpus", str(inventory)]
-    command += ["--device-plugin-dir", str(plugin_dir), "--replicas", str(REPLICAS)]
+    command += ["--device-plugin-dir", str(plugin_dir), "--vgpus-per-gpu", str(REPLICAS)]
     command += ["--policy", policy]
     log = (root / "allocator.log").open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -94,7 +94,7 @@ def start_plugin(root: Path, policy: str) -> tuple[subprocess.Popen[bytes], Path
 
 def measure(args: argparse.Namespace) -> list[str]:
     rng = random.Random(0)
-    inventory = build_inventory(gpus(), Sizing(replicas=REPLICAS))
+    inventory = build_inventory(gpus(), Sizing(vgpus_per_gpu=REPLICAS))
     all_ids = inventory.vgpu_ids
     by_gpu = [g.vgpu_ids for g in inventory.gpus]
     half = sorted(rng.sample(all_ids, len(all_ids) // 2), key=all_ids.index)
@@ -256,7 +256,7 @@ def main() -> None:
             "no GPU (the GPUs are simulated)",
         ),
         "",
-        f"The real `sharedserve allocator` process (`--replicas {REPLICAS} --policy "
+        f"The real `sharedserve allocator` process (`--vgpus-per-gpu {REPLICAS} --policy "
         f"{args.policy}`, default logging: one INFO line per Allocate) with a simulated "
         f"inventory of {GPUS} GPUs; one synchronous gRPC client on the same machine, one call at "
         f"a time; {args.warmup} warm-up calls, then {args.calls} measured per row. p50/p99/max are "

@@ -1,8 +1,8 @@
 """Physical GPUs -> vGPUs: how many each GPU advertises, their IDs and their memory. Pure.
 
-A vGPU is a share of one physical GPU: ``--replicas N`` cuts every GPU into N equal shares, or
-``--vgpu-memory-mib M`` gives each GPU as many M MiB shares as its memory holds, so a 16 GiB and
-an 80 GiB card on one node advertise different counts. A vGPU's ID is ``<uuid>::<slot>``: the
+A vGPU is a share of one physical GPU: ``--vgpus-per-gpu N`` cuts every GPU into N equal shares,
+or ``--vgpu-memory-mib M`` gives each GPU as many M MiB shares as its memory holds, so a 16 GiB
+and an 80 GiB card on one node advertise different counts. A vGPU's ID is ``<uuid>::<slot>``: the
 physical GPU can be read back from the ID alone, which is what lets the plugin keep no state
 (the kubelet's checkpoint of allocated IDs is the only record, and survives our restarts).
 """
@@ -60,8 +60,9 @@ class GpuLike(Protocol):
 class Sizing:
     """How GPUs are cut into vGPUs."""
 
-    replicas: int = 4
-    """vGPUs per GPU, the same for every GPU; ignored when ``vgpu_memory_mib`` is set."""
+    vgpus_per_gpu: int = 4
+    """vGPUs per GPU (``--vgpus-per-gpu``), the same for every GPU; ignored when
+    ``vgpu_memory_mib`` is set."""
     vgpu_memory_mib: int | None = None
     """Memory per vGPU in MiB; each GPU then advertises ``floor(its memory / this)`` vGPUs."""
 
@@ -69,8 +70,10 @@ class Sizing:
         if self.vgpu_memory_mib is not None:
             if self.vgpu_memory_mib <= 0:
                 raise ConfigError(f"--vgpu-memory-mib must be positive, got {self.vgpu_memory_mib}")
-        elif not 1 <= self.replicas <= MAX_REPLICAS:
-            raise ConfigError(f"--replicas must be in 1..{MAX_REPLICAS}, got {self.replicas}")
+        elif not 1 <= self.vgpus_per_gpu <= MAX_REPLICAS:
+            raise ConfigError(
+                f"--vgpus-per-gpu must be in 1..{MAX_REPLICAS}, got {self.vgpus_per_gpu}"
+            )
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class VGpu:
 def replicas_for(memory_mib: int, sizing: Sizing) -> int:
     """vGPUs a GPU with ``memory_mib`` advertises (capped at MAX_REPLICAS)."""
     if sizing.vgpu_memory_mib is None:
-        return sizing.replicas
+        return sizing.vgpus_per_gpu
     return min(memory_mib // sizing.vgpu_memory_mib, MAX_REPLICAS)
 
 

@@ -17,12 +17,15 @@ from sharedserve.errors import ConfigError
 
 __all__ = [
     "API_VERSION",
+    "CDI_KIND",
     "DEFAULT_DEVICE_PLUGIN_DIR",
     "DEFAULT_MPS_PIPE_DIR",
     "DEFAULT_RESOURCE_NAME",
     "KUBELET_SOCKET",
     "AllocatorSettings",
     "Api",
+    "format_xids",
+    "parse_xids",
 ]
 
 #: The device plugin API version this plugin speaks.
@@ -33,6 +36,8 @@ KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_RESOURCE_NAME = VGPU_RESOURCE
 #: The MPS control daemon's default pipe directory (nvidia-cuda-mps-control).
 DEFAULT_MPS_PIPE_DIR = Path("/tmp/nvidia-mps")
+#: NVIDIA's container toolkit generates CDI specs of this kind, naming each GPU by its UUID too.
+CDI_KIND = "nvidia.com/gpu"
 # sockaddr_un.sun_path is 108 bytes on Linux, the terminating NUL included.
 _MAX_SOCKET_PATH = 107
 # An extended resource name as the kubelet accepts it: a DNS subdomain prefix, "/", and a name
@@ -52,6 +57,23 @@ class Api(str, Enum):
     """GPU memory as consumable capacity of a ResourceSlice, through a DRA kubelet plugin."""
 
 
+def parse_xids(text: str) -> frozenset[int]:
+    """``--ignored-xids``: comma-separated XID numbers; empty: none."""
+    xids = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ConfigError(f"--ignored-xids must be comma-separated XID numbers, got {text!r}")
+        xids.add(int(part))
+    return frozenset(xids)
+
+
+def format_xids(xids: frozenset[int]) -> str:
+    """``xids`` as ``--ignored-xids`` takes them, in order."""
+    return ",".join(str(x) for x in sorted(xids))
+
+
 @dataclass(frozen=True)
 class AllocatorSettings:
     api: Api = Api.DEVICE_PLUGIN
@@ -59,7 +81,7 @@ class AllocatorSettings:
     dra: DraSettings = field(default_factory=DraSettings)
     """The DRA driver's settings (``--api dra`` only)."""
     sizing: Sizing = field(default_factory=Sizing)
-    """How each GPU is cut into vGPUs (``--replicas`` or ``--vgpu-memory-mib``)."""
+    """How each GPU is cut into vGPUs (``--vgpus-per-gpu`` or ``--vgpu-memory-mib``)."""
     policy: PlacementPolicy = PlacementPolicy.BUNDLE
     """GetPreferredAllocation's placement policy."""
     grant: GrantOptions = field(default_factory=GrantOptions)

@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from sharedserve.allocator.allocation import GrantOptions
-from sharedserve.allocator.dra.settings import (
-    DEFAULT_CDI_DIR,
-    DEFAULT_PLUGIN_DIR,
-    DEFAULT_REGISTRY_DIR,
-    DraSettings,
-)
+from sharedserve.allocator.dra.settings import DraSettings
 from sharedserve.allocator.dra.slices import MAX_SLOTS, SliceOptions
-from sharedserve.allocator.health_state import DEFAULT_IGNORED_XIDS
 from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing
 from sharedserve.allocator.settings import (
-    DEFAULT_DEVICE_PLUGIN_DIR,
+    CDI_KIND,
     DEFAULT_MPS_PIPE_DIR,
-    DEFAULT_RESOURCE_NAME,
     AllocatorSettings,
     Api,
+    format_xids,
+    parse_xids,
 )
 from sharedserve.cli._app import app
 from sharedserve.enums import PlacementPolicy
@@ -30,20 +26,10 @@ from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
 
-_DEFAULT_REPLICAS = Sizing().replicas
-# NVIDIA's container toolkit generates CDI specs of this kind, naming each GPU by its UUID too.
-_CDI_KIND = "nvidia.com/gpu"
+log = logging.getLogger(__name__)
 
-
-def _parse_xids(text: str) -> frozenset[int]:
-    xids = set()
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if not part.isdigit():
-            raise ConfigError(f"--ignored-xids must be comma-separated XID numbers, got {text!r}")
-        xids.add(int(part))
-    return frozenset(xids)
+_DEFAULT_IGNORED_XIDS = format_xids(AllocatorSettings.ignored_xids)
+_FAKE_GPUS = "Simulated GPU inventory (JSON) instead of NVML, for tests."
 
 
 def _check_mode(api: Api, device_plugin_only: dict[str, bool], dra_only: dict[str, bool]) -> None:
@@ -57,145 +43,166 @@ def _check_mode(api: Api, device_plugin_only: dict[str, bool], dra_only: dict[st
         raise ConfigError(f"{', '.join(given)} only applies to {mode}")
 
 
+_ApiOpt = Annotated[
+    Api,
+    typer.Option(
+        help="device-plugin: vGPUs as the extended resource sharedserve.io/vgpu. dra: a DRA "
+        "driver (gpu.sharedserve.io) publishing each GPU's memory as consumable capacity; pods "
+        "ask for an amount in a ResourceClaim.",
+        case_sensitive=False,
+    ),
+]
+_VgpusPerGpu = Annotated[
+    int | None,
+    typer.Option(
+        help=f"vGPUs per GPU, 1-{MAX_REPLICAS}.",
+        show_default=f"{Sizing.vgpus_per_gpu}, unless --vgpu-memory-mib",
+    ),
+]
+# The flag's name until vGPUs per GPU had a name of their own (``--replicas`` also means
+# processes on `pack` and pods on `k8s render`). Still accepted, so DaemonSets written for it
+# keep working, with a warning.
+_Replicas = Annotated[
+    int | None,
+    typer.Option(help="Deprecated: use --vgpus-per-gpu (the same number).", show_default=False),
+]
+_VgpuMemoryMib = Annotated[
+    int | None,
+    typer.Option(
+        help="Memory per vGPU in MiB, instead of --vgpus-per-gpu: each GPU advertises as many "
+        "vGPUs as its memory holds, so cards of different sizes get different counts.",
+        show_default="off: --vgpus-per-gpu per GPU",
+    ),
+]
+_Policy = Annotated[
+    PlacementPolicy,
+    typer.Option(
+        help="GetPreferredAllocation: bundle fills the fullest GPU that fits (keeps whole GPUs "
+        "free for big requests); spread picks the least-loaded GPU.",
+        case_sensitive=False,
+    ),
+]
+_AllowMultiGpu = Annotated[
+    bool,
+    typer.Option(help="Allow a container vGPUs on several GPUs (env values become one per GPU)."),
+]
+_Cdi = Annotated[
+    bool, typer.Option(help=f"Also name each GPU as a CDI device ({CDI_KIND}=<uuid>).")
+]
+_Mps = Annotated[
+    bool,
+    typer.Option(
+        help="CUDA MPS: set per-pod thread percentage and pinned memory limit, mount the MPS "
+        "pipe directory. Needs an MPS control daemon on the node."
+    ),
+]
+_MpsPipeDir = Annotated[
+    Path,
+    typer.Option(
+        help="MPS control daemon's pipe directory, the same path on the host, in this container "
+        "and in model containers. vGPUs are Unhealthy while the daemon's pid file is missing "
+        "from it."
+    ),
+]
+_MpsShmDir = Annotated[
+    Path | None,
+    typer.Option(
+        help="With --mps: host directory the MPS daemon uses as /dev/shm, mounted as each model "
+        "container's /dev/shm.",
+        show_default="none: /dev/shm is not shared",
+    ),
+]
+_DevicePluginDir = Annotated[
+    Path, typer.Option(help="Directory with the kubelet's kubelet.sock; ours goes there too.")
+]
+_ResourceName = Annotated[str, typer.Option(help="Extended resource name pods request.")]
+_HealthInterval = Annotated[float, typer.Option(help="Seconds between GPU health probes.")]
+_IgnoredXids = Annotated[
+    str,
+    typer.Option(
+        help="XID errors that leave a GPU healthy, comma-separated (NVIDIA's device plugin's "
+        "application-error list by default; empty: none)."
+    ),
+]
+_XidRecoveryProbes = Annotated[
+    int, typer.Option(help="Passing probes a GPU needs after a critical XID to recover.")
+]
+_MetricsPort = Annotated[
+    int, typer.Option(help="Port for Prometheus /metrics; 0 turns metrics off.")
+]
+_MetricsHost = Annotated[str, typer.Option(help="Address /metrics listens on.")]
+_NodeName = Annotated[
+    str | None,
+    typer.Option(
+        envvar="NODE_NAME",
+        help="DRA: this node's name (set NODE_NAME from the pod's spec.nodeName).",
+        show_default="$NODE_NAME",
+    ),
+]
+_Kubeconfig = Annotated[
+    Path | None,
+    typer.Option(
+        help="DRA: kubeconfig for the API server.", show_default="in-cluster service account"
+    ),
+]
+_DraPluginDir = Annotated[
+    Path, typer.Option(help="DRA: directory for our DRA socket and claim checkpoint.")
+]
+_PluginRegistryDir = Annotated[
+    Path, typer.Option(help="DRA: the kubelet's plugin registry (registration socket).")
+]
+_CdiDir = Annotated[Path, typer.Option(help="DRA: where CDI specs of prepared claims are written.")]
+_Slots = Annotated[
+    int | None,
+    typer.Option(
+        help=f"DRA without consumable capacity: publish each GPU as N (1-{MAX_SLOTS}) exclusive "
+        "devices of an equal share of its memory.",
+        show_default="off: one shared device per GPU, memory as consumable capacity",
+    ),
+]
+_MemoryStepMib = Annotated[
+    int,
+    typer.Option(
+        help="DRA: smallest memory a claim gets, in MiB; requests round up to a multiple."
+    ),
+]
+_FakeGpus = Annotated[
+    Path | None, typer.Option(help=_FAKE_GPUS, show_default="none: real GPUs through NVML")
+]
+
+
 @app.command()
 def allocator(
-    api: Annotated[
-        Api,
-        typer.Option(
-            help="device-plugin: vGPUs as the extended resource sharedserve.io/vgpu. dra: a "
-            "DRA driver (gpu.sharedserve.io) publishing each GPU's memory as consumable "
-            "capacity; pods ask for an amount in a ResourceClaim.",
-            case_sensitive=False,
-        ),
-    ] = Api.DEVICE_PLUGIN,
-    replicas: Annotated[
-        int | None,
-        typer.Option(
-            help=f"vGPUs per GPU, 1-{MAX_REPLICAS}.",
-            show_default=f"{_DEFAULT_REPLICAS}, unless --vgpu-memory-mib",
-        ),
-    ] = None,
-    vgpu_memory_mib: Annotated[
-        int | None,
-        typer.Option(
-            help="Memory per vGPU in MiB, instead of --replicas: each GPU advertises as many "
-            "vGPUs as its memory holds, so cards of different sizes get different counts.",
-            show_default="off: --replicas per GPU",
-        ),
-    ] = None,
-    policy: Annotated[
-        PlacementPolicy,
-        typer.Option(
-            help="GetPreferredAllocation: bundle fills the fullest GPU that fits (keeps whole "
-            "GPUs free for big requests); spread picks the least-loaded GPU.",
-            case_sensitive=False,
-        ),
-    ] = PlacementPolicy.BUNDLE,
-    allow_multi_gpu: Annotated[
-        bool,
-        typer.Option(
-            help="Allow a container vGPUs on several GPUs (env values become one per GPU)."
-        ),
-    ] = False,
-    cdi: Annotated[
-        bool, typer.Option(help=f"Also name each GPU as a CDI device ({_CDI_KIND}=<uuid>).")
-    ] = False,
-    mps: Annotated[
-        bool,
-        typer.Option(
-            help="CUDA MPS: set per-pod thread percentage and pinned memory limit, mount the "
-            "MPS pipe directory. Needs an MPS control daemon on the node."
-        ),
-    ] = False,
-    mps_pipe_dir: Annotated[
-        Path,
-        typer.Option(
-            help="MPS control daemon's pipe directory, the same path on the host, in this "
-            "container and in model containers. vGPUs are Unhealthy while the daemon's pid file "
-            "is missing from it."
-        ),
-    ] = DEFAULT_MPS_PIPE_DIR,
-    mps_shm_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="With --mps: host directory the MPS daemon uses as /dev/shm, mounted as each "
-            "model container's /dev/shm.",
-            show_default="none: /dev/shm is not shared",
-        ),
-    ] = None,
-    device_plugin_dir: Annotated[
-        Path, typer.Option(help="Directory with the kubelet's kubelet.sock; ours goes there too.")
-    ] = DEFAULT_DEVICE_PLUGIN_DIR,
-    resource_name: Annotated[
-        str, typer.Option(help="Extended resource name pods request.")
-    ] = DEFAULT_RESOURCE_NAME,
-    health_interval: Annotated[
-        float, typer.Option(help="Seconds between GPU health probes.")
-    ] = 10.0,
-    ignored_xids: Annotated[
-        str,
-        typer.Option(
-            help="XID errors that leave a GPU healthy, comma-separated (NVIDIA's device "
-            "plugin's application-error list by default; empty: none)."
-        ),
-    ] = ",".join(str(x) for x in sorted(DEFAULT_IGNORED_XIDS)),
-    xid_recovery_probes: Annotated[
-        int, typer.Option(help="Passing probes a GPU needs after a critical XID to recover.")
-    ] = 3,
-    metrics_port: Annotated[
-        int, typer.Option(help="Port for Prometheus /metrics; 0 turns metrics off.")
-    ] = 0,
-    metrics_host: Annotated[str, typer.Option(help="Address /metrics listens on.")] = "0.0.0.0",
-    node_name: Annotated[
-        str | None,
-        typer.Option(
-            envvar="NODE_NAME",
-            help="DRA: this node's name (set NODE_NAME from the pod's spec.nodeName).",
-            show_default="$NODE_NAME",
-        ),
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(
-            help="DRA: kubeconfig for the API server.",
-            show_default="in-cluster service account",
-        ),
-    ] = None,
-    dra_plugin_dir: Annotated[
-        Path, typer.Option(help="DRA: directory for our DRA socket and claim checkpoint.")
-    ] = DEFAULT_PLUGIN_DIR,
-    plugin_registry_dir: Annotated[
-        Path, typer.Option(help="DRA: the kubelet's plugin registry (registration socket).")
-    ] = DEFAULT_REGISTRY_DIR,
-    cdi_dir: Annotated[
-        Path, typer.Option(help="DRA: where CDI specs of prepared claims are written.")
-    ] = DEFAULT_CDI_DIR,
-    slots: Annotated[
-        int | None,
-        typer.Option(
-            help=f"DRA without consumable capacity: publish each GPU as N (1-{MAX_SLOTS}) "
-            "exclusive devices of an equal share of its memory.",
-            show_default="off: one shared device per GPU, memory as consumable capacity",
-        ),
-    ] = None,
-    memory_step_mib: Annotated[
-        int,
-        typer.Option(
-            help="DRA: smallest memory a claim gets, in MiB; requests round up to a multiple."
-        ),
-    ] = SliceOptions().memory_step_mib,
-    fake_gpus: Annotated[
-        Path | None,
-        typer.Option(
-            help="Simulated GPU inventory (JSON) instead of NVML, for tests.",
-            show_default="none: real GPUs through NVML",
-        ),
-    ] = None,
+    api: _ApiOpt = AllocatorSettings.api,
+    vgpus_per_gpu: _VgpusPerGpu = None,
+    replicas: _Replicas = None,
+    vgpu_memory_mib: _VgpuMemoryMib = None,
+    policy: _Policy = AllocatorSettings.policy,
+    allow_multi_gpu: _AllowMultiGpu = GrantOptions.allow_multi_gpu,
+    cdi: _Cdi = False,
+    mps: _Mps = False,
+    mps_pipe_dir: _MpsPipeDir = DEFAULT_MPS_PIPE_DIR,
+    mps_shm_dir: _MpsShmDir = GrantOptions.mps_shm_dir,
+    device_plugin_dir: _DevicePluginDir = AllocatorSettings.device_plugin_dir,
+    resource_name: _ResourceName = AllocatorSettings.resource_name,
+    health_interval: _HealthInterval = AllocatorSettings.health_interval_s,
+    ignored_xids: _IgnoredXids = _DEFAULT_IGNORED_XIDS,
+    xid_recovery_probes: _XidRecoveryProbes = AllocatorSettings.xid_recovery_probes,
+    metrics_port: _MetricsPort = AllocatorSettings.metrics_port,
+    metrics_host: _MetricsHost = AllocatorSettings.metrics_host,
+    node_name: _NodeName = DraSettings.node_name,
+    kubeconfig: _Kubeconfig = DraSettings.kubeconfig,
+    dra_plugin_dir: _DraPluginDir = DraSettings.plugin_dir,
+    plugin_registry_dir: _PluginRegistryDir = DraSettings.registry_dir,
+    cdi_dir: _CdiDir = DraSettings.cdi_dir,
+    slots: _Slots = SliceOptions.slots,
+    memory_step_mib: _MemoryStepMib = SliceOptions.memory_step_mib,
+    fake_gpus: _FakeGpus = AllocatorSettings.fake_gpus,
 ) -> None:
     """Run the vGPU allocator: a kubelet device plugin (API v1beta1) advertising vGPUs, or,
     with --api dra, a DRA driver publishing GPU memory as consumable capacity.
 
-    Each GPU is advertised as --replicas vGPUs (or as many --vgpu-memory-mib shares as it
+    Each GPU is advertised as --vgpus-per-gpu vGPUs (or as many --vgpu-memory-mib shares as it
     holds). A pod that requests sharedserve.io/vgpu gets, through Allocate, the physical GPU
     (NVIDIA_VISIBLE_DEVICES) and its share of memory (SHAREDSERVE_GPU_MEMORY_FRACTION and
     SHAREDSERVE_GPU_MEMORY_MIB), which `sharedserve serve` applies. Unhealthy GPUs (probe
@@ -207,31 +214,75 @@ def allocator(
     prepared claim gets a CDI spec carrying the same env contract, with the amount of memory the
     claim asked for. Needs --node-name, a DRA-enabled cluster and CDI in the container runtime.
     """
+    settings = _settings(**locals())  # every flag, by its parameter's name
     from sharedserve.allocator.run import run
 
+    raise typer.Exit(run(settings))
+
+
+def _vgpus_per_gpu(vgpus_per_gpu: int | None, replicas: int | None) -> tuple[str, int | None]:
+    """The vGPUs per GPU asked for, and the flag that asked (the deprecated one warns once)."""
+    if replicas is None:
+        return "--vgpus-per-gpu", vgpus_per_gpu
+    if vgpus_per_gpu is not None:
+        raise ConfigError("give --vgpus-per-gpu, not --replicas too (its deprecated name)")
+    log.warning("--replicas is deprecated: use --vgpus-per-gpu %d (the same number)", replicas)
+    return "--replicas", replicas
+
+
+def _settings(
+    *,
+    api: Api,
+    vgpus_per_gpu: int | None,
+    replicas: int | None,
+    vgpu_memory_mib: int | None,
+    policy: PlacementPolicy,
+    allow_multi_gpu: bool,
+    cdi: bool,
+    mps: bool,
+    mps_pipe_dir: Path,
+    mps_shm_dir: Path | None,
+    device_plugin_dir: Path,
+    resource_name: str,
+    health_interval: float,
+    ignored_xids: str,
+    xid_recovery_probes: int,
+    metrics_port: int,
+    metrics_host: str,
+    node_name: str | None,
+    kubeconfig: Path | None,
+    dra_plugin_dir: Path,
+    plugin_registry_dir: Path,
+    cdi_dir: Path,
+    slots: int | None,
+    memory_step_mib: int,
+    fake_gpus: Path | None,
+) -> AllocatorSettings:
+    """The flags as settings; ConfigError for a flag of the other mode, or two that clash."""
+    per_gpu_flag, per_gpu = _vgpus_per_gpu(vgpus_per_gpu, replicas)
     _check_mode(
         api,
         {
-            "--replicas": replicas is not None,
+            per_gpu_flag: per_gpu is not None,
             "--vgpu-memory-mib": vgpu_memory_mib is not None,
-            "--policy": policy is not PlacementPolicy.BUNDLE,
+            "--policy": policy is not AllocatorSettings.policy,
             "--allow-multi-gpu": allow_multi_gpu,
             "--mps": mps,
-            "--resource-name": resource_name != DEFAULT_RESOURCE_NAME,
-            "--device-plugin-dir": device_plugin_dir != DEFAULT_DEVICE_PLUGIN_DIR,
+            "--resource-name": resource_name != AllocatorSettings.resource_name,
+            "--device-plugin-dir": device_plugin_dir != AllocatorSettings.device_plugin_dir,
         },
         {
             "--kubeconfig": kubeconfig is not None,
-            "--dra-plugin-dir": dra_plugin_dir != DEFAULT_PLUGIN_DIR,
-            "--plugin-registry-dir": plugin_registry_dir != DEFAULT_REGISTRY_DIR,
-            "--cdi-dir": cdi_dir != DEFAULT_CDI_DIR,
+            "--dra-plugin-dir": dra_plugin_dir != DraSettings.plugin_dir,
+            "--plugin-registry-dir": plugin_registry_dir != DraSettings.registry_dir,
+            "--cdi-dir": cdi_dir != DraSettings.cdi_dir,
             "--slots": slots is not None,
-            "--memory-step-mib": memory_step_mib != SliceOptions().memory_step_mib,
+            "--memory-step-mib": memory_step_mib != SliceOptions.memory_step_mib,
         },
     )
-    if replicas is not None and vgpu_memory_mib is not None:
-        raise ConfigError("give --replicas or --vgpu-memory-mib, not both")
-    settings = AllocatorSettings(
+    if per_gpu is not None and vgpu_memory_mib is not None:
+        raise ConfigError(f"give {per_gpu_flag} or --vgpu-memory-mib, not both")
+    return AllocatorSettings(
         api=api,
         dra=DraSettings(
             node_name=node_name,
@@ -242,24 +293,22 @@ def allocator(
             slices=SliceOptions(slots=slots, memory_step_mib=memory_step_mib),
         ),
         sizing=Sizing(
-            replicas=_DEFAULT_REPLICAS if replicas is None else replicas,
+            vgpus_per_gpu=Sizing.vgpus_per_gpu if per_gpu is None else per_gpu,
             vgpu_memory_mib=vgpu_memory_mib,
         ),
         policy=policy,
         grant=GrantOptions(
             allow_multi_gpu=allow_multi_gpu,
-            cdi_kind=_CDI_KIND if cdi else None,
+            cdi_kind=CDI_KIND if cdi else None,
             mps_pipe_dir=mps_pipe_dir if mps else None,
             mps_shm_dir=mps_shm_dir,
         ),
         device_plugin_dir=device_plugin_dir,
         resource_name=resource_name,
         health_interval_s=health_interval,
-        ignored_xids=_parse_xids(ignored_xids),
+        ignored_xids=parse_xids(ignored_xids),
         xid_recovery_probes=xid_recovery_probes,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         fake_gpus=fake_gpus,
     )
-    settings.validate()
-    raise typer.Exit(run(settings))

@@ -267,7 +267,8 @@ def _vgpu_size(
                 f"--replicas-per-gpu {replicas_per_gpu} cuts a {gpu_memory_mib} MiB GPU into "
                 "vGPUs of less than 1 MiB"
             )
-        sizing, flag = Sizing(replicas=replicas_per_gpu), f"--replicas {replicas_per_gpu}"
+        sizing = Sizing(vgpus_per_gpu=replicas_per_gpu)
+        flag = f"--vgpus-per-gpu {replicas_per_gpu}"
     elif vgpu_memory_mib is not None:
         if vgpu_memory_mib > gpu_memory_mib:
             raise ConfigError(

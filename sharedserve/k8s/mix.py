@@ -11,9 +11,9 @@ its replicas on that GPU, cap plus reserve:
 The reserve is counted because a pod's vGPUs are all the GPU memory the scheduler sets aside for
 it, and its CUDA context lives in that memory too: counting the cap alone would let the scheduler
 put more replicas on a GPU than the plan fits. With one model of N replicas and the allocator at
-``--replicas N``, every pod gets 1 vGPU, exactly ``pack``'s N on one GPU. Rounding up can make a
-mix take more vGPUs than one GPU has; the header says how many GPUs' worth. A pod never asks for
-more vGPUs than one GPU advertises: the allocator grants a pod vGPUs on one GPU only.
+``--vgpus-per-gpu N``, every pod gets 1 vGPU, exactly ``pack``'s N on one GPU. Rounding up can
+make a mix take more vGPUs than one GPU has; the header says how many GPUs' worth. A pod never
+asks for more vGPUs than one GPU advertises: the allocator grants a pod vGPUs on one GPU only.
 
 With the DRA driver (``k8s render --dra --spec``) there are no vGPUs to round to: each pod's
 ResourceClaim asks for that memory itself (``ClaimSize``), cap plus reserve in MiB, and the
@@ -39,7 +39,7 @@ _MIB = 1 << 20
 
 @dataclass(frozen=True)
 class VgpuSize:
-    """How the allocator cuts one GPU into vGPUs, as its ``--replicas`` or
+    """How the allocator cuts one GPU into vGPUs, as its ``--vgpus-per-gpu`` or
     ``--vgpu-memory-mib`` does (``sharedserve.allocator.inventory``)."""
 
     gpu_memory_mib: int
@@ -49,7 +49,7 @@ class VgpuSize:
     per_gpu: int
     """vGPUs the GPU advertises, at least 1."""
     allocator_flag: str
-    """The allocator's flag that cuts GPUs this way, e.g. ``--replicas 8``, for the header."""
+    """The allocator's flag that cuts GPUs this way, e.g. ``--vgpus-per-gpu 8``, for the header."""
 
     def vgpus_for(self, mib: int) -> int:
         """The whole vGPUs holding ``mib`` MiB: at least 1, at most the GPU's."""

@@ -109,10 +109,10 @@ class KubernetesSettings:
     model_pvc: str = "sharedserve-models"
     runtime_class: str | None = None
     replicas_per_gpu: int | None = None
-    """vGPUs per GPU, the allocator's ``--replicas``."""
+    """vGPUs per GPU, the allocator's ``--vgpus-per-gpu``."""
     vgpu_memory_mib: int | None = None
     """MiB per vGPU, the allocator's ``--vgpu-memory-mib``. Neither: the plan picks the coarsest
-    ``--replicas`` that every planned GPU's share fits."""
+    ``--vgpus-per-gpu`` that every planned GPU's share fits."""
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ profile was measured under (``k8s render``'s default where it had none), and the
 its planned GPU memory plus the context reserve (``sharedserve.k8s.mix``).
 
 The allocator cuts every GPU into equal vGPUs. The cut is the fleet file's
-``kubernetes.replicas_per_gpu`` or ``vgpu_memory_mib``, else the coarsest ``--replicas`` under
-which every planned GPU's share fits its GPU's vGPUs: then a scheduler packing pods as the plan
-does needs no more GPUs than the plan, and no GPU takes many more pods than the plan's fullest.
+``kubernetes.replicas_per_gpu`` or ``vgpu_memory_mib``, else the coarsest ``--vgpus-per-gpu``
+under which every planned GPU's share fits its GPU's vGPUs: then a scheduler packing pods as the
+plan does needs no more GPUs than the plan, and no GPU takes many more pods than the plan's fullest.
 The scheduler places pods by their vGPUs, not by the plan's GPU numbers: the plan's GPU count
 holds when it packs as well.
 """
@@ -62,10 +62,10 @@ def _coarsest(gpu_memory_mib: int, shares: list[list[int]]) -> VgpuSize:
     hardest = sorted(shares, key=lambda s: (-len(s), -sum(s)))
     finest = min(MAX_REPLICAS, gpu_memory_mib)
     for n in range(1, finest + 1):
-        size = _cut(gpu_memory_mib, Sizing(replicas=n), f"--replicas {n}")
+        size = _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=n), f"--vgpus-per-gpu {n}")
         if all(sum(size.vgpus_for(mib) for mib in share) <= size.per_gpu for share in hardest):
             return size
-    return _cut(gpu_memory_mib, Sizing(replicas=finest), f"--replicas {finest}")
+    return _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=finest), f"--vgpus-per-gpu {finest}")
 
 
 def plan_manifests(
@@ -80,8 +80,8 @@ def plan_manifests(
     need = {m["name"]: math.ceil(m["gpu_memory_mib"]) for m in plan["models"]}
     shares = [[need[r["model"]] + reserve for r in g["replicas"]] for g in plan["gpus"]]
     if kube.replicas_per_gpu is not None:
-        size = _cut(memory, Sizing(replicas=kube.replicas_per_gpu),
-                    f"--replicas {kube.replicas_per_gpu}")  # fmt: skip
+        size = _cut(memory, Sizing(vgpus_per_gpu=kube.replicas_per_gpu),
+                    f"--vgpus-per-gpu {kube.replicas_per_gpu}")  # fmt: skip
     elif kube.vgpu_memory_mib is not None:
         if kube.vgpu_memory_mib > memory:
             raise ConfigError(

@@ -34,7 +34,7 @@ def gpu_health(response: pb.ListAndWatchResponse, gpu: str) -> set[str]:
 @pytest.fixture(scope="module")
 def node() -> Iterator[Node]:
     """Bundle policy, 4 vGPUs per GPU, probes every second, metrics on."""
-    node = Node(["--replicas", "4", "--health-interval", "1"], metrics_port=free_port())
+    node = Node(["--vgpus-per-gpu", "4", "--health-interval", "1"], metrics_port=free_port())
     node.plugin()
     yield node
     log = node.log()
@@ -62,6 +62,18 @@ def spread_node(mps_dir: Path) -> Iterator[Node]:
     yield node
     log = node.log()
     assert node.close() == 0, log
+
+
+def test_the_deprecated_replicas_flag_still_cuts_and_warns() -> None:
+    """DaemonSets written before --vgpus-per-gpu pass --replicas: it still works, with a warning."""
+    node = Node(["--replicas", "2"])
+    try:
+        response = node.plugin().first()
+        assert [d.ID for d in response.devices] == ids(T4, 0, 1) + ids(A100, 0, 1)
+    finally:
+        log = node.log()
+        assert node.close() == 0, log
+    assert log.count("--replicas is deprecated: use --vgpus-per-gpu 2") == 1, log
 
 
 def test_registration(node: Node) -> None:
@@ -293,8 +305,12 @@ def test_sigterm_closes_streams_and_removes_socket() -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        pytest.param(["--replicas", "0"], "--replicas must be in 1..1024", id="zero-replicas"),
-        pytest.param(["--replicas", "2", "--vgpu-memory-mib", "4096"], "not both", id="both"),
+        pytest.param(
+            ["--vgpus-per-gpu", "0"], "--vgpus-per-gpu must be in 1..1024", id="zero-per-gpu"
+        ),
+        pytest.param(["--vgpus-per-gpu", "2", "--vgpu-memory-mib", "4096"], "not both", id="both"),
+        pytest.param(["--replicas", "2", "--vgpu-memory-mib", "4096"], "not both", id="old-both"),
+        pytest.param(["--replicas", "2", "--vgpus-per-gpu", "2"], "deprecated", id="old-and-new"),
         pytest.param(["--resource-name", "vgpu"], "--resource-name", id="bad-resource-name"),
         pytest.param(["--ignored-xids", "13,x"], "--ignored-xids", id="bad-xids"),
         pytest.param(["--health-interval", "0"], "--health-interval", id="zero-interval"),

@@ -104,7 +104,13 @@ def test_dra_driver(builds: dict[str, list[Obj]]) -> None:
     args = m.expanded_args(container, objects)
     assert args[:3] == ["allocator", "--api", "dra"]
     # The device plugin's flags are gone with its directory; the driver's name its directories.
-    for device_plugin_flag in ("--replicas", "--policy", "--device-plugin-dir", "--mps"):
+    for device_plugin_flag in (
+        "--vgpus-per-gpu",
+        "--replicas",
+        "--policy",
+        "--device-plugin-dir",
+        "--mps",
+    ):
         assert device_plugin_flag not in args
     assert m.flag(args, "--node-name") == "fieldRef:spec.nodeName"
     env = m.container_env(container, objects)
@@ -275,6 +281,6 @@ def test_render_spec_dra_claims_the_planned_memory(models_dir: Path, tmp_path: P
         template = m.one(objects, "ResourceClaimTemplate", claim["resourceClaimTemplateName"])
         (request,) = template["spec"]["spec"]["devices"]["requests"]
         assert request["exactly"]["capacity"]["requests"] == {"memory": memory}, name
-    text = " ".join(out.read_text().split())
-    assert "2 models, 4 pods, 16382 MiB of GPU memory (1.0 GPUs' worth)" in text
+    text = out.read_text()
+    assert "2 models, 4 pods, 16382 MiB of GPU memory (1.0 GPUs' worth)" in m.header(text)
     assert "# tiny: 3 pods x 4290 MiB of GPU memory; planned cap 3778 MiB + 512 MiB" in text

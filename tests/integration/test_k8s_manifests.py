@@ -237,7 +237,9 @@ def test_the_readmes_render_of_the_example_mix(
     assert len(m.validate([out])[str(out)]) == len(objects) == 6
     deployments = m.deployments_by_name(objects)
     # What the README says each model gets; the vGPUs are the allocator's as k8s/ installs it.
-    replicas = m.flag(m.expanded_args(allocator(builds), builds["base/allocator"]), "--replicas")
+    replicas = m.flag(
+        m.expanded_args(allocator(builds), builds["base/allocator"]), "--vgpus-per-gpu"
+    )
     assert m.flag(render, "--replicas-per-gpu") == replicas
     pods = {name: (d["spec"]["replicas"], vgpus(d)) for name, d in deployments.items()}
     assert pods == {"tiny": (4, 1), "mobilenet-v2": (2, 1), "resnet50": (1, 3)}
@@ -274,7 +276,7 @@ def test_allocator_daemonset(builds: dict[str, list[Obj]]) -> None:
         args = m.expanded_args(container, objects)
         assert container["command"] == ["sharedserve"]
         assert args[0] == "allocator"
-        assert int(m.flag(args, "--replicas")) >= 1
+        assert int(m.flag(args, "--vgpus-per-gpu")) >= 1
         assert m.flag(args, "--policy") in ("bundle", "spread")
         assert int(m.flag(args, "--health-interval")) > 0
         # The kubelet's device-plugin directory, from the host, at the path the flag names.

@@ -119,7 +119,7 @@ def scraped(tiny_server: Server) -> Exported:
     assert response.status_code == 200, response.text  # so the labelled series exist
     served = tiny_server.client.get("/metrics")
     assert served.status_code == 200
-    node = Node(["--replicas", "4"], metrics_port=free_port())
+    node = Node(["--vgpus-per-gpu", "4"], metrics_port=free_port())
     try:
         plugin = node.plugin()
         # vGPUs have series once the kubelet has offered them as free or allocated them.

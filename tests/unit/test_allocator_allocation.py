@@ -15,7 +15,7 @@ A = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
 B = "GPU-bbbbbbbb-0000-4000-8000-000000000000"
 
 
-FOUR = Sizing(replicas=4)
+FOUR = Sizing(vgpus_per_gpu=4)
 PLAIN = GrantOptions()
 
 
@@ -32,10 +32,14 @@ def grant(ids: list[str], options: GrantOptions = PLAIN, **kw: Sizing) -> dict[s
 @pytest.mark.parametrize(
     ("ids", "sizing", "fraction", "mib"),
     [
-        pytest.param([f"{A}::0"], Sizing(replicas=4), "0.25", "3840", id="one-of-four"),
-        pytest.param([f"{A}::3", f"{A}::1"], Sizing(replicas=4), "0.5", "7680", id="two-of-four"),
-        pytest.param([f"{A}::0"], Sizing(replicas=3), "0.3333333333333333", "5120", id="third"),
-        pytest.param([f"{A}::0"], Sizing(replicas=1), "1.0", "15360", id="whole-gpu"),
+        pytest.param([f"{A}::0"], Sizing(vgpus_per_gpu=4), "0.25", "3840", id="one-of-four"),
+        pytest.param(
+            [f"{A}::3", f"{A}::1"], Sizing(vgpus_per_gpu=4), "0.5", "7680", id="two-of-four"
+        ),
+        pytest.param(
+            [f"{A}::0"], Sizing(vgpus_per_gpu=3), "0.3333333333333333", "5120", id="third"
+        ),
+        pytest.param([f"{A}::0"], Sizing(vgpus_per_gpu=1), "1.0", "15360", id="whole-gpu"),
         pytest.param(
             [f"{B}::0"],
             Sizing(vgpu_memory_mib=6000),
@@ -111,7 +115,7 @@ def test_mps_multi_gpu_uses_smallest_share_and_container_ordinals() -> None:
 
 def test_mps_thread_percentage_never_zero() -> None:
     options = GrantOptions(mps_pipe_dir=Path("/tmp/nvidia-mps"))
-    inv = inventory(Sizing(replicas=200))
+    inv = inventory(Sizing(vgpus_per_gpu=200))
     envs = container_grant(plan(inv, [f"{A}::0"], allow_multi_gpu=False), options).envs
     assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "1"
 

@@ -25,14 +25,14 @@ A100 = GpuInfo(UUID1, 1, "A100-SXM4-80GB", 81920, numa_node=1)
 @pytest.mark.parametrize(
     ("memory_mib", "sizing", "expected"),
     [
-        pytest.param(16384, Sizing(replicas=4), 4, id="replicas"),
-        pytest.param(81920, Sizing(replicas=4), 4, id="replicas-ignore-size"),
+        pytest.param(16384, Sizing(vgpus_per_gpu=4), 4, id="replicas"),
+        pytest.param(81920, Sizing(vgpus_per_gpu=4), 4, id="replicas-ignore-size"),
         pytest.param(16384, Sizing(vgpu_memory_mib=4096), 4, id="by-memory-16g"),
         pytest.param(81920, Sizing(vgpu_memory_mib=4096), 20, id="by-memory-80g"),
         pytest.param(11441, Sizing(vgpu_memory_mib=4096), 2, id="by-memory-floor"),
         pytest.param(2048, Sizing(vgpu_memory_mib=4096), 0, id="smaller-than-one-vgpu"),
         pytest.param(81920, Sizing(vgpu_memory_mib=1), MAX_REPLICAS, id="capped"),
-        pytest.param(16384, Sizing(replicas=7, vgpu_memory_mib=8192), 2, id="memory-wins"),
+        pytest.param(16384, Sizing(vgpus_per_gpu=7, vgpu_memory_mib=8192), 2, id="memory-wins"),
     ],
 )
 def test_replicas_for(memory_mib: int, sizing: Sizing, expected: int) -> None:
@@ -42,8 +42,8 @@ def test_replicas_for(memory_mib: int, sizing: Sizing, expected: int) -> None:
 @pytest.mark.parametrize(
     ("sizing", "counts", "per_vgpu_mib"),
     [
-        pytest.param(Sizing(replicas=4), [4, 4], [2860, 20480], id="replicas-floor-memory"),
-        pytest.param(Sizing(replicas=1), [1, 1], [11441, 81920], id="one-per-gpu"),
+        pytest.param(Sizing(vgpus_per_gpu=4), [4, 4], [2860, 20480], id="replicas-floor-memory"),
+        pytest.param(Sizing(vgpus_per_gpu=1), [1, 1], [11441, 81920], id="one-per-gpu"),
         pytest.param(Sizing(vgpu_memory_mib=5120), [2, 16], [5120, 5120], id="mixed-models"),
         pytest.param(Sizing(vgpu_memory_mib=20000), [0, 4], [20000, 20000], id="small-gpu-none"),
     ],
@@ -64,7 +64,7 @@ def test_build_inventory(sizing: Sizing, counts: list[int], per_vgpu_mib: list[i
 
 
 def test_ids_map_back_to_their_gpu() -> None:
-    inventory = build_inventory([K80, A100], Sizing(replicas=64))
+    inventory = build_inventory([K80, A100], Sizing(vgpus_per_gpu=64))
     vgpu = inventory.get(f"{UUID1}::63")
     assert vgpu is not None and (vgpu.gpu.uuid, vgpu.slot) == (UUID1, 63)
     assert inventory.get(f"{UUID1}::64") is None
@@ -79,8 +79,8 @@ def test_ids_map_back_to_their_gpu() -> None:
             [GpuInfo("GPU-" + "f" * 60, 0, "x", 100)], Sizing(), "kubelet allows", id="id-too-long"
         ),
         pytest.param([GpuInfo("GPU-a::b", 0, "x", 100)], Sizing(), "cannot name", id="sep-in-uuid"),
-        pytest.param([K80], Sizing(replicas=0), "--replicas", id="zero-replicas"),
-        pytest.param([K80], Sizing(replicas=MAX_REPLICAS + 1), "--replicas", id="too-many"),
+        pytest.param([K80], Sizing(vgpus_per_gpu=0), "--vgpus-per-gpu", id="zero-replicas"),
+        pytest.param([K80], Sizing(vgpus_per_gpu=MAX_REPLICAS + 1), "--vgpus-per-gpu", id="too-many"),
         pytest.param([K80], Sizing(vgpu_memory_mib=0), "--vgpu-memory-mib", id="zero-memory"),
     ],
 )
@@ -99,7 +99,7 @@ def test_build_inventory_rejects(gpus: list[GpuInfo], sizing: Sizing, fragment: 
     ],
 )
 def test_resolve_rejects(ids: list[str], fragment: str) -> None:
-    inventory = build_inventory([K80], Sizing(replicas=4))
+    inventory = build_inventory([K80], Sizing(vgpus_per_gpu=4))
     with pytest.raises(InvalidInput, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         inventory.resolve(ids)
 
@@ -110,7 +110,7 @@ def test_list_and_watch_message_for_8_gpus_x_64_is_small() -> None:
         GpuInfo(f"GPU-8f1c2d3e-{i:04d}-4000-8000-{i:012d}", i, "H100", 81559, numa_node=i // 4)
         for i in range(8)
     ]
-    inventory = build_inventory(gpus, Sizing(replicas=64))
+    inventory = build_inventory(gpus, Sizing(vgpus_per_gpu=64))
     board = DeviceBoard(inventory, dict.fromkeys((g.uuid for g in gpus), Health.HEALTHY))
     message = board.response
     assert len(message.devices) == 512

@@ -24,7 +24,7 @@ NO_CAP = GpuCapRequest(None, None, CapSource.NONE)
 
 def size(gpu_mib: int, *, replicas: int | None = None, vgpu_mib: int | None = None) -> VgpuSize:
     """As the CLI makes it: the allocator's own inventory cuts the GPU."""
-    sizing = Sizing(replicas=replicas or 1, vgpu_memory_mib=vgpu_mib)
+    sizing = Sizing(vgpus_per_gpu=replicas or 1, vgpu_memory_mib=vgpu_mib)
     (gpu,) = build_inventory([GpuInfo("GPU-t", 0, "t", gpu_mib)], sizing).gpus
     return VgpuSize(gpu_mib, gpu.vgpu_memory_mib, gpu.replicas, "--replicas")
 

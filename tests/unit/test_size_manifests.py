@@ -54,14 +54,15 @@ def vgpus_of(text: str) -> dict[str, tuple[int, int, str]]:
 
 def test_the_coarsest_cut_that_holds_every_planned_gpu() -> None:
     manifests = plan_manifests(PLAN, fleet(), {"big": "resnet50"})
-    # GPU 0 needs 6,000 + 3 x 1,500 MiB. --replicas 1-3 cut 24,000 MiB into 24,000, 12,000 and
-    # 8,000 MiB: 4 pods need 4 vGPUs; --replicas 4 (6,000 MiB): 1 + 3 = 4 vGPUs, it fits.
+    # GPU 0 needs 6,000 + 3 x 1,500 MiB. --vgpus-per-gpu 1-3 cut 24,000 MiB into 24,000, 12,000
+    # and 8,000 MiB: 4 pods need 4 vGPUs; --vgpus-per-gpu 4 (6,000 MiB): 1 + 3 = 4 vGPUs, it fits.
     assert (manifests.size.per_gpu, manifests.size.vgpu_memory_mib) == (4, 6000)
-    assert manifests.size.allocator_flag == "--replicas 4" and manifests.unfit == []
+    assert manifests.size.allocator_flag == "--vgpus-per-gpu 4" and manifests.unfit == []
     # Names made Kubernetes names; CPU from the profile's limit, else render's default.
     assert vgpus_of(manifests.text) == {"big": (2, 1, "2"), "small-1": (4, 1, "500m")}
     assert manifests.vgpus == 6
-    assert "--replicas 4" in manifests.text and "the fleet plan" in manifests.text
+    header = " ".join(line.lstrip("# ") for line in manifests.text.split("---")[0].splitlines())
+    assert "--vgpus-per-gpu 4" in header and "the fleet plan" in header
     # The model's directory on the volume where its files are known, else its name.
     assert "/models/resnet50" in manifests.text and "/models/Small_1" in manifests.text
 

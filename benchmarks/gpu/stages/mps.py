@@ -47,7 +47,7 @@ DURATION, WARMUP, CONCURRENCY = 5.0, 1.0, 4
 
 def mps_env(gpu: Any, density: int, pipe_dir: Path) -> dict[str, str]:
     """What the allocator's Allocate gives a container of one vGPU at this density."""
-    inventory = build_inventory([gpu], Sizing(replicas=density))
+    inventory = build_inventory([gpu], Sizing(vgpus_per_gpu=density))
     grants = plan(inventory, inventory.vgpu_ids[:1], allow_multi_gpu=False)
     envs = container_grant(grants, GrantOptions(mps_pipe_dir=pipe_dir)).envs
     return {k: envs[k] for k in (MPS_PIPE_DIRECTORY, MPS_THREADS, MPS_PINNED)}
