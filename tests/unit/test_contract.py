@@ -14,7 +14,6 @@ from sharedserve.allocator.inventory import Sizing, build_inventory
 from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.contract import (
     CUDA_VISIBLE_DEVICES,
-    FRACTION_DIGITS,
     GPU_MEMORY_FRACTION,
     GPU_MEMORY_MIB,
     NVIDIA_VISIBLE_DEVICES,
@@ -22,8 +21,6 @@ from sharedserve.contract import (
     GpuShare,
     Grant,
     MpsLimits,
-    fraction_of,
-    mib_of,
     vgpu_id,
     without_grant,
 )
@@ -153,7 +150,7 @@ def test_the_allocators_multi_gpu_grant_is_what_serve_reads() -> None:
     assert grant.gpus[1].vgpu_ids == ("GPU-b::0", "GPU-b::1")
     assert grant.mps == MpsLimits("/run/mps", 25)
     request = parse_cap_request(None, None, Grant.from_env(envs))
-    assert request == GpuCapRequest.of(CapSource.ENV, mib=4096)
+    assert request == GpuCapRequest(None, 4096, CapSource.ENV)
 
 
 def test_serve_takes_the_first_gpu_of_a_multi_gpu_grant(
@@ -161,101 +158,5 @@ def test_serve_takes_the_first_gpu_of_a_multi_gpu_grant(
 ) -> None:
     with caplog.at_level(logging.WARNING):
         request = parse_cap_request(None, None, Grant.from_env({GPU_MEMORY_FRACTION: "0.25,0.5"}))
-    assert request == GpuCapRequest.of(CapSource.ENV, fraction=0.25)
+    assert request == GpuCapRequest(0.25, None, CapSource.ENV)
     assert "grants 2 GPUs" in caplog.text and "first" in caplog.text
-
-
-# --- the one MiB <-> fraction conversion -------------------------------------------------------
-
-GIB_80 = 81920
-GPU_SIZES = st.integers(min_value=1, max_value=10**6)  # up to ~976 GiB: every MiB has a share
-
-
-@pytest.mark.parametrize(
-    ("mib", "total", "fraction"),
-    [
-        pytest.param(1, GIB_80, 0.000012, id="1-MiB-of-80-GiB"),  # 12.2e-6, rounded down
-        pytest.param(GIB_80, GIB_80, 1.0, id="exactly-full"),
-        pytest.param(GIB_80 - 1, GIB_80, 0.999987, id="one-MiB-short"),
-        pytest.param(5120, 15360, 0.333333, id="a-third"),
-        pytest.param(6000, GIB_80, 0.073242, id="a-vgpu-by-memory"),
-        # 0.28 x 25 is 7.000000000000001 in floats: one step lower keeps the product at the cap.
-        pytest.param(7, 25, 0.279999, id="float-product-over"),
-        pytest.param(1, 10**6, 0.000001, id="one-step"),
-    ],
-)
-def test_fraction_of(mib: int, total: int, fraction: float) -> None:
-    assert fraction_of(mib, total) == fraction
-    assert fraction_of(mib, total) * total <= mib
-
-
-@pytest.mark.parametrize(
-    ("mib", "total", "fragment"),
-    [
-        pytest.param(0, GIB_80, "positive", id="zero"),
-        pytest.param(-1, GIB_80, "positive", id="negative"),
-        pytest.param(1, 0, "positive", id="no-gpu-memory"),
-        pytest.param(GIB_80 + 1, GIB_80, f"exceeds the GPU's {GIB_80} MiB", id="over-the-gpu"),
-        pytest.param(1, 2 * 10**6 + 1, "give at least 3 MiB", id="finer-than-a-share"),
-    ],
-)
-def test_fraction_of_refuses(mib: int, total: int, fragment: str) -> None:
-    with pytest.raises(ConfigError, match=fragment):
-        fraction_of(mib, total)
-
-
-@pytest.mark.parametrize(
-    ("fraction", "total", "mib"),
-    [
-        pytest.param(0.29, 100, 29, id="0.29-is-29-hundredths"),  # 28.999999999999996 in floats
-        pytest.param(1.0, GIB_80, GIB_80, id="exactly-full"),
-        pytest.param(0.5, 11441, 5720, id="floors"),  # 5720.5
-        pytest.param(1 / 3, 15360, 5119, id="the-float-under-a-third"),  # 5119.99999...
-        pytest.param(0.000013, GIB_80, 1, id="1-MiB-of-80-GiB"),  # 1.06
-    ],
-)
-def test_mib_of(fraction: float, total: int, mib: int) -> None:
-    assert mib_of(fraction, total) == mib
-
-
-@pytest.mark.parametrize(
-    ("fraction", "total", "fragment"),
-    [
-        pytest.param(0.0, GIB_80, "in \\(0, 1\\]", id="zero"),
-        pytest.param(1.5, GIB_80, "in \\(0, 1\\]", id="over-the-gpu"),
-        pytest.param(float("nan"), GIB_80, "in \\(0, 1\\]", id="nan"),
-        pytest.param(0.000012, GIB_80, "under 1 MiB", id="under-a-MiB"),  # 0.98 MiB
-        pytest.param(0.5, 0, "positive", id="no-gpu-memory"),
-    ],
-)
-def test_mib_of_refuses(fraction: float, total: int, fragment: str) -> None:
-    with pytest.raises(ConfigError, match=fragment):
-        mib_of(fraction, total)
-
-
-@given(st.data(), GPU_SIZES)
-def test_fraction_of_never_stands_for_more_than_its_mib(data: st.DataObject, total: int) -> None:
-    mib = data.draw(st.integers(min_value=1, max_value=total))
-    fraction = fraction_of(mib, total)
-    assert 0 < fraction <= 1
-    assert fraction * total <= mib  # as floats compute it: what torch applies
-    assert len(repr(fraction).split(".")[-1]) <= FRACTION_DIGITS or "e" in repr(fraction)
-    # As large as the rounding allows: the next step up would stand for more than the MiB.
-    assert mib / total - fraction < 2 / 10**FRACTION_DIGITS
-    # Back to MiB: at most the cap, short of it by the rounding alone (a sixth decimal cannot
-    # name every MiB of a large GPU, which is why writers write the MiB too).
-    if fraction * total >= 1:
-        back = mib_of(fraction, total)
-        assert mib - 1 - 2 * total // 10**FRACTION_DIGITS <= back <= mib
-
-
-@given(st.integers(min_value=1, max_value=10**FRACTION_DIGITS), GPU_SIZES)
-def test_mib_of_takes_the_share_as_written(steps: int, total: int) -> None:
-    # A share as the contract writes it, "0.000123": its MiB are exact in integers.
-    fraction = float(f"{steps / 10**FRACTION_DIGITS:.{FRACTION_DIGITS}f}")
-    exact = steps * total // 10**FRACTION_DIGITS
-    if exact == 0:
-        with pytest.raises(ConfigError, match="under 1 MiB"):
-            mib_of(fraction, total)
-    else:
-        assert mib_of(fraction, total) == exact
