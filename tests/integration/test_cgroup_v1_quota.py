@@ -142,6 +142,8 @@ def test_cpu_bound_process_gets_a_quarter_core(cgroups: Cgroups) -> None:
     report = cgroups.run_inside(cgroup, BUSY_LOOP)
     cpu, wall = float(str(report["cpu"])), float(str(report["wall"]))
     share = cpu / wall
-    assert 0.15 <= share <= 0.35, f"used {share:.2f} of a core under a 0.25-core quota"
+    # The quota caps the share; nothing guarantees it is reached: on two cores busy with other
+    # work the loop gets less, so only the cap is asserted, and that the quota throttled it.
+    assert 0 < share <= 0.35, f"used {share:.2f} of a core under a 0.25-core quota"
     stat = dict(line.split() for line in (cgroup / "cpu.stat").read_text().splitlines())
     assert int(stat["nr_throttled"]) > 0, stat

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from sharedserve.cli import app
 from sharedserve.cli._app import ExampleModel
 from sharedserve.models import CATALOG
-from tests.support.servers import clean_env, run_cli
+from tests.support.cli import invoke
 
 WIDTH = 80
 # What rich takes for a markup tag and drops: "[" then a letter, "#", "/" or "@", up to "]".
@@ -87,15 +87,13 @@ def test_models_build_names_its_arguments() -> None:
 
 
 def test_a_mistyped_pass_through_option_names_pack() -> None:
-    result = run_cli("pack", "--model", ".", "--replicas", "1", "--enable-batchin", env=clean_env())
-    assert result.returncode == 2
+    result = invoke("pack", "--model", ".", "--replicas", "1", "--enable-batchin")
+    assert result.exit_code == 2, result.output
     assert "Usage: serve" not in result.stderr
     assert "--enable-batchin" in result.stderr and "--enable-batching" in result.stderr
     assert "sharedserve serve" in result.stderr
 
 
 def test_bench_with_model_and_targets_says_not_both(tmp_path: Any) -> None:
-    result = run_cli(
-        "bench", "--model", ".", "--targets", "t.json", "--out", str(tmp_path), env=clean_env()
-    )
-    assert result.returncode == 2 and "not both" in result.stderr
+    result = invoke("bench", "--model", ".", "--targets", "t.json", "--out", str(tmp_path))
+    assert result.exit_code == 2 and "not both" in result.stderr

@@ -96,7 +96,7 @@ def test_a_body_nobody_reads_cannot_hold_the_connection(server: Server) -> None:
             b"POST /v1/models/nope:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"
         )
         answer, waited = read_until_closed(sock)
-    assert status_and_error(answer)[0] == 404 and waited < 2
+    assert status_and_error(answer)[0] == 404 and waited < 4
 
 
 def test_idle_keep_alive_connections_are_closed(server: Server) -> None:
@@ -137,7 +137,9 @@ def test_grpc_connections_past_the_cap_are_closed(server: Server) -> None:
     try:
         with socket.create_connection(("127.0.0.1", server.grpc_port), timeout=10) as sock:
             data, waited = read_until_closed(sock)
-        assert data == b"" and waited < 0.8  # closed on accept, before any handshake timeout
+        # Closed on accept, with nothing sent: a connection the handshake timeout closes gets a
+        # GOAWAY first (the test above), so what was sent tells the two apart, not a clock.
+        assert data == b"" and waited < 4
     finally:
         for sock in held:
             sock.close()

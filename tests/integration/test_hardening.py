@@ -16,6 +16,7 @@ import pytest
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
+from tests.support.cli import invoke
 from tests.support.servers import Server, serving
 
 ROW = [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]
@@ -93,25 +94,19 @@ def test_element_limit_for_both_protocols(small_server: Server) -> None:
     assert 'code="413"' in metrics and 'code="RESOURCE_EXHAUSTED"' in metrics
 
 
-def test_element_limit_follows_the_body_limit(models_dir: Path, tmp_path: Path) -> None:
-    # 4,000 bytes of body carry at most 2,000 elements as JSON: 251 rows of 8 are too many.
-    server = Server(models_dir / "tiny", tmp_path / "serve.log", ["--max-body-bytes", "4000"])
-    try:
-        server.wait_available("tiny")
-        with grpc.insecure_channel(server.grpc_target) as channel:
-            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            assert code_of(stub, filled([100, 8], [1.0])) == "OK"  # (250 rows' answer is too big)
-            answer = code_of(stub, filled([251, 8], [1.0]))
-    finally:
-        assert server.stop() == 0, server.log()
-    assert answer.startswith("RESOURCE_EXHAUSTED") and "over the limit of 2000" in answer
+def test_element_limit_follows_the_body_limit(
+    tiny_server: Server, stub: prediction_service_pb2_grpc.PredictionServiceStub
+) -> None:
+    # The session server's 65,536 bytes of body carry at most 32,768 elements as JSON (a digit
+    # and a comma each): 4,097 rows of 8 are too many, for gRPC too, though its body is not JSON.
+    assert code_of(stub, filled([100, 8], [1.0])) == "OK"
+    answer = code_of(stub, filled([4097, 8], [1.0]))
+    assert answer.startswith("RESOURCE_EXHAUSTED") and "over the limit of 32768" in answer
 
 
-def test_bad_element_limit_is_a_usage_error(models_dir: Path, tmp_path: Path) -> None:
-    from tests.support.servers import run_cli
-
-    result = run_cli("serve", "--model", str(models_dir / "tiny"), "--max-request-elements", "0")
-    assert result.returncode == 2
+def test_bad_element_limit_is_a_usage_error(models_dir: Path) -> None:
+    result = invoke("serve", "--model", str(models_dir / "tiny"), "--max-request-elements", "0")
+    assert result.exit_code == 2, result.output
     assert "--max-request-elements" in result.stderr
 
 

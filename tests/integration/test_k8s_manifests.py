@@ -24,6 +24,7 @@ from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
 from sharedserve.quantity import parse_cpu
 from tests.integration import test_readme as readme
 from tests.support import manifests as m
+from tests.support.cli import invoke
 from tests.support.manifests import K8S, Obj
 from tests.support.servers import run_cli
 
@@ -120,8 +121,8 @@ def test_render_output_validates_and_matches_the_base_model(tmp_path: Path) -> N
 
 
 def test_render_usage_error_exits_2() -> None:
-    result = run_cli("k8s", "render", "--model", "tiny", "--image", "i", "--cpu", "1 core")
-    assert result.returncode == 2
+    result = invoke("k8s", "render", "--model", "tiny", "--image", "i", "--cpu", "1 core")
+    assert result.exit_code == 2, result.output
     assert "not a Kubernetes quantity" in result.stderr
 
 
@@ -188,8 +189,8 @@ def test_render_spec_usage_errors_exit_2(
 ) -> None:
     spec = str(m.write_spec(tmp_path / "pack.yaml", models_dir))
     given = [spec if a == "{spec}" else a for a in args]
-    result = run_cli("k8s", "render", "--image", "sharedserve:0.1.0", *given)
-    assert result.returncode == 2, result.stderr
+    result = invoke("k8s", "render", "--image", "sharedserve:0.1.0", *given)
+    assert result.exit_code == 2, result.output
     assert fragment in result.stderr
 
 
@@ -208,8 +209,8 @@ def test_render_spec_refusals_name_the_entry(
     models_dir: Path, tmp_path: Path, entry: str, fragment: str
 ) -> None:
     spec = m.write_spec(tmp_path / "pack.yaml", models_dir, f"models:\n  - {entry}\n")
-    result = run_cli("k8s", "render", "--spec", str(spec), "--image", "i", *SIZE)
-    assert result.returncode == 2, result.stderr
+    result = invoke("k8s", "render", "--spec", str(spec), "--image", "i", *SIZE)
+    assert result.exit_code == 2, result.output
     assert f"{spec}: models[0] (" in result.stderr
     assert fragment in result.stderr
 
@@ -249,7 +250,7 @@ def test_the_readmes_render_of_the_example_mix(
     (resnet,) = m.pod_spec(deployments["resnet50"])["containers"]
     assert "--enable-batching" in resnet["args"]
     text = out.read_text()
-    assert "3 models, 7 pods, 9 vGPUs" in " ".join(text.split())
+    assert "3 models, 7 pods, 9 vGPUs" in m.header(text)
     assert "# resnet50: 1 pod x 3 vGPUs (12288 MiB); planned cap 9504 MiB" in text
 
 

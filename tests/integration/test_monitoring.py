@@ -26,6 +26,7 @@ from sharedserve.allocator.metrics import AllocatorCollector, UsageView
 from sharedserve.gpu.fake import FakeGpuBackend
 from sharedserve.server.metrics import Metrics
 from tests.support.allocator import GPUS, T4, Node, allocate, ids, prefer
+from tests.support.gpus import write_inventory
 from tests.support.grafana import expressions, metric_names, panels, variable_expressions
 from tests.support.servers import Server, free_port
 
@@ -104,8 +105,7 @@ def gpu_only(tmp_path_factory: pytest.TempPathFactory) -> frozenset[str]:
         registry.register(AllocatorCollector(inventory, backend, lambda: {}, UsageView()))
         return series_names(generate_latest(registry).decode())
 
-    path = tmp_path_factory.mktemp("gpus") / "gpus.json"
-    path.write_text(json.dumps({"gpus": GPUS}))
+    path = write_inventory(tmp_path_factory.mktemp("gpus") / "gpus.json", GPUS)
     names = server((3e9, 4e9, 2.5e9)) - server((None, None, None))
     names |= allocator(_MeasuredGpus(path)) - allocator(FakeGpuBackend(path))
     assert names, "the code exports nothing more with a GPU: the premise of this test is gone"

@@ -1,15 +1,15 @@
 """The Open Inference Protocol against NVIDIA's own client, ``tritonclient`` (HTTP and gRPC).
 
 Both backends are served by the real ``sharedserve serve``: the TensorFlow ``tiny`` and its
-TorchScript build. The client cannot share a process with sharedserve (its protobuf pin), so one
-child process per server makes every call (``support/triton_calls.py``) and this module checks
-its answers, each output against what the same server says on TF Serving's REST API.
+TorchScript build (the session's ``tiny_server`` and ``torch_server``). The client cannot share a
+process with sharedserve (its protobuf pin), so one child process per server makes every call
+(``support/triton_calls.py``) and this module checks its answers, each output against what the
+same server says on TF Serving's REST API.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.servers import Server, serving
+from tests.support.servers import Server
 from tests.support.triton_client import TritonClient
 
 CALLS = Path(__file__).parents[1] / "support" / "triton_calls.py"
@@ -34,13 +34,6 @@ PLATFORM = {"tensorflow": "tensorflow_savedmodel", "torch": "pytorch_libtorch"}
 def triton(request: pytest.FixtureRequest) -> TritonClient:
     """Requested before the servers, so its venv builds while they start."""
     return TritonClient(request.config.cache.mkdir("tritonclient-env"))
-
-
-@pytest.fixture(scope="module")
-def torch_tiny_server(
-    torch_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    yield from serving(torch_models_dir / "tiny", tmp_path_factory.mktemp("logs") / "torch.log")
 
 
 @dataclass
@@ -68,7 +61,7 @@ def _requests(server: Server) -> Counter[tuple[str, str]]:
 def run(request: pytest.FixtureRequest, triton: TritonClient) -> Run:
     framework = request.param
     server: Server = request.getfixturevalue(
-        "tiny_server" if framework == "tensorflow" else "torch_tiny_server"
+        "tiny_server" if framework == "tensorflow" else "torch_server"
     )
     before = _requests(server)
     arguments = {"http": server.base.removeprefix("http://"), "grpc": server.grpc_target}

@@ -5,7 +5,6 @@ Needs root and a writable cgroup hierarchy with the cpu controller, as these mac
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -17,9 +16,10 @@ import httpx
 import pytest
 
 from sharedserve.bench.sampler import process_cpu_seconds
+from tests.support.gpus import fake_gpu_file, gpu_uuid
 from tests.support.pack import PackRun, alive
 
-GPU_UUID = "GPU-0a1b2c3d-0000-0000-0000-000000000000"
+GPU_UUID = gpu_uuid(0)
 LEFT_IN_THE_SHELL = {
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "10",
     "CUDA_MPS_PIPE_DIRECTORY": "/tmp/no-such-mps",
@@ -48,9 +48,7 @@ def packed(
     models_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[PackRun, dict]]:
     tmp = tmp_path_factory.mktemp("pack")
-    gpus = tmp / "gpus.json"
-    gpu = {"uuid": GPU_UUID, "index": 0, "name": "Tesla K80", "memory_mib": 16384}
-    gpus.write_text(json.dumps({"gpus": [gpu]}))
+    gpus = fake_gpu_file(tmp, [16384])
     args = ("--replicas", "3", "--cpu-limit", "0.5", "--fake-gpus", str(gpus))
     # Contract variables left in the user's shell: none may reach a replica beside its grant.
     run = PackRun(tmp, models_dir / "tiny", *args, env=LEFT_IN_THE_SHELL)

@@ -6,7 +6,6 @@ hierarchy with the cpu controller.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -17,20 +16,14 @@ import httpx
 import pytest
 
 from tests.integration.test_pack import _cgroups_now
+from tests.support.gpus import fake_gpu_file
 from tests.support.pack import PackRun, alive
-
-GPUS = [
-    {"uuid": f"GPU-0a1b2c3d-0000-0000-0000-00000000000{i}", "index": i, "name": "T4"}
-    | {"memory_mib": 16384, "numa_node": 0, "healthy": True}
-    for i in range(2)
-]
 
 
 def _write(
     tmp: Path, models_dir: Path, spec: str, torch_dir: Path | None = None
 ) -> tuple[Path, Path]:
-    gpus = tmp / "gpus.json"
-    gpus.write_text(json.dumps({"gpus": GPUS}))
+    gpus = fake_gpu_file(tmp, [16384, 16384])
     # Model paths relative to the spec file.
     spec = spec.replace("MODELS", os.path.relpath(models_dir, tmp))
     if torch_dir is not None:

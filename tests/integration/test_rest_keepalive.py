@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import statistics
 import time
 
 from sharedserve.server.run import _bind
@@ -30,7 +29,7 @@ def test_keepalive_predictions_are_not_delayed(tiny_server: Server) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", tiny_server.port, timeout=30)
     took = []
     try:
-        for _ in range(10):
+        for _ in range(20):
             started = time.perf_counter()
             conn.request("POST", "/v1/models/tiny:predict", body)  # headers, body: two sends
             response = conn.getresponse()
@@ -39,4 +38,6 @@ def test_keepalive_predictions_are_not_delayed(tiny_server: Server) -> None:
             took.append(time.perf_counter() - started)
     finally:
         conn.close()
-    assert statistics.median(took) < 0.02, took
+    # Held back, every request after the first waits out the client's delayed ACK (~40 ms).
+    # Load only adds time, so the fastest of them tells: under 30 ms, none was held back.
+    assert min(took[1:]) < 0.03, took

@@ -21,7 +21,8 @@ from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
 from sharedserve.server.predictor import Predictor
-from tests.support.servers import Server, free_port, run_cli
+from tests.support.cli import invoke
+from tests.support.servers import Server, free_port
 
 
 class GatedBackend(TensorFlowBackend):
@@ -90,6 +91,6 @@ def test_sigterm_stops_cleanly(models_dir: Path, tmp_path: Path) -> None:
 
 
 def test_missing_model_dir_is_a_usage_error(tmp_path: Path) -> None:
-    result = run_cli("serve", "--model", str(tmp_path / "nothing-here"), "--rest-port", "0")
-    assert result.returncode == 2
+    result = invoke("serve", "--model", str(tmp_path / "nothing-here"), "--rest-port", "0")
+    assert result.exit_code == 2, result.output
     assert "does not exist" in result.stderr

@@ -7,7 +7,6 @@ creates and puts the server into before it starts.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
+from tests.support.gpus import fake_gpu_file, gpu_uuid
 from tests.support.servers import Server, clean_env
 
 LIMIT_FIELDS = {
@@ -60,24 +60,18 @@ def test_cap_from_env_contract(models_dir: Path, tmp_path: Path, fake_gpus: Path
     assert "SIMULATED" in log
 
 
-def test_env_mib_wins_over_env_fraction(models_dir: Path, tmp_path: Path, fake_gpus: Path) -> None:
-    env = clean_env(SHAREDSERVE_GPU_MEMORY_FRACTION="0.5", SHAREDSERVE_GPU_MEMORY_MIB="1024")
-    limits, _ = serve_and_get_limits(models_dir, tmp_path, ["--fake-gpus", str(fake_gpus)], env)
-    assert (limits["gpu_memory_mib"], limits["gpu_memory_fraction"]) == (1024, 0.0625)
+# Which of flag and env, MiB and fraction wins is table-tested without a server
+# (tests/unit/test_gpu_cap.py: flag-*-wins, env-mib-wins). A server each re-checked those rules
+# at the cost of a TensorFlow start; the servers below check that serve wires them, in passing.
 
 
-def test_flag_wins_over_env(models_dir: Path, tmp_path: Path, fake_gpus: Path) -> None:
-    env = clean_env(SHAREDSERVE_GPU_MEMORY_FRACTION="0.25")
-    args = ["--fake-gpus", str(fake_gpus), "--gpu-memory-mib", "2048"]
-    limits, _ = serve_and_get_limits(models_dir, tmp_path, args, env)
-    assert limits["gpu_memory_mib"] == 2048
-    assert limits["gpu_memory_fraction"] == 0.125
-    assert limits["gpu_memory_source"] == "flag"
-
-
-def test_cap_without_any_gpu_is_recorded(models_dir: Path, tmp_path: Path) -> None:
-    limits, log = serve_and_get_limits(models_dir, tmp_path, ["--gpu-memory-fraction", "0.3"])
-    assert limits["gpu_memory_fraction"] == 0.3
+def test_cap_without_any_gpu_is_recorded_and_the_flag_wins_over_env(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    env = clean_env(SHAREDSERVE_GPU_MEMORY_FRACTION="0.5")
+    args = ["--gpu-memory-fraction", "0.3"]
+    limits, log = serve_and_get_limits(models_dir, tmp_path, args, env)
+    assert (limits["gpu_memory_fraction"], limits["gpu_memory_source"]) == (0.3, "flag")
     assert limits["gpu_memory_mib"] is None  # no GPU, so no size to take 30% of
     assert limits["gpu_memory_total_mib"] is None
     assert "NOT enforced" in log
@@ -128,21 +122,12 @@ def test_cpu_flag_overrides_cgroup(
 
 
 def test_multi_gpu_grant_serves_on_the_first_gpu(models_dir: Path, tmp_path: Path) -> None:
-    # What the allocator writes with --allow-multi-gpu: one value per GPU, in index order.
-    inventory = tmp_path / "gpus.json"
-    inventory.write_text(
-        json.dumps(
-            {
-                "gpus": [
-                    {"uuid": "GPU-first", "index": 0, "name": "Tesla T4", "memory_mib": 16384},
-                    {"uuid": "GPU-second", "index": 1, "name": "A100", "memory_mib": 81920},
-                ]
-            }
-        )
-    )
+    # What the allocator writes with --allow-multi-gpu: one value per GPU, in index order. The
+    # fractions disagree with the MiB caps on purpose: the MiB cap wins, as the contract says.
+    inventory = fake_gpu_file(tmp_path, [16384, 81920])
     env = clean_env(
-        NVIDIA_VISIBLE_DEVICES="GPU-first,GPU-second",
-        SHAREDSERVE_GPU_MEMORY_FRACTION="0.25,0.5",
+        NVIDIA_VISIBLE_DEVICES=f"{gpu_uuid(0)},{gpu_uuid(1)}",
+        SHAREDSERVE_GPU_MEMORY_FRACTION="0.5,0.75",
         SHAREDSERVE_GPU_MEMORY_MIB="4096,40960",
     )
     limits, log = serve_and_get_limits(models_dir, tmp_path, ["--fake-gpus", str(inventory)], env)

@@ -22,6 +22,8 @@ import yaml
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.pack.spec import load_spec
+from tests.support.cli import invoke
+from tests.support.gpus import fake_gpu_file
 from tests.support.pack import PackRun, alive
 from tests.support.servers import SHAREDSERVE, clean_env, run_cli
 
@@ -129,10 +131,7 @@ def test_size_plans_a_fleet_and_a_gpus_share_runs_under_pack(
     assert {e.name for e in spec.entries} == held
     assert {e.cpu_limit_cores for e in spec.entries} == {0.5}  # as the profiles were measured
     assert all(e.model_dir.resolve().parent == models_dir.resolve() for e in spec.entries)
-    gpus = tmp_path / "gpus.json"
-    gpus.write_text(json.dumps({"gpus": [{"uuid": "GPU-0a1b2c3d-0000-0000-0000-000000000000",
-                                          "index": 0, "name": "L4", "memory_mib": 23034,
-                                          "numa_node": 0, "healthy": True}]}))  # fmt: skip
+    gpus = fake_gpu_file(tmp_path, [23034], name="L4")
     run = PackRun(tmp_path / "pack", None, "--spec", str(spec_path), "--fake-gpus", str(gpus))
     try:
         targets = run.wait_targets()["targets"]
@@ -149,8 +148,8 @@ def test_a_fleet_whose_profile_never_met_the_objective_is_refused(tmp_path: Path
         "gpu: {name: L4, memory_mib: 23034, price_per_hour: 0.8}\nnode: {gpus: 4, cpu_cores: 32}\n"
         "models: [{name: tiny, profile: tiny.json, peak_qps: 10, slo_p99_ms: 50}]\n"
     )
-    result = run_cli("size", "--fleet", str(fleet), "--out", str(tmp_path / "plan"))
-    assert result.returncode == 2
+    result = invoke("size", "--fleet", str(fleet), "--out", str(tmp_path / "plan"))
+    assert result.exit_code == 2, result.output
     assert "model tiny: its profile" in result.stderr and "never met p99 <= 50 ms" in result.stderr
     assert not (tmp_path / "plan").exists()
 
@@ -158,10 +157,7 @@ def test_a_fleet_whose_profile_never_met_the_objective_is_refused(tmp_path: Path
 def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
     models_dir: Path, tmp_path: Path
 ) -> None:
-    gpus = tmp_path / "gpus.json"
-    gpus.write_text(json.dumps({"gpus": [{"uuid": "GPU-0a1b2c3d-0000-0000-0000-000000000000",
-                                          "index": 0, "name": "L4", "memory_mib": 23034,
-                                          "numa_node": 0, "healthy": True}]}))  # fmt: skip
+    gpus = fake_gpu_file(tmp_path, [23034], name="L4")
     for name in ("tiny", "edge"):
         result = run_cli(
             "profile", "--model", str(models_dir / name), "--out", str(tmp_path / name),

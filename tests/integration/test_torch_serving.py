@@ -1,14 +1,14 @@
 """A TorchScript ``tiny`` built by the CLI, served over REST and gRPC by the real server.
 
-Both the build and the server run with TensorFlow hidden, as in a ``[torch]``-only install; the
-test process keeps it, to be TF Serving's own gRPC client.
+Both the build and the server run with TensorFlow hidden, as in a ``[torch]``-only install (the
+session's ``torch_models_dir`` and ``torch_server``, shared with the Open Inference Protocol's
+tests); the test process keeps it, to be TF Serving's own gRPC client.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import grpc
 import numpy as np
@@ -16,23 +16,9 @@ import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from tests.support.protos import predict_request
-from tests.support.servers import Server, run_cli, without_tensorflow
+from tests.support.servers import Server
 
 X = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
-
-
-@pytest.fixture(scope="module")
-def torch_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    out = tmp_path_factory.mktemp("torch-models")
-    env = without_tensorflow(tmp_path_factory.mktemp("no-tensorflow"))
-    build = ("models", "build", "tiny", "--framework", "torch", "--out", str(out))
-    result = run_cli(*build, env=env)
-    assert result.returncode == 0, result.stderr
-    assert (out / "tiny" / "1" / "model.pt").is_file()
-    server = Server(out / "tiny", out / "serve.log", ["--cpu-limit", "1"], env=env)
-    server.wait_available("tiny")
-    yield server
-    assert server.stop() == 0, server.log()
 
 
 def test_rest_predict_and_metadata(torch_server: Server) -> None:

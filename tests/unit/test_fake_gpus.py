@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import GpuInfo
 from sharedserve.gpu.fake import FakeGpuBackend, parse_inventory
+from tests.support.gpus import write_inventory
 
 UUID0 = "GPU-00000000-0000-0000-0000-000000000000"
 UUID1 = "GPU-11111111-1111-1111-1111-111111111111"
@@ -124,7 +124,8 @@ def test_parse_inventory_rejects(data: Any, fragment: str) -> None:
 
 
 def write(path: Path, gpus: list[dict[str, Any]]) -> None:
-    path.write_text(json.dumps({"gpus": gpus}))
+    # Entries as given, partial ones included: what the parser must fill in is under test.
+    write_inventory(path, gpus)
 
 
 def test_backend_rereads_file_each_call(tmp_path: Path) -> None:
