@@ -60,7 +60,7 @@ def base(**models: Any) -> dict[str, Any]:
         (lambda d: d["gpu"].update(price_per_hr=1), "did you mean 'price_per_hour'"),
         (lambda d: d["node"].update(gpus=0), "node: gpus must be a positive whole number, got 0"),
         (lambda d: d.update(utilization_target=1.2), r"utilization_target must be in \(0, 1\]"),
-        (lambda d: d.update(models=[]), "'models' must be a non-empty list"),
+        (lambda d: d.update(models=[]), r"models must be a non-empty list, got \[\]"),
         (lambda d: d["models"][0].pop("peak_qps"), r"models\[0\] \(m\): peak_qps must be"),
         (lambda d: d["models"][0].update(slo_p99_ms=True), "slo_p99_ms must be a positive number"),
         (
