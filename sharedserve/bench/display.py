@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sharedserve.bench.mix import is_mix, model_lines, scale_of
+from sharedserve.bench.mix import is_mix, model_lines, row_label
 from sharedserve.bench.sigfig import as_recorded, row_cell
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT
 from sharedserve.bench.verdict import throttle_notes
@@ -121,10 +121,6 @@ def _rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
     return table
 
 
-def _label(row: dict[str, Any], mix: bool) -> str:
-    return f"scale {scale_of(row)}" if mix else f"density {row['density']}"
-
-
 def _line(console: Console, text: str, *, prose: bool = False) -> None:
     """Print ``text`` as it is. Prose on a terminal is wrapped at word boundaries; anything else
     is left for the terminal to fold (or the log to keep on one line), never cut by rich."""
@@ -164,7 +160,7 @@ def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> No
         if row.get("stable") is False:
             _line(
                 console,
-                f"(!) {_label(row, mix)} is unstable: its last windows never agreed within "
+                f"(!) {row_label(row, mix=mix)} is unstable: its last windows never agreed within "
                 "10% on QPS and p99 before --max-duration; never recommended",
                 prose=True,
             )

@@ -19,6 +19,7 @@ __all__ = [
     "is_mix",
     "model_lines",
     "objectives",
+    "row_label",
     "scale_of",
     "several_patterns",
 ]
@@ -55,6 +56,19 @@ def scale_of(row: dict[str, Any]) -> Any:
 
 def several_patterns(lines: list[dict[str, Any]]) -> bool:
     return len({ln.get("pattern") for ln in lines}) > 1
+
+
+def row_label(
+    row: dict[str, Any], *, mix: bool, pattern: bool = False, replicas: bool = False
+) -> str:
+    """How every view names a row: ``density 4`` in a sweep of one model, ``scale 2`` in a mix
+    (``scale 2 (6 replicas)`` with ``replicas``), then ``(parallel)`` with ``pattern``."""
+    if not mix:
+        label = f"density {row.get('density')}"
+    else:
+        label = f"scale {scale_of(row)}"
+        label += f" ({row.get('density')} replicas)" if replicas else ""
+    return label + (f" ({row.get('pattern')})" if pattern else "")
 
 
 def model_lines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

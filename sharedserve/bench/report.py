@@ -28,6 +28,7 @@ from sharedserve.bench.mix import (
     is_mix,
     model_lines,
     objectives,
+    row_label,
     scale_of,
     several_patterns,
 )
@@ -157,15 +158,11 @@ def _mapping(data: Any) -> list[str]:
     ]
 
 
-def _label(row: dict[str, Any], mix: bool) -> str:
-    return f"scale {scale_of(row)}" if mix else f"density {row.get('density')}"
-
-
 def _notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     notes = []
     mix = is_mix(rows)
     limit = f"{LOADGEN_CPU_LIMIT * 100:.0f}% of a core"
-    bad = [f"{_label(r, mix)} ({r.get('pattern')})" for r in rows if r.get("unreliable")]
+    bad = [row_label(r, mix=mix, pattern=True) for r in rows if r.get("unreliable")]
     if bad:
         notes.append(
             f"Unreliable rows (the load generator used more than {limit}, so it, not the "
@@ -173,7 +170,7 @@ def _notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         )
     elif any(r.get("loadgen_cpu_util") is not None for r in rows):
         notes.append(f"No row was limited by the load generator (all under {limit}).")
-    unstable = [f"{_label(r, mix)} ({r.get('pattern')})" for r in rows
+    unstable = [row_label(r, mix=mix, pattern=True) for r in rows
                 if r.get("stable") is False]  # fmt: skip
     if unstable:
         notes.append(

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
-from sharedserve.bench.mix import is_mix, objectives, scale_of
+from sharedserve.bench.mix import is_mix, objectives, row_label, scale_of, several_patterns
 from sharedserve.bench.report_css import CSS
 from sharedserve.bench.report_html_mix import mix_sections, mix_verdict
 from sharedserve.bench.report_table import (
@@ -120,11 +120,6 @@ def _worst_model(row: dict[str, Any], slo: float) -> str:
     return "missed the SLO"
 
 
-def _label(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    several = len({r.get("pattern") for r in rows}) > 1
-    return f"density {row.get('density')}" + (f" ({row.get('pattern')})" if several else "")
-
-
 def _verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """The recommended density (a mix's scale) and what it gives, the SLO, and what missed it
     first above."""
@@ -135,13 +130,15 @@ def _verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         return _verdict_section(headline, cards, good, rec)
     best, slo = rec.get("density"), report.get("slo_p99_ms")
     cards = []
+    several = several_patterns(rows)
     at_best = [r for r in rows if best is not None and r.get("density") == best]
     for row in at_best:
         detail = [f"p99 {sig3(row['p99_ms'])} ms"] if row.get("p99_ms") is not None else []
         if row.get("scaling_efficiency") is not None:
             detail.append(f"scaling efficiency {sig3(row['scaling_efficiency'])}")
         qps = f"{sig3(row['qps'])} requests/s" if row.get("qps") is not None else NONE
-        cards.append(card(f"At {_label(row, rows)}", qps, ", ".join(detail)))
+        label = row_label(row, mix=False, pattern=several)
+        cards.append(card(f"At {label}", qps, ", ".join(detail)))
     if slo is None:
         cards.append(card("SLO", "none given", "set one with --slo-p99-ms"))
     else:
@@ -155,7 +152,11 @@ def _verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         above = [r for r in judged if best is None or (r.get("density") or 0) > best]
         if above:
             cards.append(
-                card("First to miss the SLO", _label(above[0], rows), _worst_model(above[0], slo))
+                card(
+                    "First to miss the SLO",
+                    row_label(above[0], mix=False, pattern=several),
+                    _worst_model(above[0], slo),
+                )
             )
         elif rows:
             cards.append(card("First to miss the SLO", "none", "every density measured met it"))

@@ -17,6 +17,7 @@ from sharedserve.bench.mix import (
     gpu_lines,
     model_lines,
     objectives,
+    row_label,
     scale_of,
     several_patterns,
 )
@@ -31,11 +32,6 @@ _KINDS: dict[str, Any] = {
 }  # fmt: skip
 _MODEL = [Col(k, h, _KINDS.get(k, "num")) for k, h in MODEL_COLUMNS]
 _GPU = [Col(k, h, _KINDS.get(k, "num")) for k, h in GPU_COLUMNS]
-
-
-def _label(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    pattern = f" ({row.get('pattern')})" if several_patterns(rows) else ""
-    return f"scale {scale_of(row)}{pattern}"
 
 
 def _lead(lines: list[dict[str, Any]], *names: Col) -> list[Col]:
@@ -80,13 +76,15 @@ def mix_verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[str
     objective, and the model that missed first above the recommendation."""
     rec = report.get("recommendation") or {}
     best = rec.get("scale")
+    several = several_patterns(rows)
     cards = []
     for row in [r for r in rows if best is not None and scale_of(r) == best]:
         detail = [f"{count(row['density'])} replicas"] if row.get("density") is not None else []
         if row.get("scaling_efficiency") is not None:
             detail.append(f"scaling efficiency {sig3(row['scaling_efficiency'])}")
         qps = f"{sig3(row['qps'])} requests/s" if row.get("qps") is not None else NONE
-        cards.append(card(f"At {_label(row, rows)}", qps, ", ".join(detail)))
+        label = row_label(row, mix=True, pattern=several)
+        cards.append(card(f"At {label}", qps, ", ".join(detail)))
     slos = objectives(rows)
     if all(s is None for s in slos.values()):
         cards.append(card("SLO", "none given", "slo_p99_ms in the spec, or --slo-p99-ms"))
@@ -100,10 +98,11 @@ def mix_verdict(report: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[str
         )  # fmt: skip
         name = _failing(missed[0], rec.get("failing_model")) if missed else None
         if missed and name is not None:
-            value = f"{name} at {_label(missed[0], rows)}"
+            value = f"{name} at {row_label(missed[0], mix=True, pattern=several)}"
             cards.append(card("First to miss the SLO", value, _miss(missed[0]["models"][name])))
         elif missed:
-            cards.append(card("First to miss the SLO", _label(missed[0], rows), "SLO missed"))
+            label = row_label(missed[0], mix=True, pattern=several)
+            cards.append(card("First to miss the SLO", label, "SLO missed"))
         elif rows:
             cards.append(card("First to miss the SLO", "none", "every scale measured met it"))
     if best is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sharedserve.bench.mix import is_mix, scale_of
+from sharedserve.bench.mix import is_mix, row_label, scale_of, several_patterns
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, model_miss, pct
 from sharedserve.bench.windows import STABILITY_TOLERANCE
 
@@ -57,12 +57,8 @@ def _row_misses(row: dict[str, Any], max_error_rate: float) -> list[str]:
 
 
 def _label(rows: list[dict[str, Any]], row: dict[str, Any]) -> str:
-    patterns = {r["pattern"] for r in rows}
-    if not is_mix(rows):  # one model: its replicas say it all
-        label = f"density {row['density']}"
-    else:
-        label = f"scale {scale_of(row)} ({row['density']} replicas)"
-    return label + (f" ({row['pattern']})" if len(patterns) > 1 else "")
+    # One model: its replicas say it all; a mix: its scale and how many replicas that is.
+    return row_label(row, mix=is_mix(rows), pattern=several_patterns(rows), replicas=True)
 
 
 def _objective(rows: list[dict[str, Any]], slo_p99_ms: float | None, errors: str) -> str | None:
