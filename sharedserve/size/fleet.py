@@ -28,6 +28,7 @@ Format (YAML; JSON is YAML too)::
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -186,8 +187,8 @@ class Fleet:
 
     @model_validator(mode="after")
     def _unique_names(self) -> Fleet:
-        names = [m.name for m in self.models]
-        repeated = sorted({n for n in names if names.count(n) > 1})
+        counts = Counter(m.name for m in self.models)  # not list.count: a fleet has thousands
+        repeated = sorted(n for n, times in counts.items() if times > 1)
         if repeated:
             raise refuse(f"model names must be unique; repeated: {', '.join(repeated)}")
         return self
