@@ -21,8 +21,7 @@ from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic.json_schema import SkipJsonSchema
-from pydantic_core import PydanticCustomError, core_schema
+from pydantic_core import PydanticCustomError, PydanticOmit, core_schema
 
 from sharedserve.errors import ConfigError
 
@@ -48,7 +47,15 @@ DOCUMENT = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 would otherwise be ignored without a word), and field docstrings become the schema's
 descriptions, which an editor shows on hover."""
 
-INTERNAL: Any = SkipJsonSchema()
+
+class _Internal:
+    """pydantic's ``SkipJsonSchema``, as a marker mypy takes as a value."""
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> Any:
+        raise PydanticOmit
+
+
+INTERNAL = _Internal()
 """``Annotated[T, INTERNAL]``: a field the program sets, never the file: left out of the schema
 and refused in a file."""
 
@@ -200,7 +207,7 @@ def _hints(kind: Any) -> dict[str, Any]:
 
 
 def _internal(kind: Any) -> tuple[str, ...]:
-    return tuple(k for k, hint in _hints(kind).items() if _marked(hint, SkipJsonSchema))
+    return tuple(k for k, hint in _hints(kind).items() if _marked(hint, _Internal))
 
 
 def _known(kind: Any) -> tuple[str, ...]:
