@@ -10,17 +10,32 @@ from pathlib import Path
 import pytest
 
 from tests.support import gpus
-from tests.support.servers import Server, run_cli, serving, without_tensorflow
+from tests.support.servers import (
+    Server,
+    first_run_env,
+    run_cli,
+    serving,
+    without_tensorflow,
+)
 
 SUPPORT = Path(__file__).parent / "support"
 
 
 @pytest.fixture(scope="session")
-def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``tiny`` built by the real ``sharedserve models build``, and the test-only edge model."""
+def tiny_build(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """The real ``sharedserve models build tiny`` as a user's first run makes it (a shell without
+    the frameworks' log switches), once: every test reads the model, and test_first_run.py reads
+    what the build printed."""
     out = tmp_path_factory.mktemp("models")
-    result = run_cli("models", "build", "tiny", "--out", str(out))
+    result = run_cli("models", "build", "tiny", "--out", str(out), env=first_run_env())
     assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="session")
+def models_dir(tiny_build: subprocess.CompletedProcess[str]) -> Path:
+    """``tiny`` built by the real ``sharedserve models build``, and the test-only edge model."""
+    out = Path(tiny_build.args[tiny_build.args.index("--out") + 1])
     subprocess.run(
         [sys.executable, str(SUPPORT / "edge_model.py"), str(out / "edge" / "1")],
         check=True,

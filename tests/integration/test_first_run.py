@@ -18,24 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import SHAREDSERVE, Server, clean_env, run_cli
+from tests.support.servers import SHAREDSERVE, Server, first_run_env, run_cli
 
 # absl's and glog's line prefix (severity, MMDD, time), absl's banner before it is initialised,
 # and the start-up lines seen on CPU-only hosts.
 FRAMEWORK_LINE = re.compile(
     r"^[IWEF]\d{4} |absl::InitializeLog|oneDNN|cuda_platform|cuInit|cudart_stub", re.M
 )
-# The switches sharedserve sets only when the user has not; a test process may carry them.
-FRAMEWORK_SWITCHES = ("TF_CPP_MIN_LOG_LEVEL", "TORCH_CPP_LOG_LEVEL", "GRPC_VERBOSITY")
 FRAMEWORKS = {"tensorflow", "torch", "keras"}
-
-
-def first_run_env(**extra: str) -> dict[str, str]:
-    """A shell that never heard of the frameworks' log switches."""
-    env = clean_env(**extra)
-    for name in FRAMEWORK_SWITCHES:
-        env.pop(name, None)
-    return env
 
 
 def framework_lines(text: str) -> list[str]:
@@ -82,9 +72,14 @@ def test_debug_shows_the_frameworks_again(models_dir: Path, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("level", ["info", "debug"])
-def test_models_build_is_as_quiet_as_serve(tmp_path: Path, level: str) -> None:
-    env = first_run_env(SHAREDSERVE_LOG_LEVEL=level)
-    result = run_cli("models", "build", "tiny", "--out", str(tmp_path), env=env)
+def test_models_build_is_as_quiet_as_serve(
+    tmp_path: Path, level: str, tiny_build: subprocess.CompletedProcess[str]
+) -> None:
+    if level == "info":  # the default: the session's own build, made in a first-run shell
+        result = tiny_build
+    else:
+        env = first_run_env(SHAREDSERVE_LOG_LEVEL=level)
+        result = run_cli("models", "build", "tiny", "--out", str(tmp_path), env=env)
     assert result.returncode == 0, result.stderr
     assert "built tiny (tf)" in result.stderr
     if level == "debug":

@@ -32,6 +32,19 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# The frameworks' log switches, which sharedserve sets only where the user has not; a test
+# process may carry them (the CLI sets them in its own process).
+FRAMEWORK_SWITCHES = ("TF_CPP_MIN_LOG_LEVEL", "TORCH_CPP_LOG_LEVEL", "GRPC_VERBOSITY")
+
+
+def first_run_env(**extra: str) -> dict[str, str]:
+    """``clean_env`` of a shell that never heard of the frameworks' log switches."""
+    env = clean_env(**extra)
+    for name in FRAMEWORK_SWITCHES:
+        env.pop(name, None)
+    return env
+
+
 def without_tensorflow(root: Path, **extra: str) -> dict[str, str]:
     """``clean_env`` for a child in which TensorFlow is missing, as in a ``[torch]``-only install.
 
