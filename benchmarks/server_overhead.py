@@ -127,7 +127,7 @@ def rest_body(array: np.ndarray) -> bytes:
 
 
 def in_process_worker(model_dir: Path) -> None:
-    from sharedserve.config import CapSource, GpuCapRequest
+    from sharedserve.config import NO_CAP
     from sharedserve.limits.cpu import resolve_cpu_limit, thread_pool_sizes
     from sharedserve.limits.gpu import resolve_cap
     from sharedserve.server.backends import make_backend
@@ -136,7 +136,7 @@ def in_process_worker(model_dir: Path) -> None:
     from sharedserve.server.tfserving import codec
 
     backend = make_backend(find_model(model_dir))
-    cap = resolve_cap(GpuCapRequest(None, None, CapSource.NONE), None)
+    cap = resolve_cap(NO_CAP, None)
     backend.configure(RuntimeConfig(cap, *thread_pool_sizes(resolve_cpu_limit(None))))
     backend.load()
     warm_up(backend)

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from sharedserve.contract import GpuShare
 from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "NO_CAP",
     "REPLICA_SERVE_OPTIONS",
     "BatchingSettings",
     "BenchSettings",
@@ -49,13 +51,27 @@ class CapSource(str, Enum):
 
 @dataclass(frozen=True)
 class GpuCapRequest:
-    """A GPU memory cap as asked for, before the GPU's size is known."""
+    """A GPU memory cap as asked for, before the GPU's size is known, and where it came from.
 
-    fraction: float | None
-    """Share of the GPU's memory, in (0, 1]."""
-    mib: int | None
-    """Absolute cap in MiB; wins over ``fraction`` when both are set."""
+    The cap is the env contract's ``GpuShare`` naming no GPU yet, with the one figure asked for
+    (a flag, a pack spec entry or the contract's variables): a fraction or MiB, the MiB winning
+    where the contract carries both. ``limits.gpu.resolve_cap`` sizes it against the GPU.
+    """
+
+    share: GpuShare
+    """What was asked; neither figure with ``CapSource.NONE``."""
     source: CapSource
+
+    @classmethod
+    def of(
+        cls, source: CapSource, *, fraction: float | None = None, mib: int | None = None
+    ) -> GpuCapRequest:
+        """A request naming no GPU: ``GpuCapRequest.of(CapSource.FLAG, mib=6000)``."""
+        return cls(GpuShare(None, fraction, mib), source)
+
+
+NO_CAP = GpuCapRequest(GpuShare(None), CapSource.NONE)
+"""No cap asked for."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +165,7 @@ class ConnectionSettings:
 
 @dataclass(frozen=True)
 class GpuSettings:
-    cap: GpuCapRequest = field(default_factory=lambda: GpuCapRequest(None, None, CapSource.NONE))
+    cap: GpuCapRequest = NO_CAP
     """The memory cap asked for (flags or env contract)."""
     visible_devices: str | None = None
     """``CUDA_VISIBLE_DEVICES`` as the process sees it; picks which GPU the cap is sized against."""
@@ -261,8 +277,6 @@ class BenchSettings:
             raise ConfigError(f"invalid value for {', '.join(bad)}")
 
 
-_NO_CAP = GpuCapRequest(None, None, CapSource.NONE)
-
 REPLICA_SERVE_OPTIONS = frozenset(
     {
         *("--model", "--name", "--host", "--rest-port", "--grpc-port"),
@@ -287,7 +301,7 @@ class PackEntry:
     """Model name in URLs; replicas are ``NAME-0``, ``NAME-1``... [default: dir name]."""
     gpu: str | None = None
     """GPU for every replica, by NVML index or UUID (prefix); None: placed by the pack's policy."""
-    cap: GpuCapRequest = _NO_CAP
+    cap: GpuCapRequest = NO_CAP
     """GPU memory cap per replica; CapSource.NONE: a share of what the explicit caps leave,
     in proportion to the model's footprint."""
     cpu_limit_cores: float | None = None

@@ -14,6 +14,22 @@ comma-separated, in the order of ``NVIDIA_VISIBLE_DEVICES`` (NVML index order):
 second. ``sharedserve serve`` uses one GPU: given several it serves on the first (CUDA's device
 0 inside the container) with that GPU's cap, and says that the others go unused
 (``limits.gpu.parse_cap_request``).
+
+A share's two figures, and the one conversion between them (``fraction_of`` / ``mib_of``; no
+other module divides MiB by a GPU's size or multiplies a share by it):
+
+- MiB to fraction: rounded *down* to ``FRACTION_DIGITS`` (6) decimal places in integer
+  arithmetic, and one step further down where the float that text reads as, times the GPU's
+  MiB, would come out above the cap (0.28 x 25 is 7.000000000000001). So a framework capped by
+  the fraction (torch) never gets more than the MiB cap: ``fraction * total <= mib``, as floats
+  compute it. 1e-6 of an 80 GiB GPU is 0.08 MiB; a cap finer than one step is refused
+  (ConfigError) rather than written as a share of 0, which every server refuses.
+- Fraction to MiB: the share is the decimal it is written as (``0.29`` is 29/100, not the
+  binary float just under it), times the GPU's MiB, rounded *down* in exact arithmetic: never
+  above the share, and 0.29 of 100 MiB is 29 MiB, not 28. Under 1 MiB is refused.
+- The pair is not an identity: ``mib_of(fraction_of(m, t), t)`` may be ``m - 1`` (a sixth
+  decimal cannot name every MiB of a large GPU). That is why a writer that knows the MiB writes
+  both figures and the MiB wins when both are set.
 """
 
 from __future__ import annotations
@@ -21,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TypeVar
 
 from sharedserve.errors import ConfigError
@@ -30,6 +47,7 @@ __all__ = [
     "CUDA_VISIBLE_DEVICES",
     "DRA_DRIVER",
     "DRA_MEMORY",
+    "FRACTION_DIGITS",
     "GPU_MEMORY_FRACTION",
     "GPU_MEMORY_MIB",
     "MPS_ACTIVE_THREAD_PERCENTAGE",
@@ -40,7 +58,6 @@ __all__ = [
     "VGPU_IDS",
     "VGPU_RESOURCE",
     "VGPU_SEPARATOR",
-    "FRACTION_DIGITS",
     "GpuShare",
     "Grant",
     "MpsLimits",
@@ -101,19 +118,22 @@ FRACTION_DIGITS = 6
 
 
 def fraction_of(mib: int, total_mib: int) -> float:
-    """``mib`` of a GPU of ``total_mib`` as a share, the one MiB-to-fraction conversion.
+    """``mib`` of a GPU of ``total_mib`` as a share: the one MiB-to-fraction conversion.
 
-    Rounded *down* to ``FRACTION_DIGITS`` places in integer arithmetic, so that the share times
-    the GPU's memory is never above the MiB cap it stands for (a share rounded up would let a
-    framework capped by fraction take more than the grant). ConfigError when the cap is finer
-    than a share can carry (it would read 0, which every server refuses) or above the GPU.
+    Rounded down (the module's docstring says how) so that ``fraction * total_mib <= mib``.
+    ConfigError for a cap that is not positive, is above the GPU, or is finer than a share can
+    carry.
     """
     if mib <= 0 or total_mib <= 0:
         raise ConfigError(f"a GPU memory cap needs positive MiB, got {mib} of {total_mib} MiB")
     if mib > total_mib:
         raise ConfigError(f"a GPU memory cap of {mib} MiB exceeds the GPU's {total_mib} MiB")
-    scale = 10**FRACTION_DIGITS
+    scale: int = 10**FRACTION_DIGITS
     steps = mib * scale // total_mib
+    # Exact in integers, but the float nearest steps/scale may sit a hair above it; one step
+    # down is far below the cap again (by total_mib / scale MiB).
+    while steps and steps / scale * total_mib > mib:
+        steps -= 1
     if steps == 0:
         least = -(-total_mib // scale)
         raise ConfigError(
@@ -124,10 +144,21 @@ def fraction_of(mib: int, total_mib: int) -> float:
 
 
 def mib_of(fraction: float, total_mib: int) -> int:
-    """A share of a GPU of ``total_mib`` in whole MiB, rounded down: the inverse of
-    ``fraction_of`` up to its rounding (never above the share). The epsilon keeps 0.29 x 100
-    (28.999999999999996 in binary) from flooring to 28."""
-    return math.floor(fraction * total_mib + 1e-9)
+    """A share of a GPU of ``total_mib`` in whole MiB: the one fraction-to-MiB conversion.
+
+    The share is taken as the decimal it is written as and rounded down in exact arithmetic
+    (the module's docstring says why), so the result is never above the share. ConfigError for
+    a share outside (0, 1] or one under 1 MiB of this GPU.
+    """
+    share = parse_fraction(fraction, "a GPU memory share")
+    if total_mib <= 0:
+        raise ConfigError(f"a GPU needs positive memory, got {total_mib} MiB")
+    mib = math.floor(Fraction(repr(share)) * total_mib)
+    if mib == 0:
+        raise ConfigError(
+            f"a share of {share!r} of a {total_mib} MiB GPU is under 1 MiB; give a larger share"
+        )
+    return mib
 
 
 def without_grant(env: Mapping[str, str]) -> dict[str, str]:
@@ -142,15 +173,34 @@ def vgpu_id(uuid: str, slot: int) -> str:
 
 @dataclass(frozen=True)
 class GpuShare:
-    """One GPU of a grant and how much of its memory the process may use."""
+    """How much of one GPU's memory a process may use: one GPU of a grant, a cap as asked for
+    (``config.GpuCapRequest``, no GPU named yet) or the cap in force (``limits.gpu.GpuCap``).
+
+    No figure at all is no cap. Built from one figure and the GPU's size, use ``of_mib`` or
+    ``of_fraction``, which fill in the other through the one conversion.
+    """
 
     uuid: str | None
-    """The GPU's UUID; None where there is no real GPU to name (a packer without one)."""
+    """The GPU's UUID; None where there is no real GPU to name (a packer without one, a cap
+    asked for before the GPU is known)."""
     fraction: float | None = None
     """Share of the GPU's memory, in (0, 1]."""
     mib: int | None = None
     """The same cap in MiB; wins over the fraction when both are known."""
     vgpu_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def of_mib(
+        cls, uuid: str | None, mib: int, total_mib: int, vgpu_ids: Iterable[str] = ()
+    ) -> GpuShare:
+        """``mib`` MiB of a GPU of ``total_mib``, with the fraction that never stands for more."""
+        return cls(uuid, fraction_of(mib, total_mib), mib, tuple(vgpu_ids))
+
+    @classmethod
+    def of_fraction(cls, uuid: str | None, fraction: float, total_mib: int) -> GpuShare:
+        """``fraction`` of a GPU of ``total_mib``, with the whole MiB it amounts to (rounded
+        down): the fraction stays as given, the framework applying it measures the card."""
+        return cls(uuid, fraction, mib_of(fraction, total_mib))
 
 
 @dataclass(frozen=True)

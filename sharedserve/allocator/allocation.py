@@ -29,13 +29,20 @@ class GpuGrant:
     vgpu_ids: tuple[str, ...]
 
     @property
-    def fraction(self) -> float:
-        """Share of the GPU: granted vGPUs / the GPU's replicas."""
+    def vgpu_share(self) -> float:
+        """Share of the GPU's vGPUs (granted / advertised): the pod's share of its SMs."""
         return len(self.vgpu_ids) / self.gpu.replicas
 
     @property
     def memory_mib(self) -> int:
         return len(self.vgpu_ids) * self.gpu.vgpu_memory_mib
+
+    @property
+    def share(self) -> GpuShare:
+        """The memory cap of the env contract. Its fraction is the MiB's (``fraction_of``), not
+        the vGPU share: a GPU cut into vGPUs of a given size keeps a remainder no vGPU owns, so
+        one vGPU of 13 on an 80 GiB card is 6000 MiB, 0.073242 of it, not 1/13."""
+        return GpuShare.of_mib(self.gpu.uuid, self.memory_mib, self.gpu.memory_mib, self.vgpu_ids)
 
 
 @dataclass(frozen=True)
@@ -97,14 +104,13 @@ def container_grant(grants: Sequence[GpuGrant], options: GrantOptions) -> Contai
         pipe_dir = str(options.mps_pipe_dir)
         # One percentage per client, whatever the number of GPUs: the smallest share, so that
         # no GPU gives the pod more of its SMs than the pod's share of it.
-        share = min(g.fraction for g in grants)
+        share = min(g.vgpu_share for g in grants)
         mps = MpsLimits(pipe_dir, max(1, int(100 * share)))
         # The pipes are how clients reach the node's MPS control daemon; they must be writable.
         mounts = (MountSpec(pipe_dir, pipe_dir, read_only=False),)
         if options.mps_shm_dir is not None:
             mounts += (MountSpec("/dev/shm", str(options.mps_shm_dir), read_only=False),)
-    shares = tuple(GpuShare(g.gpu.uuid, g.fraction, g.memory_mib, g.vgpu_ids) for g in grants)
-    envs = Grant(shares, mps).to_env()
+    envs = Grant(tuple(g.share for g in grants), mps).to_env()
     cdi: tuple[str, ...] = ()
     if options.cdi_kind is not None:
         cdi = tuple(f"{options.cdi_kind}={g.gpu.uuid}" for g in grants)

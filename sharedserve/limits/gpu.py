@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from sharedserve.config import CapSource, GpuCapRequest
+from sharedserve.config import NO_CAP, CapSource, GpuCapRequest
 from sharedserve.contract import (
+    GpuShare,
     Grant,
+    fraction_of,
+    mib_of,
     parse_fraction,
     parse_mib,
 )
@@ -41,15 +44,14 @@ _MIB = 1 << 20
 
 @dataclass(frozen=True)
 class GpuCap:
-    """The cap in force, as reported on ``/sharedserve/v1/limits``."""
+    """The cap in force, as reported on ``/sharedserve/v1/limits``: the request sized against
+    the GPU the server uses, so it carries both figures wherever the GPU's size is known."""
 
-    fraction: float | None
-    mib: int | None
+    share: GpuShare
+    """The GPU (``uuid``, None without one) and the cap on it (neither figure without a cap)."""
     source: CapSource
     total_mib: int | None
     """The GPU's memory in MiB, from NVML; None without a GPU."""
-    device: str | None
-    """UUID of the GPU the cap applies to; None without a GPU."""
     enforced: bool = False
     """True only once a framework has been configured with the cap on a real GPU."""
 
@@ -64,16 +66,13 @@ def parse_cap_request(
     """
     if flag_fraction is not None and flag_mib is not None:
         raise ConfigError("give --gpu-memory-fraction or --gpu-memory-mib, not both")
-    if flag_fraction is not None or flag_mib is not None:
-        return GpuCapRequest(
-            fraction=None
-            if flag_fraction is None
-            else parse_fraction(flag_fraction, "--gpu-memory-fraction"),
-            mib=None if flag_mib is None else parse_mib(flag_mib, "--gpu-memory-mib"),
-            source=CapSource.FLAG,
-        )
+    if flag_fraction is not None:
+        fraction = parse_fraction(flag_fraction, "--gpu-memory-fraction")
+        return GpuCapRequest.of(CapSource.FLAG, fraction=fraction)
+    if flag_mib is not None:
+        return GpuCapRequest.of(CapSource.FLAG, mib=parse_mib(flag_mib, "--gpu-memory-mib"))
     if grant is None or all(g.mib is None and g.fraction is None for g in grant.gpus):
-        return GpuCapRequest(None, None, CapSource.NONE)
+        return NO_CAP
     if len(grant.gpus) > 1:
         log.warning(
             "the env contract grants %d GPUs; sharedserve serve uses one: serving on the first "
@@ -81,9 +80,9 @@ def parse_cap_request(
             len(grant.gpus),
         )
     first = grant.gpus[0]
-    if first.mib is not None:
-        return GpuCapRequest(None, first.mib, CapSource.ENV)
-    return GpuCapRequest(first.fraction, None, CapSource.ENV)
+    if first.mib is not None:  # computed by the writer against the real card: it wins
+        return GpuCapRequest.of(CapSource.ENV, mib=first.mib)
+    return GpuCapRequest.of(CapSource.ENV, fraction=first.fraction)
 
 
 def select_visible_gpu(gpus: list[GpuInfo], visible_devices: str | None) -> GpuInfo | None:
@@ -108,20 +107,25 @@ def select_visible_gpu(gpus: list[GpuInfo], visible_devices: str | None) -> GpuI
 
 
 def resolve_cap(request: GpuCapRequest, gpu: GpuInfo | None) -> GpuCap:
-    """Turn the request into both figures against the GPU's real size."""
-    device = gpu.uuid if gpu else None
-    total = gpu.memory_mib if gpu else None
-    if request.mib is not None:
-        if total is not None and request.mib > total:
-            name = gpu.name if gpu else "GPU"
-            raise ConfigError(f"GPU memory cap {request.mib} MiB exceeds the {name}'s {total} MiB")
-        fraction = None if total is None else round(request.mib / total, 6)
-        return GpuCap(fraction, request.mib, request.source, total, device)
-    if request.fraction is not None:
-        # The epsilon keeps 0.29 x 100 (28.999999999999996 in binary) from flooring to 28.
-        mib = None if total is None else int(request.fraction * total + 1e-9)
-        return GpuCap(request.fraction, mib, request.source, total, device)
-    return GpuCap(None, None, CapSource.NONE, total, device)
+    """Turn the request into both figures against the GPU's real size (the contract's one
+    conversion); without a GPU the figure asked for is all there is."""
+    asked = request.share
+    if request.source is CapSource.NONE or (asked.mib is None and asked.fraction is None):
+        if gpu is None:
+            return GpuCap(GpuShare(None), CapSource.NONE, None)
+        return GpuCap(GpuShare(gpu.uuid), CapSource.NONE, gpu.memory_mib)
+    if gpu is None:
+        return GpuCap(GpuShare(None, asked.fraction, asked.mib), request.source, None)
+    if asked.mib is not None:
+        if asked.mib > gpu.memory_mib:
+            raise ConfigError(
+                f"GPU memory cap {asked.mib} MiB exceeds the {gpu.name}'s {gpu.memory_mib} MiB"
+            )
+        share = GpuShare.of_mib(gpu.uuid, asked.mib, gpu.memory_mib)
+    else:
+        assert asked.fraction is not None  # checked above
+        share = GpuShare.of_fraction(gpu.uuid, asked.fraction, gpu.memory_mib)
+    return GpuCap(share, request.source, gpu.memory_mib)
 
 
 def _not_enforced(cap: GpuCap, framework: str) -> GpuCap:
@@ -131,8 +135,8 @@ def _not_enforced(cap: GpuCap, framework: str) -> GpuCap:
             "no GPU visible to %s: GPU memory cap (fraction=%s, mib=%s) is recorded "
             "but NOT enforced",
             framework,
-            cap.fraction,
-            cap.mib,
+            cap.share.fraction,
+            cap.share.mib,
         )
     return replace(cap, enforced=False)
 
@@ -158,16 +162,18 @@ def apply_tensorflow(cap: GpuCap) -> GpuCap:
             tf.config.experimental.set_memory_growth(device, True)
         log.info("no GPU memory cap; memory growth enabled on %d GPU(s)", len(gpus))
         return replace(cap, enforced=False)
-    if cap.mib is None:
+    # TensorFlow takes MiB; resolve_cap has already turned a fraction into them (mib_of).
+    mib = cap.share.mib
+    if mib is None:
         raise ConfigError(
             "a GPU memory fraction needs the GPU's size, but NVML did not report it; "
             "pass --gpu-memory-mib instead"
         )
     for device in gpus:
         tf.config.set_logical_device_configuration(
-            device, [tf.config.LogicalDeviceConfiguration(memory_limit=cap.mib)]
+            device, [tf.config.LogicalDeviceConfiguration(memory_limit=mib)]
         )
-    log.info("GPU memory cap enforced by TensorFlow: %d MiB on %d GPU(s)", cap.mib, len(gpus))
+    log.info("GPU memory cap enforced by TensorFlow: %d MiB on %d GPU(s)", mib, len(gpus))
     return replace(cap, enforced=True)
 
 
@@ -195,28 +201,33 @@ def apply_torch(cap: GpuCap) -> GpuCap:
         log.info("no GPU memory cap; PyTorch allocates on demand")
         return replace(cap, enforced=False)
     properties = torch.cuda.get_device_properties(0)
+    # torch measures the card in bytes; in whole MiB it is floor(bytes) for a fraction's MiB
+    # and ceil(bytes) for a MiB cap's fraction, so that neither stands for more than the other.
     total_mib = properties.total_memory // _MIB
-    if cap.mib is not None:
-        fraction = min(1.0, cap.mib * _MIB / properties.total_memory)
-        mib = cap.mib
-    elif cap.fraction is not None:
-        fraction = cap.fraction
-        mib = int(cap.fraction * total_mib + 1e-9)
+    asked = cap.share
+    if asked.mib is not None:
+        ceiling_mib = -(-properties.total_memory // _MIB)
+        # NVML's figure, which resolve_cap checked the cap against, may exceed torch's.
+        fraction = fraction_of(min(asked.mib, ceiling_mib), ceiling_mib)
+        mib = asked.mib
+    elif asked.fraction is not None:
+        fraction = asked.fraction
+        mib = mib_of(asked.fraction, total_mib)
     else:  # a source other than NONE always carries a figure; resolve_cap guarantees it
         raise ConfigError(f"GPU memory cap from {cap.source.value} has neither MiB nor fraction")
     torch.cuda.set_per_process_memory_fraction(fraction, device=0)
     log.info(
-        "GPU memory cap enforced by PyTorch: %d MiB (%.4f of %d MiB) on %s",
+        "GPU memory cap enforced by PyTorch: %d MiB (%s of %d MiB) on %s",
         mib,
         fraction,
         total_mib,
         properties.name,
     )
+    uuid = asked.uuid if asked.uuid is not None else f"GPU-{properties.uuid}"
+    reported = asked.fraction if asked.fraction is not None else fraction
     return replace(
         cap,
-        fraction=cap.fraction if cap.fraction is not None else round(fraction, 6),
-        mib=mib,
+        share=replace(asked, uuid=uuid, fraction=reported, mib=mib),
         total_mib=cap.total_mib if cap.total_mib is not None else total_mib,
-        device=cap.device if cap.device is not None else f"GPU-{properties.uuid}",
         enforced=True,
     )

@@ -154,15 +154,17 @@ def plan_gpu(
 def _explicit_mib(request: GpuCapRequest, gpu: GpuInfo) -> int | None:
     if request.source is CapSource.NONE:
         return None
-    if request.mib is not None:
-        return request.mib
-    assert request.fraction is not None
-    return math.floor(request.fraction * gpu.memory_mib)
+    if request.share.mib is not None:
+        return request.share.mib
+    assert request.share.fraction is not None
+    return math.floor(request.share.fraction * gpu.memory_mib)
 
 
 def _without_gpu(items: Sequence[PlanItem]) -> list[GpuShare]:
     # No GPU to size against: only the fractions' sum can be checked.
-    asked = [(item, item.cap.fraction) for item in items if item.cap.source is not CapSource.NONE]
+    asked = [
+        (item, item.cap.share.fraction) for item in items if item.cap.source is not CapSource.NONE
+    ]
     total = sum(item.replicas * f for item, f in asked if f is not None)
     if total > 1 + 1e-9:
         parts = " + ".join(f"{item.replicas} x {f:g}" for item, f in asked if f is not None)
@@ -170,7 +172,7 @@ def _without_gpu(items: Sequence[PlanItem]) -> list[GpuShare]:
     return [
         GpuShare(None, None, None, default_split=True)
         if item.cap.source is CapSource.NONE
-        else GpuShare(None, item.cap.fraction, item.cap.mib, default_split=False)
+        else GpuShare(None, item.cap.share.fraction, item.cap.share.mib, default_split=False)
         for item in items
     ]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from sharedserve.config import CapSource, GpuCapRequest, PackEntry
+from sharedserve.config import NO_CAP, CapSource, GpuCapRequest, PackEntry
 from sharedserve.contract import parse_fraction, parse_mib
 from sharedserve.errors import ConfigError
 
@@ -158,17 +158,17 @@ def _entry(values: dict[str, Any], base_dir: Path, label: str) -> PackEntry:
     fraction, mib = values.get("gpu_memory_fraction"), values.get("gpu_memory_mib")
     if fraction is not None and mib is not None:
         raise ConfigError(f"{label}: give gpu_memory_fraction or gpu_memory_mib, not both")
-    cap = GpuCapRequest(None, None, CapSource.NONE)
+    cap = NO_CAP
     if fraction is not None:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
             raise ConfigError(f"{label}: gpu_memory_fraction must be a number, got {fraction!r}")
-        cap = GpuCapRequest(
-            parse_fraction(fraction, f"{label}: gpu_memory_fraction"), None, CapSource.FLAG
+        cap = GpuCapRequest.of(
+            CapSource.FLAG, fraction=parse_fraction(fraction, f"{label}: gpu_memory_fraction")
         )
     elif mib is not None:
         if isinstance(mib, bool) or not isinstance(mib, int):
             raise ConfigError(f"{label}: gpu_memory_mib must be a whole number, got {mib!r}")
-        cap = GpuCapRequest(None, parse_mib(mib, f"{label}: gpu_memory_mib"), CapSource.FLAG)
+        cap = GpuCapRequest.of(CapSource.FLAG, mib=parse_mib(mib, f"{label}: gpu_memory_mib"))
     args = values.get("serve_args", [])
     plain = (str, int, float)  # YAML reads "8" as 8: numbers are fine, a yes/no is a mistake
     if not isinstance(args, list) or not all(

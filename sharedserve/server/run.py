@@ -70,9 +70,9 @@ def limits_report(
     """The ``/sharedserve/v1/limits`` body: the caps in force, where each came from, whether
     it is enforced (README shows it)."""
     return {
-        "device": cap.device if cap.enforced and cap.device else "cpu",
-        "gpu_memory_fraction": cap.fraction,
-        "gpu_memory_mib": cap.mib,
+        "device": cap.share.uuid if cap.enforced and cap.share.uuid else "cpu",
+        "gpu_memory_fraction": cap.share.fraction,
+        "gpu_memory_mib": cap.share.mib,
         "gpu_memory_total_mib": cap.total_mib,
         "gpu_memory_source": cap.source.value,
         "gpu_memory_enforced": cap.enforced,
@@ -175,16 +175,17 @@ def _gpu_memory_reader(
     A simulated backend answers None itself, so no figure is ever made up here.
     """
     mib = 1024 * 1024
-    cap_bytes = None if cap.mib is None else float(cap.mib * mib)
+    cap_bytes = None if cap.share.mib is None else float(cap.share.mib * mib)
     pid = os.getpid()
+    device = cap.share.uuid
 
     def read() -> GpuMemoryReading:
         pool = framework.allocator_reserved_bytes()
         pool_bytes = None if pool is None else float(pool)
-        if backend is None or cap.device is None:
+        if backend is None or device is None:
             return None, cap_bytes, pool_bytes
         try:
-            used = backend.process_memory_mib(cap.device, pid)
+            used = backend.process_memory_mib(device, pid)
         except SharedServeError:
             used = None
         return (None if used is None else float(used * mib)), cap_bytes, pool_bytes
@@ -227,8 +228,8 @@ def _serve(
         cpu.source.value,
         threads[0],
         threads[1],
-        cap.fraction,
-        cap.mib,
+        cap.share.fraction,
+        cap.share.mib,
         cap.source.value,
         "enforced" if cap.enforced else "not enforced",
     )

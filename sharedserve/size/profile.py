@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
 
 __all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profiles", "profiles_of"]
@@ -89,7 +90,7 @@ class Capacity:
     point: ProfilePoint
 
 
-def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: float | None) -> ProfilePoint:
+def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: int | None) -> ProfilePoint:
     replicas = int(model["replicas"])
     density = int(row["density"])
     dropped = model.get("dropped") or 0
@@ -100,7 +101,8 @@ def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: float | No
     source: str | None = "nvml"
     if mem is None:
         fraction = model.get("gpu_memory_fraction")
-        mem, source = (fraction * gpu_mib, "cap") if fraction and gpu_mib else (None, None)
+        # The cap in force, in MiB, as the server resolved it from the share (mib_of).
+        mem, source = (mib_of(fraction, gpu_mib), "cap") if fraction and gpu_mib else (None, None)
     util = row.get("gpu_util_mean")
     alone = len(row.get("models") or {}) == 1
     return ProfilePoint(
@@ -122,7 +124,7 @@ def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: float | No
     )
 
 
-def _gpu(report: dict[str, Any]) -> tuple[str | None, float | None]:
+def _gpu(report: dict[str, Any]) -> tuple[str | None, int | None]:
     """The real GPU the report measured on: its name and memory in MiB (None, None without)."""
     names = {r.get("gpu_name") for r in report.get("rows") or []} - {None}
     gpus = (report.get("environment") or {}).get("gpus") or []
@@ -130,7 +132,7 @@ def _gpu(report: dict[str, Any]) -> tuple[str | None, float | None]:
         return None, None
     name = sorted(names)[0]
     memory = next((g.get("memory_mib") for g in gpus if g.get("name") == name), None)
-    return name, None if memory is None else float(memory)
+    return name, None if memory is None else int(memory)
 
 
 def profiles_of(report: Any, source: str = "report") -> dict[str, ModelProfile]:
@@ -153,6 +155,8 @@ def profiles_of(report: Any, source: str = "report") -> dict[str, ModelProfile]:
                 points.setdefault(name, []).append(_model_point(row, model, gpu_mib))
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise ConfigError(f"{source}: a row is not in bench's format ({e!r})") from e
+    except ConfigError as e:  # a cap the server itself would have refused
+        raise ConfigError(f"{source}: {e.message}") from e
     return {
         name: ModelProfile(name, gpu_name, tuple(found), source) for name, found in points.items()
     }

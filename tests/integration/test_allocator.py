@@ -256,7 +256,7 @@ def test_spread_mixed_gpus_mps_cdi_multi_gpu(spread_node: Node, mps_dir: Path) -
     assert dict(grant.envs) == {
         "NVIDIA_VISIBLE_DEVICES": f"{T4},{A100}",
         "SHAREDSERVE_VGPU_IDS": ",".join(ids(T4, 1, 2) + ids(A100, 0)),
-        "SHAREDSERVE_GPU_MEMORY_FRACTION": f"{2 / 3!r},0.0625",
+        "SHAREDSERVE_GPU_MEMORY_FRACTION": "0.666666,0.0625",  # the MiB's share, rounded down
         "SHAREDSERVE_GPU_MEMORY_MIB": "10240,5120",
         "CUDA_MPS_PIPE_DIRECTORY": pipe,
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "6",

@@ -17,7 +17,7 @@ import pytest
 
 from sharedserve.allocator.dra.cdi import spec_path
 from sharedserve.allocator.dra.claims import CDI_KIND
-from sharedserve.contract import DRA_DRIVER, Grant
+from sharedserve.contract import DRA_DRIVER, Grant, fraction_of
 from tests.support.allocator import A100, GPUS, T4
 from tests.support.apiserver import allocated_claim
 from tests.support.dra_node import NODE, SLICE, DraNode
@@ -131,7 +131,7 @@ def test_two_claims_on_one_gpu_get_their_own_memory_caps(node: DraNode) -> None:
         grant = Grant.from_env(env)
         (share,) = grant.gpus
         assert (share.uuid, share.mib) == (T4, mib)
-        assert share.fraction == pytest.approx(mib / 15360)
+        assert share.fraction == fraction_of(mib, 15360)  # 2 GiB: 0.133333, rounded down
         assert env["CUDA_VISIBLE_DEVICES"] == T4
     node.kubelet.unprepare([six, two])
 

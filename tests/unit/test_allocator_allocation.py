@@ -36,14 +36,12 @@ def grant(ids: list[str], options: GrantOptions = PLAIN, **kw: Sizing) -> dict[s
         pytest.param(
             [f"{A}::3", f"{A}::1"], Sizing(vgpus_per_gpu=4), "0.5", "7680", id="two-of-four"
         ),
-        pytest.param(
-            [f"{A}::0"], Sizing(vgpus_per_gpu=3), "0.3333333333333333", "5120", id="third"
-        ),
+        pytest.param([f"{A}::0"], Sizing(vgpus_per_gpu=3), "0.333333", "5120", id="third"),
         pytest.param([f"{A}::0"], Sizing(vgpus_per_gpu=1), "1.0", "15360", id="whole-gpu"),
         pytest.param(
             [f"{B}::0"],
             Sizing(vgpu_memory_mib=6000),
-            "0.07692307692307693",
+            "0.073242",  # 6000 of 81920 MiB, not 1 of its 13 vGPUs (which would be 6301 MiB)
             "6000",
             id="by-memory-mib-wins",
         ),
@@ -58,7 +56,8 @@ def test_single_gpu_envs(ids: list[str], sizing: Sizing, fraction: str, mib: str
         "SHAREDSERVE_GPU_MEMORY_FRACTION": fraction,
         "SHAREDSERVE_GPU_MEMORY_MIB": mib,
     }
-    assert 0 < float(fraction) <= 1
+    total = {A: 15360, B: 81920}[gpu]
+    assert float(fraction) > 0 and float(fraction) * total <= int(mib)
 
 
 def test_multi_gpu_refused_by_default() -> None:

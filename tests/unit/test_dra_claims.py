@@ -15,7 +15,7 @@ from sharedserve.allocator.dra.claims import (
     prepare_claim,
 )
 from sharedserve.allocator.inventory import PhysicalGpu, Sizing, build_inventory
-from sharedserve.contract import CUDA_VISIBLE_DEVICES, DRA_DRIVER, DRA_MEMORY, Grant
+from sharedserve.contract import CUDA_VISIBLE_DEVICES, DRA_DRIVER, DRA_MEMORY, Grant, fraction_of
 from sharedserve.errors import InvalidInput
 from sharedserve.gpu.info import GpuInfo
 
@@ -72,7 +72,8 @@ def test_claims_share_one_gpu(memory: str, mib: int) -> None:
     prepared = prepare(claim(result("gpu-0", memory, share="a1")))
     env = prepared.envs[cdi_name(UID, "gpu")]
     grant = Grant.from_env(env)
-    assert [(g.uuid, g.mib, g.fraction) for g in grant.gpus] == [(UUID0, mib, mib / T4)]
+    assert [(g.uuid, g.mib, g.fraction) for g in grant.gpus] == [(UUID0, mib, fraction_of(mib, T4))]
+    assert grant.gpus[0].fraction is not None and grant.gpus[0].fraction * T4 <= mib
     assert grant.bare_host
     assert env[CUDA_VISIBLE_DEVICES] == UUID0
     assert prepared.devices == (
@@ -192,7 +193,7 @@ def test_refused(body: dict[str, Any], slots: int | None, fragments: list[str]) 
 def test_slots_mode_memory(slots: int, device: str, consumed: str | None, mib: int) -> None:
     (gpu,) = grant_of(prepare(claim(result(device, consumed)), slots=slots)).gpus
     assert gpu.mib == mib
-    assert gpu.fraction == mib / T4
+    assert gpu.fraction == fraction_of(mib, T4)
 
 
 def test_no_consumed_capacity_is_the_whole_gpu() -> None:

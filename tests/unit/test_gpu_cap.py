@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharedserve.contract import GPU_MEMORY_FRACTION, GPU_MEMORY_MIB, Grant
+from sharedserve.contract import GPU_MEMORY_FRACTION, GPU_MEMORY_MIB, GpuShare, Grant
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import GpuInfo
 from sharedserve.limits.gpu import (
@@ -47,28 +47,41 @@ def _request(
 @pytest.mark.parametrize(
     ("flag_fraction", "flag_mib", "env_fraction", "env_mib", "expected"),
     [
-        pytest.param(None, None, None, None, GpuCapRequest(None, None, NONE), id="nothing"),
-        pytest.param(None, None, "", "", GpuCapRequest(None, None, NONE), id="empty-env"),
-        pytest.param(None, None, "  ", "\t\n", GpuCapRequest(None, None, NONE), id="blank-env"),
-        pytest.param(0.5, None, None, None, GpuCapRequest(0.5, None, FLAG), id="flag-fraction"),
-        pytest.param(1.0, None, None, None, GpuCapRequest(1.0, None, FLAG), id="flag-fraction-1"),
-        pytest.param(None, 2048, None, None, GpuCapRequest(None, 2048, FLAG), id="flag-mib"),
+        pytest.param(None, None, None, None, GpuCapRequest.of(NONE), id="nothing"),
+        pytest.param(None, None, "", "", GpuCapRequest.of(NONE), id="empty-env"),
+        pytest.param(None, None, "  ", "\t\n", GpuCapRequest.of(NONE), id="blank-env"),
         pytest.param(
-            0.25, None, "0.75", "4096", GpuCapRequest(0.25, None, FLAG), id="flag-fraction-wins"
+            0.5, None, None, None, GpuCapRequest.of(FLAG, fraction=0.5), id="flag-fraction"
         ),
         pytest.param(
-            None, 1024, "0.75", "4096", GpuCapRequest(None, 1024, FLAG), id="flag-mib-wins"
+            1.0, None, None, None, GpuCapRequest.of(FLAG, fraction=1.0), id="flag-fraction-1"
         ),
-        pytest.param(None, None, "0.5", None, GpuCapRequest(0.5, None, ENV), id="env-fraction"),
-        pytest.param(None, None, " 0.5 ", None, GpuCapRequest(0.5, None, ENV), id="env-frac-ws"),
-        pytest.param(None, None, None, "3000", GpuCapRequest(None, 3000, ENV), id="env-mib"),
-        pytest.param(None, None, None, " 3000\n", GpuCapRequest(None, 3000, ENV), id="env-mib-ws"),
-        pytest.param(None, None, "0.5", "3000", GpuCapRequest(None, 3000, ENV), id="env-mib-wins"),
+        pytest.param(None, 2048, None, None, GpuCapRequest.of(FLAG, mib=2048), id="flag-mib"),
         pytest.param(
-            None, None, "0.5", "", GpuCapRequest(0.5, None, ENV), id="empty-env-mib-unset"
+            0.25,
+            None,
+            "0.75",
+            "4096",
+            GpuCapRequest.of(FLAG, fraction=0.25),
+            id="flag-fraction-wins",
         ),
         pytest.param(
-            None, None, "  ", "3000", GpuCapRequest(None, 3000, ENV), id="blank-env-frac-unset"
+            None, 1024, "0.75", "4096", GpuCapRequest.of(FLAG, mib=1024), id="flag-mib-wins"
+        ),
+        pytest.param(
+            None, None, "0.5", None, GpuCapRequest.of(ENV, fraction=0.5), id="env-fraction"
+        ),
+        pytest.param(
+            None, None, " 0.5 ", None, GpuCapRequest.of(ENV, fraction=0.5), id="env-frac-ws"
+        ),
+        pytest.param(None, None, None, "3000", GpuCapRequest.of(ENV, mib=3000), id="env-mib"),
+        pytest.param(None, None, None, " 3000\n", GpuCapRequest.of(ENV, mib=3000), id="env-mib-ws"),
+        pytest.param(None, None, "0.5", "3000", GpuCapRequest.of(ENV, mib=3000), id="env-mib-wins"),
+        pytest.param(
+            None, None, "0.5", "", GpuCapRequest.of(ENV, fraction=0.5), id="empty-env-mib-unset"
+        ),
+        pytest.param(
+            None, None, "  ", "3000", GpuCapRequest.of(ENV, mib=3000), id="blank-env-frac-unset"
         ),
     ],
 )
@@ -171,75 +184,87 @@ SMALL = GpuInfo(uuid="GPU-small", index=0, name="Small GPU", memory_mib=1000)
     ("request_", "gpu", "expected"),
     [
         pytest.param(
-            GpuCapRequest(0.5, None, FLAG),
+            GpuCapRequest.of(FLAG, fraction=0.5),
             GPU0,
-            GpuCap(0.5, 5720, FLAG, 11441, UUID0),
+            GpuCap(GpuShare(UUID0, 0.5, 5720), FLAG, 11441),
             id="fraction-floors",  # 0.5 * 11441 = 5720.5
         ),
         pytest.param(
-            GpuCapRequest(0.25, None, ENV),
+            GpuCapRequest.of(ENV, fraction=0.25),
             SMALL,
-            GpuCap(0.25, 250, ENV, 1000, "GPU-small"),
+            GpuCap(GpuShare("GPU-small", 0.25, 250), ENV, 1000),
             id="fraction-exact",
         ),
         pytest.param(
-            GpuCapRequest(1.0, None, FLAG),
+            GpuCapRequest.of(FLAG, fraction=1.0),
             GPU1,
-            GpuCap(1.0, 15360, FLAG, 15360, UUID1),
+            GpuCap(GpuShare(UUID1, 1.0, 15360), FLAG, 15360),
             id="fraction-whole",
         ),
         pytest.param(
-            GpuCapRequest(0.75, None, ENV),
+            GpuCapRequest.of(ENV, fraction=0.75),
             GpuInfo("GPU-odd", 0, "Odd", 1023),
-            GpuCap(0.75, 767, ENV, 1023, "GPU-odd"),
+            GpuCap(GpuShare("GPU-odd", 0.75, 767), ENV, 1023),
             id="fraction-floors-odd",  # 0.75 * 1023 = 767.25
         ),
         pytest.param(
-            GpuCapRequest(None, 250, FLAG),
+            GpuCapRequest.of(FLAG, mib=250),
             SMALL,
-            GpuCap(0.25, 250, FLAG, 1000, "GPU-small"),
+            GpuCap(GpuShare("GPU-small", 0.25, 250), FLAG, 1000),
             id="mib-to-fraction",
         ),
         pytest.param(
-            GpuCapRequest(None, 1000, ENV),
+            GpuCapRequest.of(ENV, mib=1000),
             SMALL,
-            GpuCap(1.0, 1000, ENV, 1000, "GPU-small"),
+            GpuCap(GpuShare("GPU-small", 1.0, 1000), ENV, 1000),
             id="mib-equals-total",
         ),
         pytest.param(
-            GpuCapRequest(None, 1, FLAG),
+            GpuCapRequest.of(FLAG, mib=1),
             GpuInfo("GPU-3", 0, "Three", 3),
-            GpuCap(0.333333, 1, FLAG, 3, "GPU-3"),
+            GpuCap(GpuShare("GPU-3", 0.333333, 1), FLAG, 3),
             id="mib-fraction-rounded",
         ),
         pytest.param(
-            GpuCapRequest(0.5, None, FLAG),
+            GpuCapRequest.of(FLAG, fraction=0.29),
+            GpuInfo("GPU-100", 0, "Hundred", 100),
+            GpuCap(GpuShare("GPU-100", 0.29, 29), FLAG, 100),
+            id="fraction-as-written",  # 0.29 x 100 is 28.999999999999996 in floats
+        ),
+        pytest.param(
+            GpuCapRequest.of(ENV, mib=6000),
+            GpuInfo("GPU-80", 0, "A100", 81920),
+            GpuCap(GpuShare("GPU-80", 0.073242, 6000), ENV, 81920),
+            id="mib-fraction-never-above",  # 0.0732421875, rounded down
+        ),
+        pytest.param(
+            GpuCapRequest.of(FLAG, fraction=0.5),
             None,
-            GpuCap(0.5, None, FLAG, None, None),
+            GpuCap(GpuShare(None, 0.5, None), FLAG, None),
             id="fraction-no-gpu",
         ),
         pytest.param(
-            GpuCapRequest(None, 4096, ENV),
+            GpuCapRequest.of(ENV, mib=4096),
             None,
-            GpuCap(None, 4096, ENV, None, None),
+            GpuCap(GpuShare(None, None, 4096), ENV, None),
             id="mib-no-gpu",
         ),
         pytest.param(
-            GpuCapRequest(None, 10**9, FLAG),
+            GpuCapRequest.of(FLAG, mib=10**9),
             None,
-            GpuCap(None, 10**9, FLAG, None, None),
+            GpuCap(GpuShare(None, None, 10**9), FLAG, None),
             id="huge-mib-no-gpu-not-checked",
         ),
         pytest.param(
-            GpuCapRequest(None, None, NONE),
+            GpuCapRequest.of(NONE),
             GPU0,
-            GpuCap(None, None, NONE, 11441, UUID0),
+            GpuCap(GpuShare(UUID0), NONE, 11441),
             id="no-request-with-gpu",
         ),
         pytest.param(
-            GpuCapRequest(None, None, NONE),
+            GpuCapRequest.of(NONE),
             None,
-            GpuCap(None, None, NONE, None, None),
+            GpuCap(GpuShare(None), NONE, None),
             id="no-request-no-gpu",
         ),
     ],
@@ -259,13 +284,19 @@ def test_resolve_cap(request_: GpuCapRequest, gpu: GpuInfo | None, expected: Gpu
 )
 def test_resolve_cap_mib_over_gpu_memory(mib: int, gpu: GpuInfo) -> None:
     with pytest.raises(ConfigError) as info:
-        resolve_cap(GpuCapRequest(None, mib, FLAG), gpu)
+        resolve_cap(GpuCapRequest.of(FLAG, mib=mib), gpu)
     message = info.value.message
     assert str(mib) in message
     assert str(gpu.memory_mib) in message
     assert gpu.name in message
 
 
+def test_resolve_cap_refuses_a_share_under_a_mib() -> None:
+    # TensorFlow would be given memory_limit=0; the cap cannot work, so serve does not start.
+    with pytest.raises(ConfigError, match="under 1 MiB"):
+        resolve_cap(GpuCapRequest.of(FLAG, fraction=0.0001), SMALL)
+
+
 def test_parse_then_resolve_env_mib_wins_end_to_end() -> None:
     request = _request(None, None, "0.9", "500")
-    assert resolve_cap(request, SMALL) == GpuCap(0.5, 500, ENV, 1000, "GPU-small")
+    assert resolve_cap(request, SMALL) == GpuCap(GpuShare("GPU-small", 0.5, 500), ENV, 1000)

@@ -19,7 +19,7 @@ from sharedserve.pack.plan import PlanItem, plan_gpu
 from sharedserve.quantity import format_cpu, parse_cpu
 
 RESERVE = 512
-NO_CAP = GpuCapRequest(None, None, CapSource.NONE)
+NO_CAP = GpuCapRequest.of(CapSource.NONE)
 
 
 def size(gpu_mib: int, *, replicas: int | None = None, vgpu_mib: int | None = None) -> VgpuSize:
@@ -75,7 +75,7 @@ def test_a_mix_follows_the_plan() -> None:
         PlanItem("tiny", 4, NO_CAP, 0.05),
         PlanItem("mobilenet_v2", 2, NO_CAP, 15.0),
         PlanItem("resnet50", 1, NO_CAP, 97.9),
-        PlanItem("capped", 1, GpuCapRequest(None, 3000, CapSource.FLAG), 97.9),
+        PlanItem("capped", 1, GpuCapRequest.of(CapSource.FLAG, mib=3000), 97.9),
     ]
     shares = plan_gpu(gpu, items, context_reserve_mib=RESERVE)
     caps = [s.mib for s in shares]

@@ -21,7 +21,7 @@ from sharedserve.pack.supervisor import restart_delay
 K80 = GpuInfo("GPU-aaaa-0000", 0, "Tesla K80", 11441)
 A100 = GpuInfo("GPU-bbbb-1111", 1, "A100", 81920)
 SICK = GpuInfo("GPU-cccc-2222", 2, "T4", 15360, healthy=False)
-NONE = GpuCapRequest(None, None, CapSource.NONE)
+NONE = GpuCapRequest.of(CapSource.NONE)
 
 
 def plan_gpu_share(
@@ -39,11 +39,11 @@ def plan_gpu_share(
 
 
 def fraction(f: float) -> GpuCapRequest:
-    return GpuCapRequest(f, None, CapSource.FLAG)
+    return GpuCapRequest.of(CapSource.FLAG, fraction=f)
 
 
 def mib(m: int) -> GpuCapRequest:
-    return GpuCapRequest(None, m, CapSource.FLAG)
+    return GpuCapRequest.of(CapSource.FLAG, mib=m)
 
 
 @pytest.mark.parametrize(

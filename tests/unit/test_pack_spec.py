@@ -24,7 +24,7 @@ def test_top_level_keys_are_defaults_and_paths_are_relative_to_the_file(tmp_path
     first, second = load_spec(spec).entries
     assert first.model_dir == spec.parent / "../models/resnet"
     assert (first.replicas, first.cpu_limit_cores, first.gpu) == (3, 0.5, "1")
-    assert first.cap == GpuCapRequest(None, 6000, CapSource.FLAG)
+    assert first.cap == GpuCapRequest.of(CapSource.FLAG, mib=6000)
     assert first.server_args == ("--enable-batching", "--max-batch-size", "8")
     assert (first.slo_p99_ms, first.weight, first.name) == (50.0, 3.0, None)
     assert second.model_dir == Path("/abs/tiny")
@@ -34,7 +34,7 @@ def test_top_level_keys_are_defaults_and_paths_are_relative_to_the_file(tmp_path
         1.0,
         None,
     )
-    assert second.cap == GpuCapRequest(0.25, None, CapSource.FLAG)
+    assert second.cap == GpuCapRequest.of(CapSource.FLAG, fraction=0.25)
 
 
 def test_json_is_accepted_and_its_errors_say_json(tmp_path: Path) -> None:

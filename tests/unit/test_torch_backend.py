@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from sharedserve.contract import GpuShare
 from sharedserve.enums import Framework
 from sharedserve.errors import (
     ConfigError,
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.filterwarnings(
     r"ignore:`torch\.jit\.(script|save|load)` is deprecated:DeprecationWarning"
 )
 
-NO_CAP = GpuCap(None, None, CapSource.NONE, None, None)
+NO_CAP = GpuCap(GpuShare(None), CapSource.NONE, None)
 TINY_SIGNATURE = {
     "signature_name": "serving_default",
     "inputs": {"x": {"dtype": "DT_FLOAT", "shape": [-1, 8]}},
@@ -315,10 +316,11 @@ def test_configure_in_a_fresh_process_sets_both_pools(tiny_dir: Path) -> None:
     script = (
         "import sys\n"
         "from pathlib import Path\n"
+        "from sharedserve.contract import GpuShare\n"
         "from sharedserve.limits.gpu import CapSource, GpuCap\n"
         "from sharedserve.server.backends.base import RuntimeConfig\n"
         "from sharedserve.server.backends.torch import TorchBackend\n"
-        "cap = GpuCap(None, None, CapSource.NONE, None, None)\n"
+        "cap = GpuCap(GpuShare(None), CapSource.NONE, None)\n"
         "a = TorchBackend(Path(sys.argv[1])).configure(RuntimeConfig(cap, 1, 3))\n"
         "print(a.intra_op_threads, a.inter_op_threads)\n"
     )
@@ -337,7 +339,7 @@ def test_configure_in_a_fresh_process_sets_both_pools(tiny_dir: Path) -> None:
 def test_cap_without_a_gpu_is_recorded_not_enforced(
     tiny_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cap = GpuCap(0.25, 4096, CapSource.FLAG, 16384, "GPU-fake")
+    cap = GpuCap(GpuShare("GPU-fake", 0.25, 4096), CapSource.FLAG, 16384)
     applied = TorchBackend(tiny_dir).configure(RuntimeConfig(cap, 1, 1))
     assert applied.gpu_cap == cap  # enforced stays False
     assert "NOT enforced" in caplog.text

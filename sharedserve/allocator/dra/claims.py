@@ -168,10 +168,13 @@ def prepare_claim(
     devices: list[PreparedDevice] = []
     envs: dict[str, dict[str, str]] = {}
     for name, request in _requests(ref, results, pool, by_index, slots).items():
-        shares = tuple(
-            GpuShare(by_index[i].uuid, mib / by_index[i].memory_mib, mib)
-            for i, mib in sorted(request.mib.items())
-        )
+        try:
+            shares = tuple(
+                GpuShare.of_mib(by_index[i].uuid, mib, by_index[i].memory_mib)
+                for i, mib in sorted(request.mib.items())
+            )
+        except ConfigError as e:  # a share finer than the contract carries (a huge GPU)
+            raise InvalidInput(f"claim {ref}: request {quoted(name)}: {e.message}") from None
         cdi = cdi_name(ref.uid, name)
         envs[cdi] = Grant(shares, bare_host=True).to_env()
         for n, result in enumerate(request.results):
