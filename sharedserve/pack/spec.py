@@ -14,48 +14,141 @@ Format (YAML; JSON is YAML too)::
       - model: models/tiny
         name: tiny-a
 
-Entry keys: ``model`` (required), ``name``, ``replicas``, ``gpu``, ``gpu_memory_mib`` or
-``gpu_memory_fraction``, ``cpu_limit``, ``serve_args``, ``slo_p99_ms``, ``weight``.
+Entry keys: ``model`` (required, here or at the top), ``name``, ``replicas``, ``gpu``,
+``gpu_memory_mib`` or ``gpu_memory_fraction``, ``slo_p99_ms``, ``weight``, ``cpu_limit``,
+``serve_args``. ``PackSpecFile`` is the file, read by ``load_spec`` and written by ``write_spec``
+(``size`` writes each planned GPU's share with it); ``PackSpec`` is what pack runs: defaults
+applied, paths resolved.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass as plain_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field, model_validator
+from pydantic.dataclasses import dataclass
 
 from sharedserve.config import NO_CAP, CapSource, GpuCapRequest, PackEntry
-from sharedserve.contract import parse_fraction, parse_mib
-from sharedserve.errors import ConfigError
+from sharedserve.documents import (
+    DOCUMENT,
+    Must,
+    Positive,
+    PositiveWhole,
+    Text,
+    dump,
+    json_schema,
+    parse,
+    read_document,
+    refuse,
+    unknown_key,
+)
+from sharedserve.files import write_atomic
 
 __all__ = [
-    "ENTRY_KEYS",
     "PackSpec",
+    "PackSpecFile",
+    "SpecEntry",
     "load_spec",
+    "pack_schema",
     "parse_spec",
     "read_document",
+    "spec_yaml",
     "unknown_key",
+    "write_spec",
 ]
 
-ENTRY_KEYS = (
-    "model",
-    "name",
-    "replicas",
-    "gpu",
-    "gpu_memory_mib",
-    "gpu_memory_fraction",
-    "cpu_limit",
-    "serve_args",
-    "slo_p99_ms",
-    "weight",
-)
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=DOCUMENT)
+class SpecEntry:
+    """One model's replicas on the host."""
+
+    model: Text | None = None
+    """The model's base path (TF Serving layout), relative to the spec file."""
+    name: Text | None = None
+    """Its name in the targets and reports; none: the directory's name."""
+    replicas: PositiveWhole | None = None
+    """Server processes of it; none: 1."""
+    gpu: Annotated[
+        int | str | None,
+        Must("an index or a UUID (prefix)", lambda v: _plain(v) and not isinstance(v, float)),
+    ] = None
+    """Pin it to this GPU; none: pack places it."""
+    gpu_memory_mib: Annotated[
+        int | None,
+        Field(gt=0),
+        Must("a whole number of MiB above 0", lambda v: type(v) is int and v > 0),
+    ] = None
+    """Each replica's GPU memory cap in MiB (not with gpu_memory_fraction)."""
+    gpu_memory_fraction: Annotated[
+        float | None,
+        Field(gt=0, le=1),
+        Must("in (0, 1]", lambda v: _plain(v) and not isinstance(v, str) and 0 < v <= 1),
+    ] = None
+    """Each replica's GPU memory cap as a share of the GPU (not with gpu_memory_mib)."""
+    slo_p99_ms: Positive | None = None
+    """Its objective, p99 latency in milliseconds (bench --spec holds it to it)."""
+    weight: Positive | None = None
+    """Its share of the mix's traffic; none: 1."""
+    cpu_limit: Positive | None = None
+    """CPU cores for each replica (a cgroup quota)."""
+    serve_args: Annotated[
+        list[str | int | float] | None,
+        Must("a list of strings", lambda v: isinstance(v, list) and all(_plain(a) for a in v)),
+    ] = None
+    """More ``sharedserve serve`` flags for each replica (YAML reads "8" as 8: numbers pass)."""
+
+    @model_validator(mode="after")
+    def _one_cap(self) -> SpecEntry:
+        if self.gpu_memory_fraction is not None and self.gpu_memory_mib is not None:
+            raise refuse("give gpu_memory_fraction or gpu_memory_mib, not both")
+        return self
+
+
+@dataclass(frozen=True, config=DOCUMENT, kw_only=True)
+class PackSpecFile(SpecEntry):
+    """A pack spec (``sharedserve pack --spec``): models for one host. A key of an entry given
+    here, beside ``models``, is every entry's default."""
+
+    models: Annotated[
+        tuple[SpecEntry, ...],
+        Field(min_length=1),
+        Must("a non-empty list of entries", lambda v: isinstance(v, (list, tuple)) and len(v) > 0),
+    ]
+    """The entries."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        """Each entry is read with the top-level keys under its own."""
+        if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+            return data
+        top = {k: v for k, v in data.items() if k != "models"}
+        if "name" in top and len(data["models"]) > 1:
+            raise refuse("'name' names one entry; give it in each entry, not at the top")
+        merged = [{**top, **e} if isinstance(e, dict) else e for e in data["models"]]
+        return {**data, "models": merged}
+
+    @model_validator(mode="after")
+    def _whole(self) -> PackSpecFile:
+        for i, entry in enumerate(self.models):
+            if entry.model is None:
+                raise refuse(f"models[{i}]: 'model' (the model's base path) is required")
+        counts = Counter(e.name for e in self.models if e.name is not None)
+        repeated = sorted(n for n, times in counts.items() if times > 1)
+        if repeated:
+            raise refuse(f"entry names must be unique; repeated: {', '.join(repeated)}")
+        return self
+
+
+@plain_dataclass(frozen=True)
 class PackSpec:
     """The models of a pack spec, defaults applied and model paths resolved."""
 
@@ -64,129 +157,51 @@ class PackSpec:
     """The file it was read from."""
 
 
-# libyaml's safe loader where PyYAML was built with it (its wheels are): a fleet file of 10,000
-# models took the pure-Python one six seconds.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def read_document(path: Path, what: str) -> Any:
-    """A YAML file parsed (JSON by its ``.json`` suffix; JSON is YAML too, but its errors read
-    better from a JSON parser); ConfigError says which ``what`` could not be read and why."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from e
-    if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except ValueError as e:
-            raise ConfigError(f"{what} {path} is not valid JSON: {e}") from e
-    try:
-        return yaml.load(text, Loader=_LOADER)  # a safe loader, C or Python
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{what} {path} is not valid YAML: {e}") from e
-
-
 def load_spec(path: Path) -> PackSpec:
     """Read and check a spec file; ConfigError names the entry and key at fault."""
     data = read_document(path, "pack spec")
     return parse_spec(data, base_dir=path.parent, where=str(path))
 
 
-def unknown_key(key: object, known: tuple[str, ...], where: str) -> ConfigError:
-    """The error for a key not in ``known``, with the closest known one when there is one."""
-    close = difflib.get_close_matches(str(key), known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
-    return ConfigError(f"{where}: unknown key {key!r}{hint}")
-
-
 def parse_spec(data: Any, *, base_dir: Path, where: str = "pack spec") -> PackSpec:
     """Check parsed spec data; model paths are taken relative to ``base_dir``."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping with a 'models' list")
-    top_keys = ("models", *ENTRY_KEYS)
-    for key in data:
-        if key not in top_keys:
-            raise unknown_key(key, top_keys, where)
-    models = data.get("models")
-    if not isinstance(models, list) or not models:
-        raise ConfigError(f"{where}: 'models' must be a non-empty list of entries")
-    defaults = {k: v for k, v in data.items() if k != "models"}
-    if "name" in defaults and len(models) > 1:
-        raise ConfigError(f"{where}: 'name' names one entry; give it in each entry, not at the top")
-    entries = []
-    for i, raw in enumerate(models):
-        label = f"{where}: models[{i}]"
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{label} must be a mapping, got {raw!r}")
-        for key in raw:
-            if key not in ENTRY_KEYS:
-                raise unknown_key(key, ENTRY_KEYS, label)
-        if isinstance(raw.get("name"), str):
-            label = f"{label} ({raw['name']})"
-        entries.append(_entry({**defaults, **raw}, base_dir, label))
-    names = [e.name for e in entries if e.name is not None]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ConfigError(f"{where}: entry names must be unique; repeated: {', '.join(repeated)}")
-    return PackSpec(tuple(entries), None if where == "pack spec" else Path(where))
+    spec = parse(PackSpecFile, data, where=where)
+    return PackSpec(
+        tuple(_entry(e, base_dir) for e in spec.models),
+        None if where == "pack spec" else Path(where),
+    )
 
 
-def _number(values: dict[str, Any], key: str, label: str, *, integer: bool = False) -> Any:
-    value = values.get(key)
-    if value is None:
-        return None
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:  # type: ignore[operator]
-        what = "a positive whole number" if integer else "a positive number"
-        raise ConfigError(f"{label}: {key} must be {what}, got {value!r}")
-    return value
+def spec_yaml(spec: PackSpecFile) -> str:
+    """The spec as its file says it: keys in the order above, unset ones left out."""
+    return yaml.safe_dump(dump(spec, drop_none=True), sort_keys=False)
 
 
-def _entry(values: dict[str, Any], base_dir: Path, label: str) -> PackEntry:
-    model = values.get("model")
-    if not isinstance(model, str) or not model:
-        raise ConfigError(f"{label}: 'model' (the model's base path) is required")
-    name = values.get("name")
-    if name is not None and (not isinstance(name, str) or not name):
-        raise ConfigError(f"{label}: name must be a non-empty string, got {name!r}")
-    gpu = values.get("gpu")
-    if gpu is not None:
-        if isinstance(gpu, bool) or not isinstance(gpu, (int, str)):
-            raise ConfigError(f"{label}: gpu must be an index or a UUID (prefix), got {gpu!r}")
-        gpu = str(gpu)
-    fraction, mib = values.get("gpu_memory_fraction"), values.get("gpu_memory_mib")
-    if fraction is not None and mib is not None:
-        raise ConfigError(f"{label}: give gpu_memory_fraction or gpu_memory_mib, not both")
+def write_spec(spec: PackSpecFile, path: Path) -> Path:
+    """Write ``spec`` to ``path`` (atomically: a running pack may be reading the last one)."""
+    return write_atomic(path, spec_yaml(spec).encode())
+
+
+def pack_schema() -> dict[str, Any]:
+    """The pack spec's JSON Schema (``sharedserve schema pack``)."""
+    return json_schema(PackSpecFile, "sharedserve pack spec")
+
+
+def _entry(entry: SpecEntry, base_dir: Path) -> PackEntry:
     cap = NO_CAP
-    if fraction is not None:
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-            raise ConfigError(f"{label}: gpu_memory_fraction must be a number, got {fraction!r}")
-        cap = GpuCapRequest.of(
-            CapSource.FLAG, fraction=parse_fraction(fraction, f"{label}: gpu_memory_fraction")
-        )
-    elif mib is not None:
-        if isinstance(mib, bool) or not isinstance(mib, int):
-            raise ConfigError(f"{label}: gpu_memory_mib must be a whole number, got {mib!r}")
-        cap = GpuCapRequest.of(CapSource.FLAG, mib=parse_mib(mib, f"{label}: gpu_memory_mib"))
-    args = values.get("serve_args", [])
-    plain = (str, int, float)  # YAML reads "8" as 8: numbers are fine, a yes/no is a mistake
-    if not isinstance(args, list) or not all(
-        isinstance(a, plain) and not isinstance(a, bool) for a in args
-    ):
-        raise ConfigError(f"{label}: serve_args must be a list of strings, got {args!r}")
-    replicas = _number(values, "replicas", label, integer=True)
-    weight = _number(values, "weight", label)
-    cpu = _number(values, "cpu_limit", label)
-    slo = _number(values, "slo_p99_ms", label)
+    if entry.gpu_memory_fraction is not None:
+        cap = GpuCapRequest.of(CapSource.FLAG, fraction=entry.gpu_memory_fraction)
+    elif entry.gpu_memory_mib is not None:
+        cap = GpuCapRequest.of(CapSource.FLAG, mib=entry.gpu_memory_mib)
+    assert entry.model is not None  # PackSpecFile refuses an entry without one
     return PackEntry(
-        model_dir=(base_dir / Path(model).expanduser()),
-        replicas=1 if replicas is None else replicas,
-        name=name,
-        gpu=gpu,
+        model_dir=(base_dir / Path(entry.model).expanduser()),
+        replicas=entry.replicas or 1,
+        name=entry.name,
+        gpu=None if entry.gpu is None else str(entry.gpu),
         cap=cap,
-        cpu_limit_cores=None if cpu is None else float(cpu),
-        server_args=tuple(str(a) for a in args),
-        slo_p99_ms=None if slo is None else float(slo),
-        weight=1.0 if weight is None else float(weight),
+        cpu_limit_cores=entry.cpu_limit,
+        server_args=tuple(str(a) for a in entry.serve_args or ()),
+        slo_p99_ms=entry.slo_p99_ms,
+        weight=1.0 if entry.weight is None else entry.weight,
     )
