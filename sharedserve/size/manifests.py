@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing, replicas_for, vgpu_memory_for
 from sharedserve.errors import ConfigError
@@ -25,6 +24,7 @@ from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment
 from sharedserve.quantity import format_cpu
 from sharedserve.size.fleet import Fleet
+from sharedserve.size.plan import Plan
 
 __all__ = ["PlanManifests", "plan_manifests"]
 
@@ -68,17 +68,15 @@ def _coarsest(gpu_memory_mib: int, shares: list[list[int]]) -> VgpuSize:
     return _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=finest), f"--vgpus-per-gpu {finest}")
 
 
-def plan_manifests(
-    plan: dict[str, Any], fleet: Fleet, directories: Mapping[str, str]
-) -> PlanManifests:
+def plan_manifests(plan: Plan, fleet: Fleet, directories: Mapping[str, str]) -> PlanManifests:
     """The plan's models as manifests; ``directories``: each model's directory on the models'
     volume, by name, where its files are known (else its name). ConfigError names a model
     whose name Kubernetes would refuse."""
     kube = fleet.kubernetes
     reserve = fleet.context_reserve_mib
     memory = fleet.gpu.memory_mib
-    need = {m["name"]: math.ceil(m["gpu_memory_mib"]) for m in plan["models"]}
-    shares = [[need[r["model"]] + reserve for r in g["replicas"]] for g in plan["gpus"]]
+    need = {m.name: math.ceil(m.gpu_memory_mib) for m in plan.models}
+    shares = [[need[r.model] + reserve for r in g.replicas] for g in plan.gpus]
     if kube.replicas_per_gpu is not None:
         size = _cut(memory, Sizing(vgpus_per_gpu=kube.replicas_per_gpu),
                     f"--vgpus-per-gpu {kube.replicas_per_gpu}")  # fmt: skip
@@ -93,19 +91,19 @@ def plan_manifests(
     else:
         size = _coarsest(memory, shares)
     mix = []
-    for m in plan["models"]:
-        cpu = ModelDeployment.cpu if not m["cpu_limit"] else format_cpu(m["cpu_limit"], "cpu")
+    for m in plan.models:
+        cpu = ModelDeployment.cpu if not m.cpu_limit else format_cpu(m.cpu_limit, "cpu")
         deployment = ModelDeployment(
-            model=m["name"],
+            model=m.name,
             image=kube.image,
-            replicas=m["replicas"],
+            replicas=m.replicas,
             cpu=cpu,
             namespace=kube.namespace,
             model_pvc=kube.model_pvc,
             runtime_class=kube.runtime_class,
-            model_dir=directories.get(m["name"]),
+            model_dir=directories.get(m.name),
         )
-        mix.append(MixModel(deployment, need[m["name"]], f"fleet model {m['name']}"))
+        mix.append(MixModel(deployment, need[m.name], f"fleet model {m.name}"))
     source = "the fleet plan" if fleet.source is None else f"the plan of {fleet.source}"
     text = render_mix_yaml(
         mix,
@@ -115,5 +113,5 @@ def plan_manifests(
         basis="its memory in the plan",
         command="sharedserve size --fleet",
     )
-    vgpus = sum(size.vgpus_for(need[m["name"]] + reserve) * m["replicas"] for m in plan["models"])
+    vgpus = sum(size.vgpus_for(need[m.name] + reserve) * m.replicas for m in plan.models)
     return PlanManifests(text, size, vgpus, _unfit(size, shares))

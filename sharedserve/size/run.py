@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from sharedserve.documents import dump
 from sharedserve.errors import ConfigError
 from sharedserve.files import write_atomic
 from sharedserve.pack.prepare import footprint_mib
+from sharedserve.pack.spec import write_spec
 from sharedserve.server.model_source import find_model
 from sharedserve.size.binpack import pack
 from sharedserve.size.demand import demands
 from sharedserve.size.fleet import Fleet, listed, load_fleet
 from sharedserve.size.manifests import plan_manifests
-from sharedserve.size.plan import build_plan, gpu_specs, plan_markdown, spec_name
+from sharedserve.size.plan import (
+    Plan,
+    PlanKubernetes,
+    build_plan,
+    gpu_specs,
+    spec_index,
+    spec_name,
+    write_plan,
+)
 from sharedserve.size.plan_html import plan_html
+from sharedserve.size.plan_md import plan_markdown
 from sharedserve.size.profile import ModelProfile, load_profiles
 
 __all__ = ["plan_fleet"]
@@ -38,32 +47,34 @@ def _files(fleet: Fleet) -> tuple[dict[str, float], dict[str, str]]:
     return sizes, directories
 
 
-def _write_manifests(
-    plan: dict[str, Any], fleet: Fleet, directories: dict[str, str], out_dir: Path
-) -> None:
+def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_dir: Path) -> Plan:
+    """Write k8s.yaml; the plan with what it asks of the allocator (and a warning if its cut
+    makes a planned GPU's share overflow)."""
     manifests = plan_manifests(plan, fleet, directories)
     write_atomic(out_dir / "k8s.yaml", manifests.text.encode())
     size = manifests.size
-    plan["kubernetes"] = {
-        "manifests": "k8s.yaml",
-        "allocator_flag": size.allocator_flag,
-        "vgpu_memory_mib": size.vgpu_memory_mib,
-        "vgpus_per_gpu": size.per_gpu,
-        "vgpus": manifests.vgpus,
-        "gpus_worth": round(manifests.vgpus / size.per_gpu, 2),
-    }
+    kubernetes = PlanKubernetes(
+        manifests="k8s.yaml",
+        allocator_flag=size.allocator_flag,
+        vgpu_memory_mib=size.vgpu_memory_mib,
+        vgpus_per_gpu=size.per_gpu,
+        vgpus=manifests.vgpus,
+        gpus_worth=round(manifests.vgpus / size.per_gpu, 2),
+    )
+    warnings = list(plan.warnings)
     if manifests.unfit:
-        plan["warnings"].append(
+        warnings.append(
             f"k8s.yaml: with the allocator's {size.allocator_flag} ({size.per_gpu} vGPUs a GPU), "
             f"{listed(manifests.unfit)} "
             "would need more vGPUs than a GPU has: the cluster needs more GPUs than the plan; "
             "cut GPUs finer (kubernetes.replicas_per_gpu)"
         )
+    return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
 
 
 def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
     """Plan the fleet; write plan.json, plan.md, plan.html, k8s.yaml and, when every model has
-    files, a pack spec per GPU into ``out_dir``; return the plan."""
+    files, a pack spec per GPU into ``out_dir``; return the plan as plan.json has it."""
     fleet = load_fleet(fleet_path)
     profiles: dict[str, dict[str, ModelProfile]] = {}
     for m in fleet.models:
@@ -82,21 +93,21 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
     plan = build_plan(fleet, wanted, packing, warnings)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("gpu-*.yaml"):
-        old.unlink()  # a smaller plan than the last must not leave its extra GPUs behind
+        if spec_index(old) is not None:
+            old.unlink()  # a smaller plan than the last must not leave its extra GPUs behind
     specs: list[str] = []
     bare = [m.name for m in fleet.models if m.model is None]
     if bare:
-        plan["warnings"].append(
+        plan.warnings.append(
             f"no pack specs: model {listed(bare)} has no files (`model:` in the fleet file)"
         )
     else:
         for index, spec in enumerate(gpu_specs(plan, fleet, out_dir)):
-            name = spec_name(index)
-            write_atomic(out_dir / name, yaml.safe_dump(spec, sort_keys=False).encode())
-            specs.append(name)
-    plan["pack_specs"] = specs
-    _write_manifests(plan, fleet, directories, out_dir)
-    write_atomic(out_dir / "plan.json", (json.dumps(plan, indent=2) + "\n").encode())
+            specs.append(write_spec(spec, out_dir / spec_name(index)).name)
+    plan = _write_manifests(dataclasses.replace(plan, pack_specs=specs), fleet, directories,
+                            out_dir)  # fmt: skip
+    write_plan(plan, out_dir / "plan.json")
     write_atomic(out_dir / "plan.md", plan_markdown(plan, specs).encode())
-    write_atomic(out_dir / "plan.html", plan_html(plan).encode())
-    return plan
+    document: dict[str, Any] = dump(plan)
+    write_atomic(out_dir / "plan.html", plan_html(document).encode())
+    return document

@@ -11,7 +11,6 @@ held. No second measuring code: this is ``bench``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,49 +19,44 @@ from sharedserve.bench.sweep import run_bench
 from sharedserve.config import BenchSettings, LoadPattern, PackSettings
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import load_spec
+from sharedserve.size.plan import Plan, read_plan, spec_index
 
 __all__ = ["compare", "gpu_predictions", "verify_gpu"]
 
 
-def _plan_beside(spec: Path) -> dict[str, Any]:
+def _plan_beside(spec: Path) -> Plan:
     path = spec.parent / "plan.json"
-    try:
-        plan: dict[str, Any] = json.loads(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"no plan beside {spec}: cannot read {path}: {e.strerror}") from e
-    except ValueError as e:
-        raise ConfigError(f"{path} is not valid JSON: {e}") from e
-    return plan
+    if not path.is_file():
+        raise ConfigError(f"no plan beside {spec}: {path} is not a file")
+    return read_plan(path)
 
 
-def gpu_predictions(plan: dict[str, Any], spec: Path) -> dict[str, float]:
+def gpu_predictions(plan: Plan, spec: Path) -> dict[str, float]:
     """The p99 the plan predicts for each model on the GPU whose spec is ``spec``
     (``gpu-007.yaml``: GPU 7), beside its neighbours there; empty if the spec is not one."""
-    match = re.fullmatch(r"gpu-(\d+)", spec.stem)
-    gpus = plan.get("gpus") or []
-    if match is None or int(match[1]) >= len(gpus):
+    index = spec_index(spec)
+    if index is None or index >= len(plan.gpus):
         return {}
     return {
-        r["model"]: r["predicted_p99_ms"]
-        for r in gpus[int(match[1])]["replicas"]
-        if r.get("predicted_p99_ms") is not None
+        r.model: r.predicted_p99_ms
+        for r in plan.gpus[index].replicas
+        if r.predicted_p99_ms is not None
     }
 
 
 def compare(
-    plan: dict[str, Any],
+    plan: Plan,
     report: dict[str, Any],
     rates: dict[str, float],
     on_gpu: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Predicted against measured, a line per model of the GPU's share; ``on_gpu``: the
     plan's p99 prediction on that GPU, by model (else the model's own, at its worst GPU)."""
-    planned = {m["name"]: m for m in plan.get("models") or []}
+    planned = {m.name: m.predicted_p99_ms for m in plan.models}
     (row,) = report["rows"]
     lines = []
     for name, measured in row["models"].items():
-        model = planned.get(name, {})
-        predicted = (on_gpu or {}).get(name, model.get("predicted_p99_ms"))
+        predicted = (on_gpu or {}).get(name, planned.get(name))
         p99 = measured["p99_ms"]
         lines.append(
             {

@@ -3,6 +3,7 @@ a cut of the GPU that holds every planned GPU's share."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 from sharedserve.errors import ConfigError
 from sharedserve.size.fleet import parse_fleet
 from sharedserve.size.manifests import plan_manifests
+from sharedserve.size.plan import Plan, read_plan
 
 
 def fleet(**kubernetes: Any) -> Any:
@@ -26,8 +28,20 @@ def fleet(**kubernetes: Any) -> Any:
     return parse_fleet(data, base_dir=Path("."))
 
 
+def plan_of(data: dict[str, Any]) -> Plan:
+    """A plan with the figures the manifests read (``data``), the rest the golden plan's."""
+    golden = read_plan(Path(__file__).parents[1] / "data" / "plan" / "expected" / "plan.json")
+    model, gpu = golden.models[0], golden.gpus[0]
+    return replace(
+        golden,
+        models=[replace(model, **m) for m in data["models"]],
+        gpus=[replace(gpu, replicas=[replace(gpu.replicas[0], **r) for r in g["replicas"]])
+              for g in data["gpus"]],
+    )  # fmt: skip
+
+
 # Two GPUs: GPU 0 holds big (5,500 MiB) and small x3 (1,500 MiB); GPU 1 big and small.
-PLAN = {
+PLAN_FIGURES = {
     "models": [
         {"name": "big", "gpu_memory_mib": 5499.5, "replicas": 2, "cpu_limit": 2.0},
         {"name": "Small_1", "gpu_memory_mib": 1000.0, "replicas": 4, "cpu_limit": None},
@@ -37,6 +51,7 @@ PLAN = {
         {"replicas": [{"model": "big"}, {"model": "Small_1"}]},
     ],
 }
+PLAN = plan_of(PLAN_FIGURES)
 
 
 def vgpus_of(text: str) -> dict[str, tuple[int, int, str]]:
@@ -78,9 +93,9 @@ def test_a_given_cut_that_a_planned_gpu_overflows_is_reported() -> None:
 
 
 def test_a_name_kubernetes_refuses_names_the_model() -> None:
-    plan = {
+    plan = plan_of({
         "models": [{"name": "-bad", "gpu_memory_mib": 10, "replicas": 1, "cpu_limit": None}],
         "gpus": [{"replicas": [{"model": "-bad"}]}],
-    }
+    })  # fmt: skip
     with pytest.raises(ConfigError, match="fleet model -bad: --model '-bad'"):
         plan_manifests(plan, fleet(), {})

@@ -1,0 +1,78 @@
+"""``plan.md``: a fleet plan in Markdown, the cost comparison first. Pure."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sharedserve.size.plan import Plan
+
+__all__ = ["plan_markdown"]
+
+
+def _money(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def plan_markdown(plan: Plan, specs: list[str]) -> str:
+    """``plan.md``: the cost comparison first, then each model and each GPU."""
+    gpu, bound, nodes = plan.gpu, plan.lower_bound, plan.node_count
+    lines = [
+        "# Fleet plan",
+        "",
+        f"**{plan.gpu_count} x {gpu.name}** ({nodes} node{'' if nodes == 1 else 's'} of "
+        f"{plan.node.gpus}) at {plan.utilization_target:.0%} utilisation target, "
+        f"{plan.context_reserve_mib} MiB context reserve per replica.",
+        "",
+        "| | GPUs | GPU-hours / month | cost / month |",
+        "|---|---|---|---|",
+        f"| this plan | {plan.gpu_count} | {plan.gpu_hours_per_month:,.0f} | "
+        f"{_money(plan.cost_per_month)} |",
+        f"| one replica per GPU | {plan.baseline_gpu_count} | "
+        f"{plan.baseline_gpu_count * 730:,} | {_money(plan.baseline_cost_per_month)} |",
+        "",
+        f"Saving factor: **{plan.saving_factor}x**. Lower bound: {plan.lower_bound_gpus} "
+        f"GPUs (memory {bound.memory}, compute {bound.compute}, density {bound.density}, "
+        f"spread {bound.spread}, replicas that share with none {bound.large}); "
+        f"this plan is {plan.above_bound}x it.",
+        "",
+    ]
+    kube = plan.kubernetes
+    if kube:
+        lines += [
+            f"Kubernetes: `{kube.manifests}`, {kube.vgpus} vGPUs of "
+            f"{kube.vgpu_memory_mib:,} MiB ({kube.gpus_worth:g} GPUs' worth) with the "
+            f"allocator at `{kube.allocator_flag}`.",
+            "",
+        ]
+    if plan.warnings:
+        lines += ["## Warnings", "", *(f"- {w}" for w in plan.warnings), ""]
+    lines += [
+        "## Models",
+        "",
+        "| model | peak QPS | replicas | QPS / replica (capacity) | p99 objective ms | "
+        "predicted p99 ms | memory MiB (source) | busy share (source) | densest |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in plan.models:
+        lines.append(
+            f"| {m.name} | {m.peak_qps:g} | {m.replicas} | {m.rate_per_replica:g} "
+            f"({m.capacity_qps_per_replica:g}) | {m.slo_p99_ms:g} | "
+            f"{m.predicted_p99_ms:g} | {m.gpu_memory_mib:g} ({m.gpu_memory_source}) | "
+            f"{m.busy_share:.1%} ({m.busy_source}) | {m.max_density} |"
+        )
+    lines += [
+        "",
+        "## GPUs",
+        "",
+        "| GPU | node | replicas | memory MiB | busy | pack spec |",
+        "|---|---|---|---|---|---|",
+    ]
+    for g in plan.gpus:
+        models = Counter(r.model for r in g.replicas)
+        held = ", ".join(f"{m} x{n}" if n > 1 else m for m, n in models.items())
+        spec = specs[g.index] if g.index < len(specs) else "-"
+        lines.append(
+            f"| {g.index} | {g.node} | {held} | {g.memory_used_mib:,.0f} / "
+            f"{gpu.memory_mib:,} | {g.busy_share:.1%} | {spec} |"
+        )
+    return "\n".join(lines) + "\n"
