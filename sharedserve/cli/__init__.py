@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from sharedserve.cli import allocator, bench, k8s, pack, profile, serve, size
+from sharedserve.cli import allocator, bench, k8s, pack, profile, schema, serve, size
 from sharedserve.cli._app import app
 from sharedserve.errors import ConfigError, SharedServeError
 
@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     k8s,
     pack,
     profile,
+    schema,
     serve,
     size,
 )  # imported for the commands they register

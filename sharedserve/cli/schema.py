@@ -1,0 +1,51 @@
+"""``sharedserve schema fleet|pack|plan``: print a file format's JSON Schema.
+
+Thin: each schema is made by the module that reads and writes the format, from its types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from sharedserve.cli._app import app
+
+__all__: list[str] = []
+
+
+class FileFormat(str, Enum):
+    fleet = "fleet"
+    pack = "pack"
+    plan = "plan"
+
+
+def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
+    # Imported here: the types load pydantic, which no other command needs at start-up.
+    from sharedserve.pack.spec import pack_schema
+    from sharedserve.size.fleet import fleet_schema
+    from sharedserve.size.plan import plan_schema
+
+    return {
+        FileFormat.fleet: fleet_schema,
+        FileFormat.pack: pack_schema,
+        FileFormat.plan: plan_schema,
+    }[kind]
+
+
+@app.command()
+def schema(
+    kind: Annotated[
+        FileFormat,
+        typer.Argument(
+            help="fleet (size --fleet), pack (pack --spec, the plan's gpu-NNN.yaml) or plan "
+            "(the plan's plan.json)."
+        ),
+    ],
+) -> None:
+    """Print the JSON Schema of a file sharedserve reads or writes, for an editor or a CI check
+    to validate one against (docs/schemas/ holds the same)."""
+    typer.echo(json.dumps(_schema_of(kind)(), indent=2))
