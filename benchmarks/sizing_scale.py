@@ -11,7 +11,7 @@ Seeded: the same fleets every run.
 
 Then it times the real ``size`` path end to end (``sharedserve.size.run.plan_fleet``: read the
 fleet and its profiles, size each model, pack, write the plan's files), and apart its steps up
-to the packing (``load_fleet`` and ``load_profiles``, ``demands``, ``pack``), so that the rest
+to the packing (``load_fleet`` and ``load_profiles``, ``demands``, ``place``), so that the rest
 (building the plan and writing its files) shows too. Prints a Markdown report; ``--out`` also
 writes it.
 
@@ -34,7 +34,7 @@ from machine import heading, publish  # benchmarks/machine.py, beside this scrip
 
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
-from sharedserve.size.binpack import pack
+from sharedserve.placement import OpenEnded, place
 from sharedserve.size.demand import demands
 from sharedserve.size.fleet import load_fleet
 from sharedserve.size.profile import load_profiles
@@ -126,8 +126,9 @@ def measure(models: int, profiles: int, seed: int) -> dict[str, Any]:
         wanted, _ = demands(fleet, loaded)
         sized = time.perf_counter() - start
         start = time.perf_counter()
-        packing = pack(wanted, gpu_memory_mib=fleet.gpu.memory_mib, reserve_mib=RESERVE_MIB,
-                       target=TARGET, gpus_per_node=fleet.node.gpus)  # fmt: skip
+        packing = place([d.placed_as() for d in wanted],
+                        OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus),
+                        reserve_mib=RESERVE_MIB, target=TARGET)  # fmt: skip
         packed = time.perf_counter() - start
     if len(packing.gpus) != plan["gpu_count"]:
         raise RuntimeError("the packing alone is not the plan's: the benchmark is out of date")

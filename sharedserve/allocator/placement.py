@@ -8,11 +8,11 @@ ones a container gets, and only asks us for a preference. Two rules hold for bot
 * ``must_include`` vGPUs (already chosen by the kubelet, e.g. for NUMA alignment) are always in
   the answer, and their GPU is used first.
 
-``bundle`` is best fit: the GPU with the fewest free vGPUs that still holds the whole request.
-Small pods then fill partly used GPUs and leave whole GPUs free, so a big request still finds a
-GPU after many small ones (the bin-packing argument of IBM's "bundle vs spread" example).
-``spread`` is least-loaded first: the GPU with the smallest used share; pods get more of a GPU's
-compute each, at the cost of fragmenting free vGPUs across GPUs.
+The policies are the placement routine's (``placement.policy.preference``), over this GPU's
+room (its free vGPUs) and used share (its vGPUs taken): ``bundle`` is best fit, the GPU with the
+fewest free vGPUs that still holds the whole request, so small pods fill partly used GPUs and a
+big request still finds a whole GPU after many small ones; ``spread`` is least used first, more of
+a GPU's compute for each pod at the cost of fragmenting free vGPUs across GPUs.
 """
 
 from __future__ import annotations
@@ -22,17 +22,14 @@ from collections.abc import Sequence
 from sharedserve.allocator.inventory import Inventory, PhysicalGpu, VGpu
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import InvalidInput
+from sharedserve.placement.policy import preference
 
 __all__ = ["preferred_allocation"]
 
 
 def _sort_key(policy: PlacementPolicy, gpu: PhysicalGpu, free: int) -> tuple[float, ...]:
     used_share = (gpu.replicas - free) / gpu.replicas
-    if policy is PlacementPolicy.BUNDLE:
-        # Fewest free first (best fit); among equals the fuller one, then NVML order.
-        return (free, -used_share, gpu.index)
-    # Least used share first; among equals the one with more room, then NVML order.
-    return (used_share, -free, gpu.index)
+    return (*preference(policy, room=float(free), used=used_share), gpu.index)
 
 
 def preferred_allocation(

@@ -307,7 +307,7 @@ def _render_spec(
     path: Path, size: VgpuSize | ClaimSize, reserve: int, common: dict[str, Any], *, dra: bool
 ) -> str:
     """The spec's models as manifests, sized from ``pack``'s plan of the spec on one GPU."""
-    from sharedserve.pack.plan import PlanItem, plan_gpu
+    from sharedserve.pack.caps import PlanItem, plan_gpu
     from sharedserve.pack.prepare import footprint_mib  # pack's measure: pack's own plan
     from sharedserve.pack.spec import load_spec
 

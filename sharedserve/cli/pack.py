@@ -160,6 +160,13 @@ def pack(
         bool | None,
         typer.Option(help="Live table of replicas.", show_default="when stdout is a terminal"),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            help="Print the placement (each replica's GPU, cap, reserve and CPU quota) and "
+            "start nothing."
+        ),
+    ] = False,
 ) -> None:
     """Run N capped `sharedserve serve` replicas of one model (or a mix, --spec) on this host and
     keep them up.
@@ -231,4 +238,8 @@ def pack(
         stop_grace_s=stop_grace,
         max_restarts=max_restarts,
     )
+    if dry_run:
+        from sharedserve.pack.dry_run import dry_run as print_placement
+
+        raise typer.Exit(print_placement(settings))
     raise typer.Exit(run_pack(settings, live=sys.stdout.isatty() if live is None else live))

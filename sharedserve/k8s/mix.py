@@ -1,6 +1,6 @@
 """A pack spec's models as Deployments and Services in one YAML stream (``k8s render --spec``).
 
-Pure. ``pack --spec`` plans a mix on one GPU (``sharedserve.pack.plan``): each replica gets a GPU
+Pure. ``pack --spec`` plans a mix on one GPU (``sharedserve.pack.caps``): each replica gets a GPU
 memory cap, explicit or a share of what is left in proportion to its model's size, and keeps a
 context reserve outside it. On Kubernetes the allocator cuts every GPU into equal vGPUs and a pod
 asks for whole ones, so each model's pods ask for the vGPUs that hold what the plan gives one of

@@ -1,4 +1,5 @@
-"""What ``pack`` shows while it runs: a live ``rich`` table on a terminal, log lines otherwise."""
+"""What ``pack`` shows: the placement (``--dry-run``, and once every replica is up), then while it
+runs a live ``rich`` table on a terminal, log lines otherwise."""
 
 from __future__ import annotations
 
@@ -13,11 +14,19 @@ from rich.logging import RichHandler
 from rich.table import Table
 
 from sharedserve.limits.cpu import cores_text
-from sharedserve.pack.plan import GpuShare
+from sharedserve.pack.caps import ReplicaShare
+from sharedserve.pack.prepare import PackPlan
 from sharedserve.pack.replica import Replica, ReplicaState
 from sharedserve.pack.supervisor import Pack
 
-__all__ = ["View", "describe_plan", "replica_table", "showing"]
+__all__ = [
+    "View",
+    "describe_plan",
+    "placement_lines",
+    "placement_table",
+    "replica_table",
+    "showing",
+]
 
 _STATE_STYLE = {
     ReplicaState.AVAILABLE: "green",
@@ -32,15 +41,16 @@ class View(Protocol):
     def refresh(self) -> None: ...
 
 
-def _share_text(share: GpuShare, simulated: bool, how: str = "even split") -> str:
-    if share.gpu is None:
-        cap = "none" if share.fraction is None and share.mib is None else "recorded, NOT enforced"
-        return f"no GPU on this host; GPU memory cap {cap}"
+def _share_text(share: ReplicaShare, simulated: bool, how: str = "even split") -> str:
+    cap, gpu = share.share, share.gpu
+    if gpu is None:
+        kept = "none" if cap.fraction is None and cap.mib is None else "recorded, NOT enforced"
+        return f"no GPU on this host; GPU memory cap {kept}"
     how = how if share.default_split else "as requested"
     kind = "SIMULATED " if simulated else ""
     return (
-        f"{kind}GPU {share.gpu.index} {share.gpu.name} ({share.gpu.uuid}, {share.gpu.memory_mib} "
-        f"MiB); cap per replica {share.mib} MiB = {share.fraction:g} of it ({how})"
+        f"{kind}GPU {gpu.index} {gpu.name} ({gpu.uuid}, {gpu.memory_mib} "
+        f"MiB); cap per replica {cap.mib} MiB = {cap.fraction:g} of it ({how})"
     )
 
 
@@ -81,6 +91,50 @@ def describe_plan(pack: Pack) -> list[str]:
             lines.append(f"    {cpu}")
     lines.append(f"targets file: {plan.targets_path}")
     lines.append(f"replica logs: {plan.log_dir}")
+    return lines
+
+
+def placement_table(plan: PackPlan) -> Table:
+    """Which replica is on which GPU, with its cap, its reserve and its CPU quota."""
+    kind = "simulated " if plan.simulated_gpus else ""
+    table = Table(title=f"sharedserve pack: the placement on this host's {kind}GPUs")
+    heads = ("replica", "GPU", "cap MiB", "cap fraction", "cap from", "reserve MiB", "CPU quota")
+    for head in heads:
+        table.add_column(
+            head, justify="left" if head in ("replica", "GPU", "cap from") else "right"
+        )
+    for spec, share in zip(plan.specs, plan.shares, strict=True):
+        gpu, cap = share.gpu, share.share
+        split = "split" if share.default_split else "asked"
+        table.add_row(
+            spec.name,
+            "none" if gpu is None else f"{gpu.index} {gpu.name}",
+            "-" if cap.mib is None else str(cap.mib),
+            "-" if cap.fraction is None else f"{cap.fraction:g}",
+            "-" if cap.mib is None and cap.fraction is None else split,
+            "-" if gpu is None else str(plan.context_reserve_mib),
+            "none" if spec.cpu_limit is None else cores_text(spec.cpu_limit),
+        )
+    return table
+
+
+def placement_lines(plan: PackPlan) -> list[str]:
+    """A line for each GPU used: its replicas, and its memory taken by caps and reserves."""
+    lines = []
+    gpus = {s.gpu.index: s.gpu for s in plan.shares if s.gpu is not None}
+    for index, gpu in sorted(gpus.items()):
+        on = [s for s in plan.shares if s.gpu is not None and s.gpu.index == index]
+        caps = sum(s.share.mib or 0 for s in on)
+        reserves = len(on) * plan.context_reserve_mib
+        lines.append(
+            f"GPU {index} {gpu.name} ({gpu.uuid}): {len(on)} replicas, caps {caps} MiB + "
+            f"reserves {reserves} MiB = {caps + reserves} of {gpu.memory_mib} MiB"
+        )
+    cpu = {spec.cpu_limit for spec in plan.specs if spec.cpu_limit is not None}
+    if cpu:
+        why = "" if plan.cpu_quota_note is None else f" ({plan.cpu_quota_note})"
+        state = "enforced by a cgroup each" if plan.cpu_quota_enforced else f"NOT enforced{why}"
+        lines.append(f"CPU quota: {state}")
     return lines
 
 

@@ -10,10 +10,9 @@ import logging
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sharedserve import contract
 from sharedserve.config import PackEntry, PackSettings
 from sharedserve.contract import Grant, vgpu_id
 from sharedserve.enums import PlacementPolicy
@@ -21,7 +20,7 @@ from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
-from sharedserve.pack.plan import GpuShare, PlanItem, place_replicas, plan_gpu, slot_mib
+from sharedserve.pack.caps import PlanItem, ReplicaShare, place_entries, plan_gpu
 from sharedserve.pack.probe import free_port, port_is_free
 from sharedserve.pack.replica import ReplicaSpec
 from sharedserve.server.model_source import ModelSource, find_model
@@ -37,7 +36,7 @@ _MIB = 1 << 20
 class PackPlan:
     specs: list[ReplicaSpec]
     """Every replica, entry by entry."""
-    shares: list[GpuShare]
+    shares: list[ReplicaShare]
     """Each replica's GPU share, in the order of ``specs``."""
     entries: list[PackEntry]
     """The entry of each replica, in the order of ``specs``."""
@@ -47,9 +46,11 @@ class PackPlan:
     """Why the CPU quota is not enforced, when it is not."""
     log_dir: Path
     targets_path: Path
+    context_reserve_mib: int
+    """GPU memory each replica keeps outside its cap for its CUDA context."""
 
     @property
-    def share(self) -> GpuShare:
+    def share(self) -> ReplicaShare:
         """The first replica's share (all of a one-model pack on one GPU have the same)."""
         return self.shares[0]
 
@@ -79,44 +80,35 @@ def _shares(
     entries: tuple[PackEntry, ...],
     names: list[str],
     footprints: list[float],
-) -> tuple[list[list[GpuShare]], bool]:
-    """Each entry's replicas' shares: placed on GPUs, then planned GPU by GPU."""
-    gpus, simulated = _list_gpus(settings, entries)
+    gpus: list[GpuInfo],
+) -> list[list[ReplicaShare]]:
+    """Each entry's replicas' shares: placed on GPUs, then their caps computed GPU by GPU."""
     reserve = settings.context_reserve_mib
     items = [
         PlanItem(name, e.replicas, e.cap, fp)
         for name, e, fp in zip(names, entries, footprints, strict=True)
     ]
-    placed = place_replicas(
+    placed = place_entries(
         gpus,
-        [(e.gpu, e.replicas) for e in entries],
+        [(e.gpu, item) for e, item in zip(entries, items, strict=True)],
         policy=PlacementPolicy(settings.placement_policy),
-        slot_mib=slot_mib(items, gpus, reserve),
+        context_reserve_mib=reserve,
     )
-    # Group the replicas by GPU, plan each GPU, and hand the shares back in replica order.
-    by_gpu: dict[str | None, list[tuple[int, int]]] = {}
+    # Each GPU's entries and how many replicas of each it holds, in entry order.
+    on_gpu: dict[GpuInfo | None, dict[int, int]] = {}
     for i, gpus_of_entry in enumerate(placed):
-        for r, gpu in enumerate(gpus_of_entry):
-            by_gpu.setdefault(None if gpu is None else gpu.uuid, []).append((i, r))
-    shares: list[list[GpuShare | None]] = [[None] * e.replicas for e in entries]
-    for where in by_gpu.values():
-        gpu = placed[where[0][0]][where[0][1]]
-        on_gpu = sorted({i for i, _ in where})
-        counts = [sum(1 for i2, _ in where if i2 == i) for i in on_gpu]
-        planned = plan_gpu(
+        for gpu in gpus_of_entry:
+            counts = on_gpu.setdefault(gpu, {})
+            counts[i] = counts.get(i, 0) + 1
+    planned: dict[tuple[GpuInfo | None, int], ReplicaShare] = {}
+    for gpu, counts in on_gpu.items():
+        caps = plan_gpu(
             gpu,
-            [replace_replicas(items[i], n) for i, n in zip(on_gpu, counts, strict=True)],
+            [replace(items[i], replicas=n) for i, n in counts.items()],
             context_reserve_mib=reserve,
         )
-        for i, share in zip(on_gpu, planned, strict=True):
-            for i2, r in where:
-                if i2 == i:
-                    shares[i][r] = share
-    return [[s for s in row if s is not None] for row in shares], simulated
-
-
-def replace_replicas(item: PlanItem, replicas: int) -> PlanItem:
-    return PlanItem(item.name, replicas, item.cap, item.footprint_mib, item.measured_peak_mib)
+        planned.update(((gpu, i), share) for i, share in zip(counts, caps, strict=True))
+    return [[planned[gpu, i] for gpu in gpus_of_entry] for i, gpus_of_entry in enumerate(placed)]
 
 
 def _ports(settings: PackSettings, n: int) -> list[tuple[int, int]]:
@@ -170,15 +162,15 @@ def _server_command(
     return command + list(entry.server_args)
 
 
-def _contract_env(settings: PackSettings, share: GpuShare, slot: int) -> dict[str, str]:
+def _contract_env(settings: PackSettings, share: ReplicaShare, slot: int) -> dict[str, str]:
     """The env contract (``contract.Grant``), as the allocator would set it for one vGPU.
 
     A bare-host grant: no container runtime reads NVIDIA_VISIBLE_DEVICES here, so CUDA is told
     too, with indices in NVML (PCI bus) order, which is what --gpu and the targets file use.
     """
-    uuid = None if share.gpu is None else share.gpu.uuid
+    uuid = share.share.uuid
     ids = () if uuid is None else (vgpu_id(uuid, slot),)
-    grant = Grant((contract.GpuShare(uuid, share.fraction, share.mib, ids),), bare_host=True)
+    grant = Grant((replace(share.share, vgpu_ids=ids),), bare_host=True)
     return {**settings.environment, **grant.to_env()}
 
 
@@ -193,19 +185,25 @@ def _sources(entries: tuple[PackEntry, ...]) -> list[ModelSource]:
     return sources
 
 
-def prepare_pack(settings: PackSettings) -> PackPlan:
-    """Check everything and make the cgroups; nothing is started. Raises ConfigError."""
+def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PackPlan:
+    """Check everything and make the cgroups; nothing is started. Raises ConfigError.
+
+    ``dry_run``: check everything but make nothing, no cgroup and no log directory (the plan
+    then says the CPU quota is not enforced, and why)."""
     settings.validate()
     entries = settings.entries
     sources = _sources(entries)
     names = [s.name for s in sources]
-    shares, simulated = _shares(settings, entries, names, [footprint_mib(s.path) for s in sources])
+    gpus, simulated = _list_gpus(settings, entries)
+    shares = _shares(settings, entries, names, [footprint_mib(s.path) for s in sources], gpus)
     replicas = [
         (e, src.name, r) for e, src in zip(entries, sources, strict=True) for r in range(e.replicas)
     ]
     ports = _ports(settings, len(replicas))
-    if settings.log_dir is None:
-        prefix = names[0] if len(names) == 1 else "mix"
+    prefix = names[0] if len(names) == 1 else "mix"
+    if dry_run:
+        log_dir = settings.log_dir or Path(tempfile.gettempdir()) / f"sharedserve-pack-{prefix}-*"
+    elif settings.log_dir is None:
         log_dir = Path(tempfile.mkdtemp(prefix=f"sharedserve-pack-{prefix}-"))
     else:
         log_dir = settings.log_dir
@@ -217,7 +215,9 @@ def prepare_pack(settings: PackSettings) -> PackPlan:
     replica_names = [f"{model}-{r}" for _, model, r in replicas]
     cgroups: list[Path | None] | None = None
     note = None
-    if any(e.cpu_limit_cores is not None for e in entries):
+    if dry_run:
+        note = "a dry run makes no cgroup"
+    elif any(e.cpu_limit_cores is not None for e in entries):
         wanted = [
             (n, e.cpu_limit_cores) for n, (e, _, _) in zip(replica_names, replicas, strict=True)
         ]
@@ -247,7 +247,7 @@ def prepare_pack(settings: PackSettings) -> PackPlan:
                 cgroup=None if cgroups is None else cgroups[i],
                 cpu_limit=entry.cpu_limit_cores,
                 gpu=uuid,
-                gpu_memory_fraction=share.fraction,
+                gpu_memory_fraction=share.share.fraction,
                 weight=entry.weight,
                 slo_p99_ms=entry.slo_p99_ms,
             )
@@ -261,4 +261,5 @@ def prepare_pack(settings: PackSettings) -> PackPlan:
         cpu_quota_note=note,
         log_dir=log_dir,
         targets_path=targets_path,
+        context_reserve_mib=settings.context_reserve_mib,
     )

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sharedserve.errors import ConfigError
+from sharedserve.placement import Replicas
 from sharedserve.size.fleet import Fleet, FleetModel, listed
 from sharedserve.size.profile import ModelProfile, ProfilePoint, capacity
 
@@ -75,6 +76,13 @@ class Demand:
             if density >= replicas:
                 return p99
         return self.predicted_p99_ms
+
+    def placed_as(self) -> Replicas:
+        """What the placement routine places: its replicas, memory, time, density and spread."""
+        return Replicas(
+            self.model, self.replicas, self.memory_mib, self.busy_share, self.max_density,
+            self.spread,
+        )  # fmt: skip
 
 
 def _tokens(name: str) -> set[str]:

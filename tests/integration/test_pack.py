@@ -85,10 +85,11 @@ def test_replicas_get_the_env_contract_from_the_simulated_gpu(
 ) -> None:
     run, body = packed
     assert body["simulated_gpus"] is True
-    # Even split with 512 MiB per replica kept for the CUDA context: (16384 - 3 x 512) // 3.
+    # Even split with 512 MiB per replica kept for the CUDA context: (16384 - 3 x 512) // 3,
+    # 4949 MiB, whose share is rounded down to 6 places (contract.fraction_of).
     for target in body["targets"]:
         assert target["gpu"] == GPU_UUID
-        assert target["gpu_memory_fraction"] == 0.3020
+        assert target["gpu_memory_fraction"] == 0.302062
         limits = httpx.get(f"{target['rest']}/sharedserve/v1/limits", timeout=10).json()
         assert limits["gpu_memory_mib"] == 4949
         assert limits["gpu_memory_source"] == "env"

@@ -9,6 +9,7 @@ from sharedserve.allocator.placement import preferred_allocation
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import InvalidInput
 from sharedserve.gpu.info import GpuInfo
+from sharedserve.placement import Host, Replicas, place
 
 BUNDLE, SPREAD = PlacementPolicy.BUNDLE, PlacementPolicy.SPREAD
 
@@ -183,3 +184,18 @@ def test_bundle_keeps_whole_gpus_free_for_many_small_pods() -> None:
             node.admit(1)
         used = node.gpus_of(sorted(node.allocated))
         assert len(node.inv.gpus) - len(used) == untouched, policy
+
+
+@pytest.mark.parametrize(("policy", "gpu"), [(BUNDLE, 0), (SPREAD, 1)])
+def test_the_kubelet_adapter_and_the_placement_routine_prefer_the_same_gpu(
+    policy: PlacementPolicy, gpu: int
+) -> None:
+    # Two GPUs of four 1 GiB vGPUs, three of the first taken; one more 1 GiB request. The
+    # policies are defined once (placement.policy): both answer the same GPU.
+    inv = inventory(4, 4)
+    (chosen,) = preferred_allocation(inv, free(inv, A="3"), [], 1, policy)
+    assert chosen.startswith(f"GPU-{'AB'[gpu]}::")
+    host = Host([GpuInfo("GPU-A", 0, "T", 4096), GpuInfo("GPU-B", 1, "T", 4096)])
+    taken = Replicas("taken", 3, 1024, gpu=0)
+    placement = place([taken, Replicas("m", 1, 1024)], host, reserve_mib=0, policy=policy)
+    assert placement.gpus_of("m") == [gpu]

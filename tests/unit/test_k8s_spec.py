@@ -15,7 +15,7 @@ from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model
-from sharedserve.pack.plan import PlanItem, plan_gpu
+from sharedserve.pack.caps import PlanItem, plan_gpu
 from sharedserve.quantity import format_cpu, parse_cpu
 
 RESERVE = 512

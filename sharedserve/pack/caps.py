@@ -19,9 +19,10 @@ model's footprint (its weights on disk, or a profile's measured peak), so a mode
 gets twice the cap; with one model that is exactly the even split above.
 
 Placement (which GPU each replica of an entry without ``gpu`` goes on, when the host has several)
-is the allocator's own ``preferred_allocation``, over an inventory cut into equal vGPUs big
-enough for the largest replica's minimum: ``bundle`` fills a GPU before the next, ``spread``
-puts each replica on the least used GPU.
+is the one placement routine's (``sharedserve.placement``), over the host's healthy GPUs whatever
+their sizes: each replica takes its cap, or its weights where the cap is the split, plus the
+reserve. ``bundle`` fills a GPU before the next, ``spread`` puts each replica on the least used
+GPU; the caps are then computed GPU by GPU as above.
 """
 
 from __future__ import annotations
@@ -31,35 +32,42 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from sharedserve.allocator.inventory import Sizing, build_inventory
-from sharedserve.allocator.placement import preferred_allocation
 from sharedserve.config import CapSource, GpuCapRequest
+from sharedserve.contract import GpuShare, fraction_of, mib_of
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
+from sharedserve.placement import Host, Replicas, place
 
 __all__ = [
-    "GpuShare",
     "PlanItem",
+    "ReplicaShare",
     "choose_gpu",
-    "place_replicas",
+    "place_entries",
     "plan_gpu",
-    "slot_mib",
 ]
 
 
 @dataclass(frozen=True)
-class GpuShare:
-    """What each replica is given on the chosen GPU."""
+class ReplicaShare:
+    """What pack gives one replica: its share of a GPU (the env contract's) and how it came."""
 
+    share: GpuShare
+    """The cap: a fraction and MiB of ``gpu``; neither when no cap applies."""
     gpu: GpuInfo | None
     """The GPU packed onto; None on a host without one (caps are then recorded, not enforced)."""
-    fraction: float | None
-    """Each replica's share of the GPU's memory, in (0, 1]; None when no cap applies."""
-    mib: int | None
-    """The same cap in MiB; None when the GPU's size is unknown and no MiB cap was asked for."""
     default_split: bool
-    """True when the cap is the even split computed here rather than one the user asked for."""
+    """True when the cap is the split computed here rather than one the user asked for."""
+
+    @property
+    def mib(self) -> int | None:
+        """The cap in MiB: ``share.mib``."""
+        return self.share.mib
+
+    @property
+    def fraction(self) -> float | None:
+        """The cap as a share of the GPU's memory: ``share.fraction``."""
+        return self.share.fraction
 
 
 def choose_gpu(gpus: list[GpuInfo], selector: str | None) -> GpuInfo | None:
@@ -108,7 +116,7 @@ class PlanItem:
 
 def plan_gpu(
     gpu: GpuInfo | None, items: Sequence[PlanItem], *, context_reserve_mib: int
-) -> list[GpuShare]:
+) -> list[ReplicaShare]:
     """The cap of each item's replicas on ``gpu`` (in ``items``' order), or ConfigError.
 
     Free memory = GPU memory - the explicit caps - every replica's context reserve; the items
@@ -135,20 +143,16 @@ def plan_gpu(
             mib = max(0, math.floor(free * weights[i] / shared)) if free > 0 else 0
         caps.append(mib)
     _refuse_unless_fits(gpu, items, caps, explicit, reserve)
-    least = math.ceil(gpu.memory_mib / 10_000)
-    for item, mib in zip(items, caps, strict=True):
-        if _fraction(mib, gpu.memory_mib) == 0:
-            # The env contract's share would read 0, which every server refuses: say so now,
-            # not through a replica that crashes on start again and again.
-            raise ConfigError(
-                f"{item.name}: a cap of {mib} MiB is under 0.01% of GPU {gpu.index}'s "
-                f"{gpu.memory_mib} MiB, finer than a share the env contract carries; give at "
-                f"least {least} MiB"
-            )
-    return [
-        GpuShare(gpu, _fraction(mib, gpu.memory_mib), mib, default_split=explicit[i] is None)
-        for i, mib in enumerate(caps)
-    ]
+    shares = []
+    for i, (item, mib) in enumerate(zip(items, caps, strict=True)):
+        try:
+            # A share that would read 0 is refused now, not through a replica that crashes
+            # on start again and again.
+            share = GpuShare(gpu.uuid, fraction_of(mib, gpu.memory_mib), mib)
+        except ConfigError as e:
+            raise ConfigError(f"{item.name} on GPU {gpu.index}: {e.message}") from e
+        shares.append(ReplicaShare(share, gpu, default_split=explicit[i] is None))
+    return shares
 
 
 def _explicit_mib(request: GpuCapRequest, gpu: GpuInfo) -> int | None:
@@ -157,10 +161,10 @@ def _explicit_mib(request: GpuCapRequest, gpu: GpuInfo) -> int | None:
     if request.share.mib is not None:
         return request.share.mib
     assert request.share.fraction is not None
-    return math.floor(request.share.fraction * gpu.memory_mib)
+    return mib_of(request.share.fraction, gpu.memory_mib)
 
 
-def _without_gpu(items: Sequence[PlanItem]) -> list[GpuShare]:
+def _without_gpu(items: Sequence[PlanItem]) -> list[ReplicaShare]:
     # No GPU to size against: only the fractions' sum can be checked.
     asked = [
         (item, item.cap.share.fraction) for item in items if item.cap.source is not CapSource.NONE
@@ -170,9 +174,9 @@ def _without_gpu(items: Sequence[PlanItem]) -> list[GpuShare]:
         parts = " + ".join(f"{item.replicas} x {f:g}" for item, f in asked if f is not None)
         raise ConfigError(f"{parts} of the GPU is {total:.3g} GPUs; the caps must sum to at most 1")
     return [
-        GpuShare(None, None, None, default_split=True)
+        ReplicaShare(GpuShare(None), None, default_split=True)
         if item.cap.source is CapSource.NONE
-        else GpuShare(None, item.cap.share.fraction, item.cap.share.mib, default_split=False)
+        else ReplicaShare(item.cap.share, None, default_split=False)
         for item in items
     ]
 
@@ -243,74 +247,44 @@ def _table(items: Sequence[PlanItem], caps: list[int], reserve: int) -> str:
     )
 
 
-def slot_mib(items: Sequence[PlanItem], gpus: Sequence[GpuInfo], context_reserve_mib: int) -> int:
-    """The vGPU size placement cuts GPUs into: the largest replica's least need plus a reserve.
-
-    Sized so that any set of replicas placed one to a vGPU holds every cap and weight.
-    """
-    smallest = min((g.memory_mib for g in gpus), default=0)
-    least = 1
-    for item in items:
-        mib = _explicit_mib(item.cap, GpuInfo("", 0, "", smallest))
-        least = max(least, _ceil(item.need_mib) if mib is None else mib)
-    return least + context_reserve_mib
-
-
-def place_replicas(
+def place_entries(
     gpus: Sequence[GpuInfo],
-    requests: Sequence[tuple[str | None, int]],
+    entries: Sequence[tuple[str | None, PlanItem]],
     *,
     policy: PlacementPolicy,
-    slot_mib: int,
+    context_reserve_mib: int,
 ) -> list[list[GpuInfo | None]]:
-    """The GPU of each replica of each ``(gpu selector, replicas)`` request, in order.
+    """The GPU of each replica of each ``(gpu selector, item)`` entry, in order.
 
-    A request with a selector goes where it says. The rest: on a host with one GPU, that one
-    (or none without a GPU); with several, one replica at a time by the allocator's
-    ``preferred_allocation`` over the healthy GPUs cut into vGPUs of ``slot_mib``, after the
-    pinned replicas have taken theirs. ConfigError when the vGPUs run out.
+    An entry with a selector goes where it says. The rest: on a host with one GPU, that one
+    (or none without a GPU; ``plan_gpu`` then says whether they fit); with several, where the
+    placement routine puts them over the healthy GPUs, each replica taking its explicit cap or
+    its weights, and its reserve. ConfigError, with the figures, when they do not fit.
     """
-    placed: list[list[GpuInfo | None]] = []
-    for selector, replicas in requests:
-        placed.append([choose_gpu(list(gpus), selector)] * replicas if selector else [])
-    loose = [i for i, (selector, _) in enumerate(requests) if not selector]
-    if not loose:
-        return placed
+    pinned = [
+        None if selector is None else choose_gpu(list(gpus), selector) for selector, _ in entries
+    ]
     if len(gpus) <= 1:
-        gpu = choose_gpu(list(gpus), None)
-        for i in loose:
-            placed[i] = [gpu] * requests[i][1]
-        return placed
-    healthy = [g for g in gpus if g.healthy]
-    if not healthy:
-        raise ConfigError("every GPU on this host is unhealthy")
-    inventory = build_inventory(healthy, Sizing(vgpu_memory_mib=slot_mib))
-    by_uuid = {g.uuid: g for g in healthy}
-    available = list(inventory.vgpu_ids)
-    for gpus_of_entry in placed:  # pinned replicas take their GPU's first vGPUs
-        for gpu in gpus_of_entry:
-            physical = None if gpu is None else inventory.gpu(gpu.uuid)
-            own = physical.vgpu_ids if physical is not None else ()
-            taken = next((v for v in own if v in available), None)
-            if taken is not None:
-                available.remove(taken)
-    for i in loose:
-        for _ in range(requests[i][1]):
-            if not available:
-                total = sum(r for _, r in requests)
-                raise ConfigError(
-                    f"{total} replicas need {slot_mib} MiB each (the largest replica's least "
-                    f"need and its CUDA context reserve); the {len(healthy)} healthy GPUs hold "
-                    f"{len(inventory)}: pack fewer replicas"
-                )
-            (chosen,) = preferred_allocation(inventory, available, [], 1, policy)
-            available.remove(chosen)
-            vgpu = inventory.get(chosen)
-            assert vgpu is not None
-            placed[i].append(by_uuid[vgpu.gpu.uuid])
-    return placed
+        only = choose_gpu(list(gpus), None) if any(p is None for p in pinned) else None
+        return [[p or only] * item.replicas for p, (_, item) in zip(pinned, entries, strict=True)]
+    requests = []
+    for gpu, (_, item) in zip(pinned, entries, strict=True):
+        mib, fraction = _least_mib(item)
+        index = None if gpu is None else gpu.index
+        requests.append(
+            Replicas(item.name, item.replicas, mib, memory_fraction=fraction, gpu=index)
+        )
+    placement = place(requests, Host(gpus), reserve_mib=context_reserve_mib, policy=policy)
+    by_index = {g.index: g for g in gpus}
+    return [[by_index[i] for i in placement.gpus_of(item.name)] for _, item in entries]
 
 
-def _fraction(mib: int, total_mib: int) -> float:
-    # Rounded down so that fraction x total never exceeds the MiB cap it stands for.
-    return math.floor(mib / total_mib * 10_000) / 10_000
+def _least_mib(item: PlanItem) -> tuple[float, float]:
+    """What one replica of ``item`` takes on any GPU, before its reserve: MiB, and a share of
+    the GPU's memory (a cap given as a fraction)."""
+    if item.cap.source is CapSource.NONE:
+        return _ceil(item.need_mib), 0.0
+    if item.cap.share.mib is not None:
+        return item.cap.share.mib, 0.0
+    assert item.cap.share.fraction is not None
+    return 0.0, item.cap.share.fraction

@@ -1,20 +1,21 @@
-"""How replicas share a GPU: selection, the default split, refusals. Table-driven."""
+"""How pack's replicas share GPUs: selection, placement over a host's GPUs, the default split,
+refusals. Table-driven."""
 
 from __future__ import annotations
 
 import pytest
 
 from sharedserve.config import CapSource, GpuCapRequest
+from sharedserve.contract import GpuShare
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
-from sharedserve.pack.plan import (
-    GpuShare,
+from sharedserve.pack.caps import (
     PlanItem,
+    ReplicaShare,
     choose_gpu,
-    place_replicas,
+    place_entries,
     plan_gpu,
-    slot_mib,
 )
 from sharedserve.pack.supervisor import restart_delay
 
@@ -31,7 +32,7 @@ def plan_gpu_share(
     *,
     context_reserve_mib: int,
     footprint_mib: float = 0.0,
-) -> GpuShare:
+) -> ReplicaShare:
     """One model's pack: the one-entry case of ``plan_gpu``, as ``pack --model`` plans it."""
     item = PlanItem("the model", replicas, request, footprint_mib)
     (share,) = plan_gpu(gpu, [item], context_reserve_mib=context_reserve_mib)
@@ -78,13 +79,13 @@ def test_choose_gpu_refuses(gpus: list[GpuInfo], selector: str, message: str) ->
     ("replicas", "request_", "gpu", "reserve", "expected_mib", "expected_fraction"),
     [
         # Even split keeps the context reserve outside each cap: (11441 - 4 x 512) // 4.
-        (4, NONE, K80, 512, 2348, 0.2052),
-        (1, NONE, A100, 512, 81408, 0.9937),
+        (4, NONE, K80, 512, 2348, 0.205226),
+        (1, NONE, A100, 512, 81408, 0.99375),
         (8, NONE, A100, 0, 10240, 0.125),
         # Requested caps are kept as asked when they fit.
-        (3, fraction(0.25), K80, 512, 2860, 0.2499),
-        (2, mib(4000), K80, 512, 4000, 0.3496),
-        (10, mib(7000), A100, 1000, 7000, 0.0854),
+        (3, fraction(0.25), K80, 512, 2860, 0.249978),
+        (2, mib(4000), K80, 512, 4000, 0.349619),
+        (10, mib(7000), A100, 1000, 7000, 0.085449),
         # No GPU: nothing to size against; a fraction is recorded as given.
         (4, fraction(0.25), None, 512, None, 0.25),
         (4, mib(1000), None, 512, 1000, None),
@@ -196,12 +197,14 @@ def test_a_cap_below_a_models_weights_names_the_entry() -> None:
 
 
 def test_a_cap_finer_than_the_contracts_shares_is_refused_not_crashed_on() -> None:
-    # 1 MiB of 16384 is 0.006%: its share would be written as 0, which servers refuse.
+    # 1 MiB of 2,000,000 is under 1e-6: its share would be written as 0, which servers refuse.
+    huge = GpuInfo("GPU-huge", 9, "huge", 2_000_000)
     items = [PlanItem("tiny", 1, mib(1), 0.1)]
-    with pytest.raises(ConfigError, match=r"tiny: a cap of 1 MiB is under 0\.01%.*least 2 MiB"):
-        plan_gpu(T4, items, context_reserve_mib=512)
-    (share,) = plan_gpu(T4, [PlanItem("tiny", 1, mib(2), 0.1)], context_reserve_mib=512)
-    assert share.fraction == 0.0001
+    with pytest.raises(ConfigError, match=r"tiny on GPU 9: a cap of 1 MiB.*least 2 MiB"):
+        plan_gpu(huge, items, context_reserve_mib=512)
+    (share,) = plan_gpu(huge, [PlanItem("tiny", 1, mib(2), 0.1)], context_reserve_mib=512)
+    assert share.fraction == 0.000001
+    assert share.share == GpuShare(huge.uuid, 0.000001, 2)
 
 
 def test_without_a_gpu_a_mix_records_caps_and_checks_fractions() -> None:
@@ -216,47 +219,91 @@ def _indices(placed: list[list[GpuInfo | None]]) -> list[list[int | None]]:
     return [[None if g is None else g.index for g in row] for row in placed]
 
 
+def _entries(*entries: tuple[str | None, int, float]) -> list[tuple[str | None, PlanItem]]:
+    """``(gpu selector, replicas, weights MiB)`` entries, named a, b, c ... and uncapped."""
+    return [
+        (selector, PlanItem("abcdefgh"[i], replicas, NONE, weights))
+        for i, (selector, replicas, weights) in enumerate(entries)
+    ]
+
+
 @pytest.mark.parametrize(
-    ("policy", "requests", "expected"),
+    ("policy", "entries", "expected"),
     [
-        # bundle fills a GPU (as far as its vGPUs of slot_mib go) before the next.
-        (PlacementPolicy.BUNDLE, [(None, 2), (None, 1)], [[3, 3], [3]]),
-        (PlacementPolicy.BUNDLE, [(None, 5), (None, 2)], [[3, 3, 3, 3, 3], [4, 4]]),
+        # bundle fills a GPU before the next: 4 of 3000 MiB + 512 reserve hold a 16 GiB GPU.
+        (PlacementPolicy.BUNDLE, _entries((None, 2, 3000), (None, 1, 3000)), [[3, 3], [3]]),
+        (
+            PlacementPolicy.BUNDLE,
+            _entries((None, 5, 3000), (None, 2, 3000)),
+            [[3, 3, 3, 3, 4], [4, 4]],  # GPU 3 full after 4 of a
+        ),
         # spread: least used first, so one entry's replicas land on different GPUs.
-        (PlacementPolicy.SPREAD, [(None, 3)], [[3, 4, 5]]),
-        (PlacementPolicy.SPREAD, [(None, 1), (None, 2)], [[3], [4, 5]]),
-        (PlacementPolicy.SPREAD, [(None, 4)], [[3, 4, 5, 3]]),
-        # A pinned entry takes its GPU's vGPUs first; the rest are placed around it.
-        (PlacementPolicy.SPREAD, [("3", 2), (None, 2)], [[3, 3], [4, 5]]),
-        (PlacementPolicy.BUNDLE, [("5", 1), (None, 1)], [[5], [5]]),
+        (PlacementPolicy.SPREAD, _entries((None, 3, 3000)), [[3, 4, 5]]),
+        (PlacementPolicy.SPREAD, _entries((None, 1, 3000), (None, 2, 3000)), [[3], [4, 5]]),
+        (PlacementPolicy.SPREAD, _entries((None, 4, 3000)), [[3, 3, 4, 5]]),
+        # A pinned entry takes its GPU first; the rest are placed around it.
+        (PlacementPolicy.SPREAD, _entries(("3", 2, 3000), (None, 2, 3000)), [[3, 3], [4, 5]]),
+        (PlacementPolicy.BUNDLE, _entries(("5", 1, 3000), (None, 1, 3000)), [[5], [5]]),
+        # Heterogeneous: an 8 GiB replica and small ones fill one GPU before the next.
+        (PlacementPolicy.BUNDLE, _entries((None, 1, 8192), (None, 3, 100)), [[3], [3, 3, 3]]),
     ],
 )
-def test_placement_over_several_gpus_uses_the_allocators_policy(
+def test_placement_over_several_gpus_is_the_placement_routines(
     policy: PlacementPolicy,
-    requests: list[tuple[str | None, int]],
+    entries: list[tuple[str | None, PlanItem]],
     expected: list[list[int]],
 ) -> None:
-    # 16384 // 3000 = 5 vGPUs per GPU.
-    placed = place_replicas([T4, T4B, T4C], requests, policy=policy, slot_mib=3000)
+    placed = place_entries([T4, T4B, T4C], entries, policy=policy, context_reserve_mib=512)
     assert _indices(placed) == expected
+
+
+def test_placement_takes_each_replicas_cap_or_weights_and_its_reserve() -> None:
+    # Two 16 GiB GPUs: a 6 GiB cap, a quarter of a GPU, and 4 GiB of weights each take their
+    # own (the quarter is 4096 MiB of either), with 512 MiB reserve a replica.
+    entries = [
+        (None, PlanItem("capped", 2, mib(6144), 10.0)),
+        (None, PlanItem("quarter", 2, fraction(0.25), 10.0)),
+        (None, PlanItem("weights", 1, NONE, 4000.2)),
+    ]
+    placed = place_entries(
+        [T4, T4B], entries, policy=PlacementPolicy.BUNDLE, context_reserve_mib=512
+    )
+    per_gpu = {3: 0, 4: 0}
+    taken = {"capped": 6144, "quarter": 4096, "weights": 4001}
+    for (_, item), gpus in zip(entries, placed, strict=True):
+        for g in gpus:
+            assert g is not None
+            per_gpu[g.index] += taken[item.name] + 512
+    assert all(used <= 16384 for used in per_gpu.values())
+    assert sum(len(g) for g in placed) == 5
 
 
 def test_placement_skips_unhealthy_gpus_and_refuses_when_full() -> None:
     sick = GpuInfo("GPU-9999", 0, "T4", 16384, healthy=False)
-    placed = place_replicas([sick, T4], [(None, 2)], policy=PlacementPolicy.SPREAD, slot_mib=3000)
+    placed = place_entries(
+        [sick, T4],
+        _entries((None, 2, 3000)),
+        policy=PlacementPolicy.SPREAD,
+        context_reserve_mib=512,
+    )
     assert _indices(placed) == [[3, 3]]
-    with pytest.raises(ConfigError, match="the 1 healthy GPUs hold 5"):
-        place_replicas([sick, T4], [(None, 6)], policy=PlacementPolicy.SPREAD, slot_mib=3000)
+    with pytest.raises(
+        ConfigError, match=r"2 of 6 replicas fit no GPU.*GPU 0 unhealthy; GPU 3 2,336 of 16,384"
+    ):
+        place_entries(
+            [sick, T4],
+            _entries((None, 6, 3000)),
+            policy=PlacementPolicy.SPREAD,
+            context_reserve_mib=512,
+        )
 
 
 def test_one_gpu_or_none_needs_no_placement() -> None:
-    assert _indices(
-        place_replicas([K80], [(None, 2)], policy=PlacementPolicy.SPREAD, slot_mib=1)
-    ) == [[0, 0]]
-    assert place_replicas([], [(None, 1)], policy=PlacementPolicy.BUNDLE, slot_mib=1) == [[None]]
-
-
-def test_slot_is_the_largest_least_need_plus_reserve() -> None:
-    items = [PlanItem("a", 1, NONE, 100.4), PlanItem("b", 1, fraction(0.25), 1.0)]
-    assert slot_mib(items, [T4], 512) == 4096 + 512
-    assert slot_mib(items[:1], [T4], 512) == 101 + 512
+    # One GPU: everything on it, whether it fits or not; plan_gpu says why not with a table.
+    placed = place_entries(
+        [K80], _entries((None, 2, 9000)), policy=PlacementPolicy.SPREAD, context_reserve_mib=512
+    )
+    assert _indices(placed) == [[0, 0]]
+    assert place_entries(
+        [], _entries((None, 1, 1)), policy=PlacementPolicy.BUNDLE, context_reserve_mib=512
+    ) == [[None]]

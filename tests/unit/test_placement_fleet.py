@@ -1,10 +1,12 @@
-"""Packing replicas onto GPUs (issue 18 item 3): the constraints never give, replicas of a model
-spread, and the count stays near the lower bound."""
+"""The placement routine over a fleet (``OpenEnded`` GPUs, as ``size`` packs): the constraints
+never give, replicas of a model spread over GPUs and nodes, and the count stays near the lower
+bound. Property-based; the table tests of both kinds of inventory are in test_placement.py."""
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sharedserve.errors import ConfigError
-from sharedserve.size.binpack import pack
+from sharedserve.placement import OpenEnded, Placement, place
 from sharedserve.size.bounds import lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.profile import ProfilePoint
@@ -33,13 +35,31 @@ def demand(
     return Demand(**values)
 
 
-def packed(demands: list[Demand], **kw: Any) -> Any:
+def pack(
+    demands: Sequence[Demand],
+    *,
+    gpu_memory_mib: float,
+    reserve_mib: float,
+    target: float,
+    gpus_per_node: int,
+    max_gpus: int | None = None,
+) -> Placement:
+    """``size``'s packing: its demands onto GPUs of one size, opened as needed."""
+    return place(
+        [d.placed_as() for d in demands],
+        OpenEnded(gpu_memory_mib, gpus_per_node, max_gpus),
+        reserve_mib=reserve_mib,
+        target=target,
+    )
+
+
+def packed(demands: list[Demand], **kw: Any) -> Placement:
     args = {"gpu_memory_mib": MEMORY, "reserve_mib": RESERVE, "target": TARGET,
             "gpus_per_node": 8} | kw  # fmt: skip
     return pack(demands, **args)
 
 
-def check(demands: list[Demand], packing: Any, per_node: int = 8) -> None:
+def check(demands: list[Demand], packing: Placement, per_node: int = 8) -> None:
     """Every replica placed once; no GPU over memory, time or any of its models' density."""
     by_model = {d.model: d for d in demands}
     placed: dict[str, int] = {}
@@ -132,7 +152,7 @@ def test_constraints_always_hold_and_the_plan_stays_near_the_lower_bound(
     assert len(packing.gpus) <= max(2 * bound, spread) + 1
 
 
-def spread_over(packing: Any) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+def spread_over(packing: Placement) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
     """The GPUs and the nodes each model's replicas are on."""
     gpus: dict[str, set[int]] = {}
     nodes: dict[str, set[int]] = {}
