@@ -46,6 +46,8 @@ def schema(
         ),
     ],
 ) -> None:
-    """Print the JSON Schema of a file sharedserve reads or writes, for an editor or a CI check
-    to validate one against (docs/schemas/ holds the same)."""
+    """Print the JSON Schema of a fleet file, a pack spec or a plan.
+
+    For an editor to check a file as it is typed, or a CI job to check one; docs/schemas/ holds
+    the same files."""
     typer.echo(json.dumps(_schema_of(kind)(), indent=2))
