@@ -16,10 +16,11 @@ import yaml
 from typer.testing import CliRunner
 
 from sharedserve.cli import app
+from sharedserve.documents import parse
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import load_spec, parse_spec
 from sharedserve.size.fleet import load_fleet, parse_fleet
-from sharedserve.size.plan import read_plan
+from sharedserve.size.plan import Plan, read_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ("fleet", "pack", "plan")
@@ -95,9 +96,6 @@ def _parse(kind: str, data: Any) -> Any:
         return parse_fleet(data, base_dir=Path("."))
     if kind == "pack":
         return parse_spec(data, base_dir=Path("."))
-    from sharedserve.documents import parse
-    from sharedserve.size.plan import Plan
-
     return parse(Plan, data, where="plan.json")
 
 
