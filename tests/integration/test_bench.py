@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import invoke
+from tests.support.cli import invoke
 from tests.support.pack import PackRun, alive
 from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
@@ -215,11 +216,12 @@ def test_percentiles_match_a_known_latency_law(tmp_path: Path) -> None:
         server.stop()
     (row,) = json.loads((out / "report.json").read_text())["rows"]
     assert row["requests"] > 300 and row["errors"] == 0
-    assert 5.0 <= row["p50_ms"] <= 7.0, row
-    assert 50.0 <= row["p99_ms"] <= 53.0, row
-    # The slow 2% do not leak into lower percentiles: p90 stays nearer the 5 ms mode than the
-    # 50 ms one (a loaded machine stretches the 5 ms sleeps, so no tighter than that).
-    assert row["p90_ms"] < 25.0, row
+    # Each percentile reads its own mode: p50 and p90 the 5 ms one, p99 the 50 ms one (an
+    # average, 5.9 ms, would put p99 there too). The upper bounds are the midpoints between the
+    # modes and past the slow one: a loaded machine stretches every sleep, so a tighter bound
+    # measured the machine; the histogram's own precision is table-tested (test_bench_histogram).
+    assert 5.0 <= row["p50_ms"] <= row["p90_ms"] < 27.5, row
+    assert 50.0 <= row["p99_ms"] < 95.0, row
 
 
 def test_fake_gpus_and_batching_are_recorded_as_the_replicas_report_them(
