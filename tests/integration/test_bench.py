@@ -22,7 +22,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import invoke
-from tests.support.cli import invoke
 from tests.support.pack import PackRun, alive
 from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
