@@ -36,7 +36,7 @@ import grpc
 from allocator_dra import CLAIM_GIB, CLAIMS, measure_prepare  # beside this script
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 
-from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
+from sharedserve.allocator.allocation import GrantOptions, container_grant, grants_by_gpu
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from sharedserve.allocator.inventory import Sizing, build_inventory
@@ -154,9 +154,11 @@ def measure(args: argparse.Namespace) -> list[str]:
     policy = PlacementPolicy(args.policy)
     in_process = [
         (
-            "plan + container_grant",
+            "grants_by_gpu + container_grant",
             "8 vGPUs",
-            lambda: container_grant(plan(inventory, eight(), allow_multi_gpu=False), options),
+            lambda: container_grant(
+                grants_by_gpu(inventory, eight(), allow_multi_gpu=False), options
+            ),
         ),
         (
             "preferred_allocation",

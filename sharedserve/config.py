@@ -12,7 +12,7 @@ from enum import Enum
 from pathlib import Path
 
 from sharedserve.contract import GpuShare
-from sharedserve.enums import Protocol
+from sharedserve.enums import PlacementPolicy, Protocol
 from sharedserve.errors import ConfigError
 
 __all__ = [
@@ -209,7 +209,7 @@ class BenchSettings:
     evenly over each model's replicas; scale s offers s times as much (``bench.offered``)."""
     max_in_flight: int = 100
     """Poisson only: requests in flight per replica beyond which new ones are dropped (counted)."""
-    protocol: str = "rest"
+    protocol: Protocol = Protocol.REST
     """One of ``PROTOCOLS``: TF Serving's REST (JSON) or gRPC API, or the Open Inference
     Protocol's REST (binary tensor extension) or gRPC (raw contents) API."""
     duration_s: float = 30.0
@@ -321,7 +321,7 @@ class PackSettings:
 
     entries: tuple[PackEntry, ...]
     """The models to run (a pack spec), at least one."""
-    placement_policy: str = "bundle"
+    placement_policy: PlacementPolicy = PlacementPolicy.BUNDLE
     """How replicas of entries without a ``gpu`` are placed on a host with several GPUs: the
     allocator's ``bundle`` (fill a GPU before the next) or ``spread`` (least used first)."""
     context_reserve_mib: int = 512

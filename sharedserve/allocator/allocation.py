@@ -18,7 +18,14 @@ from sharedserve.allocator.inventory import Inventory, PhysicalGpu
 from sharedserve.contract import GpuShare, Grant, MpsLimits
 from sharedserve.errors import InvalidInput
 
-__all__ = ["ContainerGrant", "GpuGrant", "GrantOptions", "MountSpec", "container_grant", "plan"]
+__all__ = [
+    "ContainerGrant",
+    "GpuGrant",
+    "GrantOptions",
+    "MountSpec",
+    "container_grant",
+    "grants_by_gpu",
+]
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,7 @@ class ContainerGrant:
     gpus: tuple[GpuGrant, ...] = field(default=(), compare=False)
 
 
-def plan(
+def grants_by_gpu(
     inventory: Inventory, device_ids: Sequence[str], *, allow_multi_gpu: bool
 ) -> list[GpuGrant]:
     """The grant per physical GPU, in NVML index order. InvalidInput for what cannot be given."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from enum import Enum
 from typing import Annotated
 
@@ -13,8 +14,15 @@ import typer
 
 from sharedserve import framework_output
 from sharedserve.errors import ConfigError
+from sharedserve.pack.stopping import StoppedBySignal
 
-__all__ = ["MODEL_NAMES", "ExampleModel", "app", "models_app", "refuse_flags"]
+__all__ = [
+    "ExampleModelName",
+    "app",
+    "exit_when_stopped",
+    "models_app",
+    "refuse_flags",
+]
 
 app = typer.Typer(
     help="Pack many inference models onto one GPU, and measure how many is too many.",
@@ -30,18 +38,16 @@ models_app = typer.Typer(
 app.add_typer(models_app, name="models")
 
 
-class ExampleModel(str, Enum):
-    """The example models, as ``models build`` takes them (its argument's choices); a test keeps
-    them in step with ``sharedserve.models.CATALOG``, which this layer does not import at start-up
-    (it would load the model builders for every command)."""
+class ExampleModelName(str, Enum):
+    """The example models' names, as ``models build`` and ``demo`` take them (the choices of a
+    flag); a test keeps them in step with ``sharedserve.models.CATALOG`` (the
+    ``ExampleModelSpec`` of each), which this layer does not import at start-up (it would load the
+    model builders for every command)."""
 
     tiny = "tiny"
     mobilenet_v2 = "mobilenet_v2"
     resnet50 = "resnet50"
     inception_v3 = "inception_v3"
-
-
-MODEL_NAMES = ", ".join(m.value for m in ExampleModel)
 
 
 def _setup_logging(level: str) -> None:
@@ -85,3 +91,13 @@ def refuse_flags(flags: Mapping[str, object], why: str, *, beside: str = "") -> 
     if given:
         lead = f"{beside} with " if beside else ""
         raise ConfigError(f"{lead}{', '.join(given)}: {why}")
+
+
+@contextmanager
+def exit_when_stopped() -> Iterator[None]:
+    """A run stopped in order by SIGINT or SIGTERM exits 128 + the signal, as a shell reports a
+    process that signal killed (the work has already cleaned up and said what it kept)."""
+    try:
+        yield
+    except StoppedBySignal as e:
+        raise typer.Exit(e.exit_code) from None

@@ -64,7 +64,10 @@ _VgpusPerGpu = Annotated[
 # keep working, with a warning.
 _Replicas = Annotated[
     int | None,
-    typer.Option(help="Deprecated: use --vgpus-per-gpu (the same number).", show_default=False),
+    typer.Option(
+        help="Deprecated: use --vgpus-per-gpu (the same number).",
+        show_default="none: --vgpus-per-gpu",
+    ),
 ]
 _VgpuMemoryMib = Annotated[
     int | None,

@@ -3,225 +3,200 @@ scales) and its remote load generators."""
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import sys
-from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
-from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sharedserve.cli._app import app
+from sharedserve.cli._app import app, exit_when_stopped
 from sharedserve.cli.pack import check_server_args, replica_environment, spec_entries
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
+from sharedserve.enums import PlacementPolicy, Protocol
 from sharedserve.errors import ConfigError
 
-__all__ = ["model_pack", "parse_scales", "run_stoppable"]
+__all__: list[str] = []
 
-log = logging.getLogger(__name__)
-
-
-def model_pack(entry: PackEntry, policy: str, fake_gpus: Path | None) -> PackSettings:
-    """A density sweep's pack: the one entry at one replica, which each scale multiplies."""
-    return PackSettings(
-        entries=(replace(entry, replicas=1),),
-        placement_policy=policy,
-        fake_gpus=fake_gpus,
-        environment=replica_environment(),
-    )
+# A mix's sweep: every entry's replicas at 1, 2 and 4 times the spec's. A density sweep of one
+# model takes BenchSettings.scales (1, 2, 4, 8 replicas).
+_MIX_SCALES = (1, 2, 4)
+_SOURCE = "none: give --model, --spec or --targets"
+_PER_REPLICA_FLAGS = ("--gpu", "--gpu-memory-fraction", "--gpu-memory-mib", "--cpu-limit")
 
 
-def parse_scales(flag: str, text: str) -> tuple[int, ...]:
-    """Comma-separated positive integers (``--densities``, ``--scales``); ConfigError names
-    ``flag``."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise ConfigError(f"{flag} must be positive integers, got {text!r}")
-    return values
+def _listed(scales: tuple[int, ...]) -> str:
+    return ",".join(str(s) for s in scales)
 
 
-def _scales(
-    densities: str | None, scales: str | None, *, spec: bool, targets: bool
-) -> tuple[int, ...]:
-    """The sweep's scales: ``--scales``, or ``--densities`` for one model (the same numbers)."""
-    if targets:
-        given = [f for f, v in (("--densities", densities), ("--scales", scales)) if v is not None]
-        if given:
-            raise ConfigError(
-                f"{' and '.join(given)} with --targets: the running endpoints are measured once, "
-                "as they are"
-            )
-        return (1,)
-    if densities is not None and scales is not None:
-        raise ConfigError("give --densities or --scales, not both")
-    if densities is not None:
-        if spec:
-            raise ConfigError(
-                "--densities counts replicas of one model; with --spec give --scales "
-                "(multiples of every entry's replicas)"
-            )
-        return parse_scales("--densities", densities)
-    if scales is not None:
-        return parse_scales("--scales", scales)
-    return (1, 2, 4) if spec else (1, 2, 4, 8)
+_Out = Annotated[Path, typer.Option(help="Directory for report.json/.csv/.md/.html and plots.")]
+_Model = Annotated[
+    Path | None,
+    typer.Option(help="Sweep density with `pack` replicas of this model.", show_default=_SOURCE),
+]
+_Spec = Annotated[
+    Path | None,
+    typer.Option(
+        help="Sweep a mix of models: a `pack --spec` file (weights and slo_p99_ms per model).",
+        show_default=_SOURCE,
+    ),
+]
+_Targets = Annotated[
+    Path | None,
+    typer.Option(
+        help="Measure running endpoints (pack's targets file) instead.", show_default=_SOURCE
+    ),
+]
+_Densities = Annotated[
+    str | None,
+    typer.Option(
+        help="--model: replica counts to sweep, e.g. 1,2,4,8.",
+        show_default=_listed(BenchSettings.scales),
+    ),
+]
+_Scales = Annotated[
+    str | None,
+    typer.Option(
+        help="--spec: multiples of every entry's replicas to sweep, e.g. 1,2,4 (scale 2 runs "
+        "twice each entry's replicas).",
+        show_default=_listed(_MIX_SCALES),
+    ),
+]
+_Policy = Annotated[
+    PlacementPolicy,
+    typer.Option(
+        help="Placement of replicas without a `gpu` on several GPUs: bundle or spread, as "
+        "`pack --policy`.",
+        case_sensitive=False,
+    ),
+]
+_Pattern = Annotated[
+    LoadPattern,
+    typer.Option(
+        help="sequential: 1 in flight per replica; parallel: --concurrency users; poisson: open "
+        "loop at --rate."
+    ),
+]
+_Concurrency = Annotated[
+    int,
+    typer.Option(
+        help="Parallel: users of the whole mix at scale 1, split by model weight, at least one "
+        "per replica; scale s runs s times as many. With --model: users per replica."
+    ),
+]
+_Rate = Annotated[
+    float,
+    typer.Option(
+        help="Poisson: requests/s of the whole mix at scale 1, split by model weight, then over "
+        "each model's replicas; scale s offers s times as much. With --model: per replica."
+    ),
+]
+_MaxInFlight = Annotated[
+    int,
+    typer.Option(help="Poisson: requests in flight per replica past which new ones are dropped."),
+]
+_Duration = Annotated[
+    float,
+    typer.Option(
+        help="Seconds measured per density: the row's figures cover this long, measured in "
+        "--stability-windows windows of equal length."
+    ),
+]
+_StabilityWindows = Annotated[
+    int,
+    typer.Option(
+        help="Windows (each --duration / N seconds) whose QPS and p99 must each be within 10% "
+        "of their mean for a row to be stable. Until the last N agree, more windows of the same "
+        "length are measured, up to --max-duration; a row still not stable is flagged unstable "
+        "and never recommended. 1 turns the check off."
+    ),
+]
+_MaxDuration = Annotated[
+    float | None,
+    typer.Option(
+        help="Most seconds measured per density while waiting for the windows to agree.",
+        show_default="3 x --duration",
+    ),
+]
+_Warmup = Annotated[float, typer.Option(help="Seconds of load before measuring.")]
+_SloP99Ms = Annotated[
+    float | None,
+    typer.Option(
+        help="P99 objective in ms of every model without its own (a spec's slo_p99_ms); enables "
+        "the recommendation.",
+        show_default="none: only the spec's objectives",
+    ),
+]
+_ProtocolOpt = Annotated[
+    Protocol,
+    typer.Option(
+        help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
+        "tensors) or oip-grpc.",
+        case_sensitive=False,
+    ),
+]
+_Gpu = Annotated[
+    str | None, typer.Option(help="GPU to pack onto: index or UUID.", show_default="lowest index")
+]
+_GpuMemoryFraction = Annotated[
+    float | None, typer.Option(help="Cap per replica.", show_default="pack's even split")
+]
+_GpuMemoryMib = Annotated[
+    int | None, typer.Option(help="Cap per replica in MiB.", show_default="none: the fraction")
+]
+_CpuLimit = Annotated[
+    float | None,
+    typer.Option(help="CPU quota per replica in cores.", show_default="none: no quota"),
+]
+_FakeGpus = Annotated[
+    Path | None,
+    typer.Option(
+        help="Simulated GPU inventory (JSON), for tests.",
+        show_default="none: real GPUs through NVML",
+    ),
+]
+_LoadgenWorkers = Annotated[
+    int | None,
+    typer.Option(help="Local Locust workers.", show_default="sized to the load; 0 = master only"),
+]
+_ExpectWorkers = Annotated[
+    int, typer.Option(help="Remote `bench-worker` processes to wait for (Kubernetes).")
+]
+_MasterBindPort = Annotated[
+    int, typer.Option(help="Port the Locust master listens on for remote workers.")
+]
+_Seed = Annotated[int, typer.Option(help="Seed of request data and Poisson arrivals.")]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option(help="Directory for report.json/.csv/.md/.html and plots.")],
-    model: Annotated[
-        Path | None,
-        typer.Option(
-            help="Sweep density with `pack` replicas of this model.",
-            show_default="none: give --model, --spec or --targets",
-        ),
-    ] = None,
-    spec: Annotated[
-        Path | None,
-        typer.Option(
-            help="Sweep a mix of models: a `pack --spec` file (weights and slo_p99_ms per model).",
-            show_default="none: give --model, --spec or --targets",
-        ),
-    ] = None,
-    targets: Annotated[
-        Path | None,
-        typer.Option(
-            help="Measure running endpoints (pack's targets file) instead.",
-            show_default="none: give --model, --spec or --targets",
-        ),
-    ] = None,
-    densities: Annotated[
-        str | None,
-        typer.Option(
-            help="--model: replica counts to sweep, e.g. 1,2,4,8.", show_default="1,2,4,8"
-        ),
-    ] = None,
-    scales: Annotated[
-        str | None,
-        typer.Option(
-            help="--spec: multiples of every entry's replicas to sweep, e.g. 1,2,4 (scale 2 runs "
-            "twice each entry's replicas).",
-            show_default="1,2,4",
-        ),
-    ] = None,
-    policy: Annotated[
-        str,
-        typer.Option(
-            help="Placement of replicas without a `gpu` on several GPUs: bundle or spread, as "
-            "`pack --policy`."
-        ),
-    ] = "bundle",
-    pattern: Annotated[
-        LoadPattern,
-        typer.Option(
-            help="sequential: 1 in flight per replica; parallel: --concurrency users; poisson: "
-            "open loop at --rate."
-        ),
-    ] = LoadPattern.SEQUENTIAL,
-    concurrency: Annotated[
-        int,
-        typer.Option(
-            help="Parallel: users of the whole mix at scale 1, split by model weight, at least "
-            "one per replica; scale s runs s times as many. With --model: users per replica."
-        ),
-    ] = 10,
-    rate: Annotated[
-        float,
-        typer.Option(
-            help="Poisson: requests/s of the whole mix at scale 1, split by model weight, then "
-            "over each model's replicas; scale s offers s times as much. With --model: per "
-            "replica."
-        ),
-    ] = 10.0,
-    max_in_flight: Annotated[
-        int,
-        typer.Option(
-            help="Poisson: requests in flight per replica past which new ones are dropped."
-        ),
-    ] = 100,
-    duration: Annotated[
-        float,
-        typer.Option(
-            help="Seconds measured per density: the row's figures cover this long, measured in "
-            "--stability-windows windows of equal length."
-        ),
-    ] = 30.0,
-    stability_windows: Annotated[
-        int,
-        typer.Option(
-            help="Windows (each --duration / N seconds) whose QPS and p99 must each be within "
-            "10% of their mean for a row to be stable. Until the last N agree, more windows of "
-            "the same length are measured, up to --max-duration; a row still not stable is "
-            "flagged unstable and never recommended. 1 turns the check off."
-        ),
-    ] = 3,
-    max_duration: Annotated[
-        float | None,
-        typer.Option(
-            help="Most seconds measured per density while waiting for the windows to agree.",
-            show_default="3 x --duration",
-        ),
-    ] = None,
-    warmup: Annotated[float, typer.Option(help="Seconds of load before measuring.")] = 5.0,
-    slo_p99_ms: Annotated[
-        float | None,
-        typer.Option(
-            help="P99 objective in ms of every model without its own (a spec's slo_p99_ms); "
-            "enables the recommendation.",
-            show_default="none: only the spec's objectives",
-        ),
-    ] = None,
-    protocol: Annotated[
-        str,
-        typer.Option(
-            help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
-            "tensors) or oip-grpc."
-        ),
-    ] = "rest",
-    gpu: Annotated[
-        str | None,
-        typer.Option(help="GPU to pack onto: index or UUID.", show_default="lowest index"),
-    ] = None,
-    gpu_memory_fraction: Annotated[
-        float | None, typer.Option(help="Cap per replica.", show_default="pack's even split")
-    ] = None,
-    gpu_memory_mib: Annotated[
-        int | None, typer.Option(help="Cap per replica in MiB.", show_default="none: the fraction")
-    ] = None,
-    cpu_limit: Annotated[
-        float | None,
-        typer.Option(help="CPU quota per replica in cores.", show_default="none: no quota"),
-    ] = None,
-    fake_gpus: Annotated[
-        Path | None,
-        typer.Option(
-            help="Simulated GPU inventory (JSON), for tests.",
-            show_default="none: real GPUs through NVML",
-        ),
-    ] = None,
-    loadgen_workers: Annotated[
-        int | None,
-        typer.Option(
-            help="Local Locust workers.", show_default="sized to the load; 0 = master only"
-        ),
-    ] = None,
-    expect_workers: Annotated[
-        int, typer.Option(help="Remote `bench-worker` processes to wait for (Kubernetes).")
-    ] = 0,
-    master_bind_port: Annotated[
-        int, typer.Option(help="Port the Locust master listens on for remote workers.")
-    ] = 5557,
-    seed: Annotated[int, typer.Option(help="Seed of request data and Poisson arrivals.")] = 0,
+    out: _Out,
+    model: _Model = None,
+    spec: _Spec = BenchSettings.spec_file,
+    targets: _Targets = BenchSettings.targets_file,
+    densities: _Densities = None,
+    scales: _Scales = None,
+    policy: _Policy = PackSettings.placement_policy,
+    pattern: _Pattern = BenchSettings.pattern,
+    concurrency: _Concurrency = BenchSettings.concurrency,
+    rate: _Rate = BenchSettings.rate,
+    max_in_flight: _MaxInFlight = BenchSettings.max_in_flight,
+    duration: _Duration = BenchSettings.duration_s,
+    stability_windows: _StabilityWindows = BenchSettings.stability_windows,
+    max_duration: _MaxDuration = BenchSettings.max_duration_s,
+    warmup: _Warmup = BenchSettings.warmup_s,
+    slo_p99_ms: _SloP99Ms = BenchSettings.slo_p99_ms,
+    protocol: _ProtocolOpt = BenchSettings.protocol,
+    gpu: _Gpu = PackEntry.gpu,
+    gpu_memory_fraction: _GpuMemoryFraction = None,
+    gpu_memory_mib: _GpuMemoryMib = None,
+    cpu_limit: _CpuLimit = PackEntry.cpu_limit_cores,
+    fake_gpus: _FakeGpus = PackSettings.fake_gpus,
+    loadgen_workers: _LoadgenWorkers = BenchSettings.loadgen_workers,
+    expect_workers: _ExpectWorkers = BenchSettings.external_workers,
+    master_bind_port: _MasterBindPort = BenchSettings.master_bind_port,
+    seed: _Seed = BenchSettings.seed,
 ) -> None:
     """Measure P99, QPS and GPU/CPU use per packing density; recommend the densest within SLO.
 
@@ -242,9 +217,119 @@ def bench(
 
     Options after the known ones are passed to every `serve` replica, e.g. --enable-batching.
     """
+    flags = {name: value for name, value in locals().items() if name != "ctx"}
+    settings = _settings(extra=list(ctx.args), **flags)
+    from rich.console import Console
+
     from sharedserve.bench.display import print_summary
+    from sharedserve.bench.run import run_with_progress
+
+    with exit_when_stopped():
+        report = run_with_progress(settings, mix=spec is not None)
+    print_summary(Console(), report, out)
+
+
+def _scales(
+    densities: str | None, scales: str | None, *, spec: bool, targets: bool
+) -> tuple[int, ...]:
+    """The sweep's scales: ``--scales``, or ``--densities`` for one model (the same numbers)."""
+    from sharedserve.bench.run import parse_scales
+
+    if targets:
+        given = [f for f, v in (("--densities", densities), ("--scales", scales)) if v is not None]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} with --targets: the running endpoints are measured once, "
+                "as they are"
+            )
+        return (1,)
+    if densities is not None and scales is not None:
+        raise ConfigError("give --densities or --scales, not both")
+    if densities is not None:
+        if spec:
+            raise ConfigError(
+                "--densities counts replicas of one model; with --spec give --scales "
+                "(multiples of every entry's replicas)"
+            )
+        return parse_scales("--densities", densities)
+    if scales is not None:
+        return parse_scales("--scales", scales)
+    return _MIX_SCALES if spec else BenchSettings.scales
+
+
+def _pack(
+    extra: list[str],
+    model: Path | None,
+    spec: Path | None,
+    policy: PlacementPolicy,
+    gpu: str | None,
+    gpu_memory_fraction: float | None,
+    gpu_memory_mib: int | None,
+    cpu_limit: float | None,
+    fake_gpus: Path | None,
+) -> PackSettings | None:
+    """What each scale packs: the spec's entries, or one replica of --model; None for
+    --targets, which takes no `serve` options."""
+    from sharedserve.bench.run import model_pack
     from sharedserve.limits.gpu import parse_cap_request
 
+    if spec is not None:
+        per_replica = (gpu, gpu_memory_fraction, gpu_memory_mib, cpu_limit)
+        return PackSettings(
+            entries=spec_entries(
+                spec,
+                dict(zip(_PER_REPLICA_FLAGS, per_replica, strict=True)),
+                check_server_args(extra),
+            ),
+            placement_policy=policy,
+            fake_gpus=fake_gpus,
+            environment=replica_environment(),
+        )
+    if model is not None:
+        entry = PackEntry(
+            model_dir=model,
+            gpu=gpu,
+            cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib),
+            cpu_limit_cores=cpu_limit,
+            server_args=check_server_args(extra),
+        )
+        return model_pack(entry, policy, fake_gpus, replica_environment())
+    if extra:
+        raise ConfigError(f"unexpected arguments with --targets: {' '.join(extra)}")
+    return None
+
+
+def _settings(
+    *,
+    extra: list[str],
+    out: Path,
+    model: Path | None,
+    spec: Path | None,
+    targets: Path | None,
+    densities: str | None,
+    scales: str | None,
+    policy: PlacementPolicy,
+    gpu: str | None,
+    gpu_memory_fraction: float | None,
+    gpu_memory_mib: int | None,
+    cpu_limit: float | None,
+    fake_gpus: Path | None,
+    pattern: LoadPattern,
+    concurrency: int,
+    rate: float,
+    max_in_flight: int,
+    duration: float,
+    stability_windows: int,
+    max_duration: float | None,
+    warmup: float,
+    slo_p99_ms: float | None,
+    protocol: Protocol,
+    loadgen_workers: int | None,
+    expect_workers: int,
+    master_bind_port: int,
+    seed: int,
+) -> BenchSettings:
+    """The flags as settings; ConfigError for flags that clash or a spec that cannot be read."""
     sources = [f for f, v in (("--model", model), ("--spec", spec), ("--targets", targets)) if v]
     if len(sources) != 1:
         what = "give one of"
@@ -255,35 +340,13 @@ def bench(
             f"{what} --model (a density sweep), --spec (a mix) or --targets (running endpoints)"
         )
     sweep = _scales(densities, scales, spec=spec is not None, targets=targets is not None)
-    pack_settings = None
-    if spec is not None:
-        given = {
-            "--gpu": gpu,
-            "--gpu-memory-fraction": gpu_memory_fraction,
-            "--gpu-memory-mib": gpu_memory_mib,
-            "--cpu-limit": cpu_limit,
-        }
-        pack_settings = PackSettings(
-            entries=spec_entries(spec, given, check_server_args(list(ctx.args))),
-            placement_policy=policy,
-            fake_gpus=fake_gpus,
-            environment=replica_environment(),
-        )
-    elif model is not None:
-        entry = PackEntry(
-            model_dir=model,
-            gpu=gpu,
-            cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib),
-            cpu_limit_cores=cpu_limit,
-            server_args=check_server_args(list(ctx.args)),
-        )
-        pack_settings = model_pack(entry, policy, fake_gpus)
-    elif ctx.args:
-        raise ConfigError(f"unexpected arguments with --targets: {' '.join(ctx.args)}")
-    settings = BenchSettings(
+    pack = _pack(
+        extra, model, spec, policy, gpu, gpu_memory_fraction, gpu_memory_mib, cpu_limit, fake_gpus
+    )
+    return BenchSettings(
         out_dir=out,
         scales=sweep,
-        pack=pack_settings,
+        pack=pack,
         spec_file=spec,
         targets_file=targets,
         pattern=pattern,
@@ -303,70 +366,6 @@ def bench(
         # Without the executable's path: the report may be shared.
         command=("sharedserve", *sys.argv[1:]),
     )
-    settings.validate()
-    console = Console(stderr=True)
-    steps = len(settings.scales)
-    noun = "scale" if spec is not None else "density"
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    ) as progress:
-        task = progress.add_task(noun, total=steps)
-
-        def label(scale: int, replicas: int) -> str:
-            return f"scale {scale} ({replicas} replicas)" if spec else f"density {replicas}"
-
-        def on_scale(scale: int, replicas: int) -> None:
-            progress.update(task, description=label(scale, replicas))
-
-        def on_row(row: dict[str, Any]) -> None:
-            progress.advance(task)
-            console.log(
-                f"{label(row['scale'], row['density'])}: {row['qps']:.1f} qps, "
-                f"p99 {row['p99_ms']} ms"
-            )
-
-        report = run_stoppable(settings, console, on_scale=on_scale, on_row=on_row)
-    print_summary(Console(), report, out)
-
-
-def run_stoppable(
-    settings: BenchSettings,
-    console: Console,
-    on_scale: Callable[[int, int], None] = lambda scale, replicas: None,
-    on_row: Callable[[dict[str, Any]], None] = lambda row: None,
-) -> dict[str, Any]:
-    """``run_bench``, stopped in order by SIGINT or SIGTERM: the rows so far kept as a partial
-    report, exit 128 + the signal. Every command that runs a bench goes through here: one that
-    did not (``profile``) left its replicas' cgroups behind when killed."""
-    from sharedserve.bench.sweep import BenchInterrupted, run_bench
-
-    received: list[int] = []
-
-    def on_signal(signum: int, _: FrameType | None) -> None:
-        # As `pack` does: both signals stop the run, through a flag the sweep polls, so the
-        # replicas and load generators are stopped in order, never half-way. Installed over an
-        # inherited SIG_IGN too (`sharedserve bench ... &` from a script).
-        log.info("%s received; stopping (rows so far are kept)", signal.Signals(signum).name)
-        received.append(signum)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return run_bench(
-            settings, on_scale=on_scale, on_row=on_row, should_stop=lambda: bool(received)
-        )
-    except (BenchInterrupted, KeyboardInterrupt):
-        console.print(
-            f"interrupted: the rows measured so far are in {settings.out_dir} (marked partial)"
-        )
-        raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @app.command("bench-worker")

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing, build_inventory
 from sharedserve.cli._app import app, refuse_flags
 from sharedserve.cli.pack import check_server_args
 from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError
-from sharedserve.gpu.info import GpuInfo
-from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
-from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model_yaml
-from sharedserve.quantity import format_cpu
-from sharedserve.server.model_source import find_model
+from sharedserve.k8s.render import ModelDeployment
 
 __all__: list[str] = []
+
+log = logging.getLogger(__name__)
 
 k8s_app = typer.Typer(
     help="Kubernetes manifests (the allocator, bench and examples are in k8s/ as kustomize).",
@@ -28,116 +26,144 @@ app.add_typer(k8s_app, name="k8s")
 
 _DEFAULT_RESERVE = PackSettings.context_reserve_mib
 
+_Image = Annotated[str, typer.Option(help="sharedserve image, e.g. REGISTRY/sharedserve:TAG.")]
+_Model = Annotated[
+    str | None,
+    typer.Option(
+        help="Model name: its URLs (/v1/models/NAME) and its directory /models/NAME.",
+        show_default="none: --spec",
+    ),
+]
+_Spec = Annotated[
+    Path | None,
+    typer.Option(
+        help="Pack spec (YAML or JSON, as for `pack --spec`): a Deployment and Service for each "
+        "entry, instead of --model.",
+        show_default="none: --model",
+    ),
+]
+_GpuMemoryMib = Annotated[
+    int | None,
+    typer.Option(
+        help="With --spec: one GPU's memory in MiB (nvidia-smi's memory.total), which the spec's "
+        "plan shares out.",
+        show_default="none: required with --spec",
+    ),
+]
+_VgpusPerGpu = Annotated[
+    int | None,
+    typer.Option(
+        help="With --spec: vGPUs per GPU, the allocator's --vgpus-per-gpu.",
+        show_default="none: this or --vgpu-memory-mib with --spec",
+    ),
+]
+# This flag's name while the allocator's was --replicas; still accepted, with a warning.
+_ReplicasPerGpu = Annotated[
+    int | None,
+    typer.Option(
+        help="Deprecated: use --vgpus-per-gpu (the same number).",
+        show_default="none: --vgpus-per-gpu",
+    ),
+]
+_VgpuMemoryMib = Annotated[
+    int | None,
+    typer.Option(
+        help="With --spec: memory per vGPU in MiB, the allocator's --vgpu-memory-mib.",
+        show_default="none: this or --vgpus-per-gpu with --spec",
+    ),
+]
+_ContextReserveMib = Annotated[
+    int | None,
+    typer.Option(
+        help="With --spec: GPU memory per replica kept outside its cap for its CUDA context, as "
+        "for `pack`.",
+        show_default=str(_DEFAULT_RESERVE),
+    ),
+]
+_Vgpu = Annotated[
+    int | None,
+    typer.Option(
+        help="With --model: vGPUs per pod (sharedserve.io/vgpu); --spec sizes them.",
+        show_default=str(ModelDeployment.vgpu),
+    ),
+]
+_Dra = Annotated[
+    bool,
+    typer.Option(
+        "--dra",
+        help="For the DRA driver gpu.sharedserve.io (`allocator --api dra`, k8s/overlays/dra) "
+        "instead of the device plugin: each pod claims GPU memory through a "
+        "ResourceClaimTemplate rather than asking for sharedserve.io/vgpu.",
+    ),
+]
+_GpuMemory = Annotated[
+    str | None,
+    typer.Option(
+        help="With --dra --model: GPU memory each pod claims of one GPU (Kubernetes quantity, "
+        "e.g. 6Gi), which also becomes the server's cap; --spec sizes it from its plan.",
+        show_default="none: required with --dra --model",
+    ),
+]
+_Cpu = Annotated[
+    str | None,
+    typer.Option(
+        help="With --model: CPU request and limit (Kubernetes quantity); --spec: each entry's "
+        "cpu_limit.",
+        show_default=ModelDeployment.cpu,
+    ),
+]
+_Memory = Annotated[
+    str,
+    typer.Option(help="Memory request and limit (Kubernetes quantity), of every model's pods."),
+]
+_ModelPvc = Annotated[
+    str, typer.Option(help="PersistentVolumeClaim with the models, mounted at /models.")
+]
+_Namespace = Annotated[str, typer.Option(help="Namespace.")]
+_Replicas = Annotated[
+    int | None,
+    typer.Option(
+        help="With --model: pods, each taking --vgpu vGPUs.",
+        show_default=str(ModelDeployment.replicas),
+    ),
+]
+_Name = Annotated[
+    str | None,
+    typer.Option(help="With --model: Deployment and Service name.", show_default="from --model"),
+]
+_RuntimeClass = Annotated[
+    str | None,
+    typer.Option(
+        help="RuntimeClass, where the NVIDIA runtime is not the node's default.",
+        show_default="none: the node's default runtime",
+    ),
+]
+_Out = Annotated[
+    Path | None, typer.Option(help="Write here instead of stdout.", show_default="stdout")
+]
+
 
 @k8s_app.command("render")
 def render(
-    image: Annotated[str, typer.Option(help="sharedserve image, e.g. REGISTRY/sharedserve:TAG.")],
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Model name: its URLs (/v1/models/NAME) and its directory /models/NAME.",
-            show_default="none: --spec",
-        ),
-    ] = None,
-    spec: Annotated[
-        Path | None,
-        typer.Option(
-            help="Pack spec (YAML or JSON, as for `pack --spec`): a Deployment and Service for "
-            "each entry, instead of --model.",
-            show_default="none: --model",
-        ),
-    ] = None,
-    gpu_memory_mib: Annotated[
-        int | None,
-        typer.Option(
-            help="With --spec: one GPU's memory in MiB (nvidia-smi's memory.total), which the "
-            "spec's plan shares out.",
-            show_default="none: required with --spec",
-        ),
-    ] = None,
-    replicas_per_gpu: Annotated[
-        int | None,
-        typer.Option(
-            help="With --spec: vGPUs per GPU, the allocator's --replicas.",
-            show_default="none: this or --vgpu-memory-mib with --spec",
-        ),
-    ] = None,
-    vgpu_memory_mib: Annotated[
-        int | None,
-        typer.Option(
-            help="With --spec: memory per vGPU in MiB, the allocator's --vgpu-memory-mib.",
-            show_default="none: this or --replicas-per-gpu with --spec",
-        ),
-    ] = None,
-    context_reserve_mib: Annotated[
-        int | None,
-        typer.Option(
-            help="With --spec: GPU memory per replica kept outside its cap for its CUDA "
-            "context, as for `pack`.",
-            show_default=str(_DEFAULT_RESERVE),
-        ),
-    ] = None,
-    vgpu: Annotated[
-        int | None,
-        typer.Option(
-            help="With --model: vGPUs per pod (sharedserve.io/vgpu); --spec sizes them.",
-            show_default="1",
-        ),
-    ] = None,
-    dra: Annotated[
-        bool,
-        typer.Option(
-            "--dra",
-            help="For the DRA driver gpu.sharedserve.io (`allocator --api dra`, "
-            "k8s/overlays/dra) instead of the device plugin: each pod claims GPU memory "
-            "through a ResourceClaimTemplate rather than asking for sharedserve.io/vgpu.",
-        ),
-    ] = False,
-    gpu_memory: Annotated[
-        str | None,
-        typer.Option(
-            help="With --dra --model: GPU memory each pod claims of one GPU (Kubernetes "
-            "quantity, e.g. 6Gi), which also becomes the server's cap; --spec sizes it from "
-            "its plan.",
-            show_default="none: required with --dra --model",
-        ),
-    ] = None,
-    cpu: Annotated[
-        str | None,
-        typer.Option(
-            help="With --model: CPU request and limit (Kubernetes quantity); --spec: each "
-            "entry's cpu_limit.",
-            show_default="500m",
-        ),
-    ] = None,
-    memory: Annotated[
-        str,
-        typer.Option(help="Memory request and limit (Kubernetes quantity), of every model's pods."),
-    ] = "2Gi",
-    model_pvc: Annotated[
-        str, typer.Option(help="PersistentVolumeClaim with the models, mounted at /models.")
-    ] = "sharedserve-models",
-    namespace: Annotated[str, typer.Option(help="Namespace.")] = "sharedserve",
-    replicas: Annotated[
-        int | None,
-        typer.Option(help="With --model: pods, each taking --vgpu vGPUs.", show_default="1"),
-    ] = None,
-    name: Annotated[
-        str | None,
-        typer.Option(
-            help="With --model: Deployment and Service name.", show_default="from --model"
-        ),
-    ] = None,
-    runtime_class: Annotated[
-        str | None,
-        typer.Option(
-            help="RuntimeClass, where the NVIDIA runtime is not the node's default.",
-            show_default="none: the node's default runtime",
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Write here instead of stdout.", show_default="stdout")
-    ] = None,
+    image: _Image,
+    model: _Model = None,
+    spec: _Spec = None,
+    gpu_memory_mib: _GpuMemoryMib = None,
+    vgpus_per_gpu: _VgpusPerGpu = None,
+    replicas_per_gpu: _ReplicasPerGpu = None,
+    vgpu_memory_mib: _VgpuMemoryMib = None,
+    context_reserve_mib: _ContextReserveMib = None,
+    vgpu: _Vgpu = None,
+    dra: _Dra = False,
+    gpu_memory: _GpuMemory = ModelDeployment.gpu_memory,
+    cpu: _Cpu = None,
+    memory: _Memory = ModelDeployment.memory,
+    model_pvc: _ModelPvc = ModelDeployment.model_pvc,
+    namespace: _Namespace = ModelDeployment.namespace,
+    replicas: _Replicas = None,
+    name: _Name = ModelDeployment.name,
+    runtime_class: _RuntimeClass = ModelDeployment.runtime_class,
+    out: _Out = None,
 ) -> None:
     """Print a ready Deployment and Service for one model (--model), or for every model of a
     pack spec (--spec), as YAML for `kubectl apply -f`.
@@ -156,12 +182,13 @@ def render(
     --gpu-memory-mib: replicas, name (default: the model's directory name, also its directory
     on the claim), cpu_limit (default 500m) and serve_args come from the entry, and each pod
     asks for the vGPUs that hold its replica's planned cap plus --context-reserve-mib, rounded
-    up to the allocator's vGPU size (--replicas-per-gpu or --vgpu-memory-mib, as the allocator
+    up to the allocator's vGPU size (--vgpus-per-gpu or --vgpu-memory-mib, as the allocator
     runs). The plan reads each model's files for its size, so the models must be on disk where
     the spec says. --model, --vgpu, --cpu, --replicas and --name are the spec's and are refused
     with it; weight and slo_p99_ms are bench's; an entry's gpu is refused (the scheduler
     places pods).
     """
+    per_gpu_flag, per_gpu = _vgpus_per_gpu(vgpus_per_gpu, replicas_per_gpu)
     if gpu_memory is not None and not dra:
         raise ConfigError(
             "--gpu-memory is what a pod claims from the DRA driver: give --dra with it (the "
@@ -175,41 +202,25 @@ def render(
         "runtime_class": runtime_class,
     }
     if spec is not None:
-        per_model = {
-            "--model": model,
-            "--vgpu": vgpu,
-            "--cpu": cpu,
-            "--replicas": replicas,
-            "--name": name,
-        }
         refuse_flags(
-            per_model,
+            {
+                "--model": model,
+                "--vgpu": vgpu,
+                "--cpu": cpu,
+                "--replicas": replicas,
+                "--name": name,
+            },
             "these come from the spec (replicas, name, cpu_limit per entry; vGPUs from its plan)",
             beside="--spec",
         )
-        size: VgpuSize | ClaimSize
-        if dra:
-            refuse_flags(
-                {
-                    "--gpu-memory": gpu_memory,
-                    "--replicas-per-gpu": replicas_per_gpu,
-                    "--vgpu-memory-mib": vgpu_memory_mib,
-                },
-                "each pod claims the GPU memory the spec's plan gives one replica plus its "
-                "context reserve; the DRA driver cuts no vGPUs",
-                beside="--dra --spec",
-            )
-            size = ClaimSize(_plan_gpu_mib(gpu_memory_mib))
-        else:
-            size = _vgpu_size(gpu_memory_mib, replicas_per_gpu, vgpu_memory_mib)
-        reserve = _DEFAULT_RESERVE if context_reserve_mib is None else context_reserve_mib
-        text = _render_spec(spec, size, reserve, common, dra=dra)
+        cut = {per_gpu_flag: per_gpu, "--vgpu-memory-mib": vgpu_memory_mib}
+        text = _render_spec(spec, gpu_memory_mib, cut, gpu_memory, context_reserve_mib, common, dra)
     elif model is None:
         raise ConfigError("give --model (one model) or --spec (a pack spec's models)")
     else:
         planning = {
             "--gpu-memory-mib": gpu_memory_mib,
-            "--replicas-per-gpu": replicas_per_gpu,
+            per_gpu_flag: per_gpu,
             "--vgpu-memory-mib": vgpu_memory_mib,
             "--context-reserve-mib": context_reserve_mib,
         }
@@ -218,28 +229,91 @@ def render(
             "for --spec only, whose pods they size from its plan; with --model, give "
             + ("--gpu-memory" if dra else "--vgpu"),
         )
-        if dra:
-            refuse_flags(
-                {"--vgpu": vgpu},
-                "vGPUs are the device plugin's; a pod asks the DRA driver for --gpu-memory",
-                beside="--dra",
-            )
-            if gpu_memory is None:
-                raise ConfigError(
-                    "--dra --model needs --gpu-memory: the GPU memory each pod claims (e.g. "
-                    "6Gi), also its cap. There is no default: a claim without it would take the "
-                    "driver's default, a whole GPU"
-                )
-        deployment = ModelDeployment(
-            model=model,
-            name=name,
-            vgpu=ModelDeployment.vgpu if vgpu is None else vgpu,
-            cpu=ModelDeployment.cpu if cpu is None else cpu,
-            replicas=ModelDeployment.replicas if replicas is None else replicas,
-            gpu_memory=gpu_memory,
-            **common,
+        text = _render_model(model, name, vgpu, cpu, replicas, gpu_memory, common, dra=dra)
+    _write(text, out)
+
+
+def _vgpus_per_gpu(
+    vgpus_per_gpu: int | None, replicas_per_gpu: int | None
+) -> tuple[str, int | None]:
+    """The vGPUs per GPU given, and the flag that gave them (the deprecated one warns)."""
+    if replicas_per_gpu is None:
+        return "--vgpus-per-gpu", vgpus_per_gpu
+    if vgpus_per_gpu is not None:
+        raise ConfigError("give --vgpus-per-gpu, not --replicas-per-gpu too (its deprecated name)")
+    log.warning("--replicas-per-gpu is deprecated: use --vgpus-per-gpu %d", replicas_per_gpu)
+    return "--replicas-per-gpu", replicas_per_gpu
+
+
+def _render_spec(
+    spec: Path,
+    gpu_memory_mib: int | None,
+    cut: dict[str, int | None],
+    gpu_memory: str | None,
+    context_reserve_mib: int | None,
+    common: dict[str, Any],
+    dra: bool,
+) -> str:
+    """``--spec``: the vGPU cut (or, with --dra, claims) from the flags, then the spec's render;
+    ``cut``: the flags that cut GPUs into vGPUs (vGPUs per GPU, memory per vGPU), by name."""
+    from sharedserve.k8s.mix import ClaimSize, VgpuSize
+    from sharedserve.size.spec_manifests import planned_gpu_mib, render_spec, spec_vgpu_size
+
+    size: VgpuSize | ClaimSize
+    if dra:
+        refuse_flags(
+            {"--gpu-memory": gpu_memory, **cut},
+            "each pod claims the GPU memory the spec's plan gives one replica plus its context "
+            "reserve; the DRA driver cuts no vGPUs",
+            beside="--dra --spec",
         )
-        text = render_model_yaml(deployment)
+        size = ClaimSize(planned_gpu_mib(gpu_memory_mib))
+    else:
+        (per_gpu_flag, per_gpu), (_, per_vgpu_mib) = cut.items()
+        size = spec_vgpu_size(gpu_memory_mib, per_gpu, per_vgpu_mib, per_gpu_flag=per_gpu_flag)
+    reserve = _DEFAULT_RESERVE if context_reserve_mib is None else context_reserve_mib
+    return render_spec(spec, size, reserve, common, dra=dra, check_server_args=check_server_args)
+
+
+def _render_model(
+    model: str,
+    name: str | None,
+    vgpu: int | None,
+    cpu: str | None,
+    replicas: int | None,
+    gpu_memory: str | None,
+    common: dict[str, Any],
+    *,
+    dra: bool,
+) -> str:
+    """``--model``: one Deployment and Service, asking for vGPUs or (--dra) for GPU memory."""
+    from sharedserve.k8s.render import render_model_yaml
+
+    if dra:
+        refuse_flags(
+            {"--vgpu": vgpu},
+            "vGPUs are the device plugin's; a pod asks the DRA driver for --gpu-memory",
+            beside="--dra",
+        )
+        if gpu_memory is None:
+            raise ConfigError(
+                "--dra --model needs --gpu-memory: the GPU memory each pod claims (e.g. 6Gi), "
+                "also its cap. There is no default: a claim without it would take the driver's "
+                "default, a whole GPU"
+            )
+    deployment = ModelDeployment(
+        model=model,
+        name=name,
+        vgpu=ModelDeployment.vgpu if vgpu is None else vgpu,
+        cpu=ModelDeployment.cpu if cpu is None else cpu,
+        replicas=ModelDeployment.replicas if replicas is None else replicas,
+        gpu_memory=gpu_memory,
+        **common,
+    )
+    return render_model_yaml(deployment)
+
+
+def _write(text: str, out: Path | None) -> None:
     if out is None:
         typer.echo(text, nl=False)
         return
@@ -248,118 +322,3 @@ def render(
         out.write_text(text)
     except OSError as e:
         raise ConfigError(f"cannot write {out}: {e.strerror}") from e
-
-
-def _vgpu_size(
-    gpu_memory_mib: int | None, replicas_per_gpu: int | None, vgpu_memory_mib: int | None
-) -> VgpuSize:
-    """One GPU cut into vGPUs by the allocator's own inventory code, as its flags would cut it."""
-    gpu_memory_mib = _plan_gpu_mib(gpu_memory_mib)
-    if replicas_per_gpu is not None and vgpu_memory_mib is not None:
-        raise ConfigError("give --replicas-per-gpu or --vgpu-memory-mib, not both")
-    if replicas_per_gpu is not None:
-        if not 1 <= replicas_per_gpu <= MAX_REPLICAS:
-            raise ConfigError(
-                f"--replicas-per-gpu must be in 1..{MAX_REPLICAS}, got {replicas_per_gpu}"
-            )
-        if replicas_per_gpu > gpu_memory_mib:
-            raise ConfigError(
-                f"--replicas-per-gpu {replicas_per_gpu} cuts a {gpu_memory_mib} MiB GPU into "
-                "vGPUs of less than 1 MiB"
-            )
-        sizing = Sizing(vgpus_per_gpu=replicas_per_gpu)
-        flag = f"--vgpus-per-gpu {replicas_per_gpu}"
-    elif vgpu_memory_mib is not None:
-        if vgpu_memory_mib > gpu_memory_mib:
-            raise ConfigError(
-                f"--vgpu-memory-mib {vgpu_memory_mib} is more than the GPU's {gpu_memory_mib} "
-                "MiB: the allocator would advertise no vGPU on it"
-            )
-        sizing = Sizing(vgpu_memory_mib=vgpu_memory_mib)
-        flag = f"--vgpu-memory-mib {vgpu_memory_mib}"
-    else:
-        raise ConfigError(
-            "--spec needs the allocator's vGPU size: --replicas-per-gpu N where it runs with "
-            "--replicas N, or --vgpu-memory-mib M where it runs with --vgpu-memory-mib M"
-        )
-    (cut,) = build_inventory([_planned_gpu(gpu_memory_mib)], sizing).gpus
-    return VgpuSize(gpu_memory_mib, cut.vgpu_memory_mib, cut.replicas, flag)
-
-
-def _plan_gpu_mib(gpu_memory_mib: int | None) -> int:
-    """--gpu-memory-mib, which --spec needs for its plan."""
-    if gpu_memory_mib is None:
-        raise ConfigError(
-            "--spec needs --gpu-memory-mib: one GPU's memory in MiB (nvidia-smi "
-            "--query-gpu=memory.total --format=csv), which the plan shares among the replicas"
-        )
-    if gpu_memory_mib < 1:
-        raise ConfigError(f"--gpu-memory-mib must be positive, got {gpu_memory_mib}")
-    return gpu_memory_mib
-
-
-def _planned_gpu(memory_mib: int) -> GpuInfo:
-    # Named for the flag, which is how the plan's refusals then refer to it.
-    return GpuInfo("GPU-k8s-render", 0, "--gpu-memory-mib", memory_mib)
-
-
-def _render_spec(
-    path: Path, size: VgpuSize | ClaimSize, reserve: int, common: dict[str, Any], *, dra: bool
-) -> str:
-    """The spec's models as manifests, sized from ``pack``'s plan of the spec on one GPU."""
-    from sharedserve.pack.caps import PlanItem, plan_gpu
-    from sharedserve.pack.prepare import footprint_mib  # pack's measure: pack's own plan
-    from sharedserve.pack.spec import load_spec
-
-    if reserve < 0:
-        raise ConfigError(f"--context-reserve-mib must be 0 or more, got {reserve}")
-    items, models = [], []
-    for i, entry in enumerate(load_spec(path).entries):
-        where = f"{path}: models[{i}] ({entry.name or entry.model_dir.name})"
-        if entry.gpu is not None:
-            raise ConfigError(
-                f"{where}: gpu pins replicas to a GPU of one host; on Kubernetes the scheduler "
-                "and the allocator place pods: leave it out for k8s render"
-            )
-        try:
-            source = find_model(entry.model_dir)
-        except ConfigError as e:
-            raise ConfigError(
-                f"{where}: {e.message}; k8s render reads the model's files for its size, which "
-                "sets its share of the GPU: build or copy the model there first"
-            ) from e
-        name = entry.name or source.name
-        where = f"{path}: models[{i}] ({name})"
-        items.append(PlanItem(name, entry.replicas, entry.cap, footprint_mib(source.path)))
-        cpu = ModelDeployment.cpu
-        try:
-            check_serve_args(entry.server_args)
-            check_server_args(list(entry.server_args))
-            if entry.cpu_limit_cores is not None:
-                cpu = format_cpu(entry.cpu_limit_cores, "cpu_limit")
-        except ConfigError as e:
-            raise ConfigError(f"{where}: {e.message}") from e
-        deployment = ModelDeployment(
-            model=name,
-            model_dir=source.name,
-            replicas=entry.replicas,
-            cpu=cpu,
-            serve_args=entry.server_args,
-            **common,
-        )
-        models.append((deployment, where))
-    try:
-        shares = plan_gpu(_planned_gpu(size.gpu_memory_mib), items, context_reserve_mib=reserve)
-    except ConfigError as e:
-        raise ConfigError(
-            f"{path}: pods are sized from pack's plan of the spec on one GPU, which refuses it:\n"
-            f"{e.message}"
-        ) from e
-    mix = []
-    for (deployment, where), share in zip(models, shares, strict=True):
-        assert share.mib is not None  # planned on a GPU of known size
-        mix.append(MixModel(deployment, share.mib, where))
-    command = "sharedserve k8s render --dra --spec" if dra else "sharedserve k8s render --spec"
-    return render_mix_yaml(
-        mix, size, context_reserve_mib=reserve, source=str(path), command=command
-    )

@@ -14,6 +14,7 @@ import typer
 from sharedserve.cli._app import app, refuse_flags
 from sharedserve.config import REPLICA_SERVE_OPTIONS, PackEntry, PackSettings
 from sharedserve.contract import without_grant
+from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 
 __all__ = ["check_server_args", "replica_environment", "spec_entries"]
@@ -67,106 +68,121 @@ def replica_environment() -> dict[str, str]:
     return without_grant(os.environ)
 
 
+_Model = Annotated[
+    Path | None,
+    typer.Option(help="Model base path, as for `serve --model`.", show_default="none: --spec"),
+]
+_Replicas = Annotated[
+    int | None,
+    typer.Option(help="Number of model servers to run.", show_default=str(PackEntry.replicas)),
+]
+_Spec = Annotated[
+    Path | None,
+    typer.Option(
+        help="Pack spec (YAML or JSON): a mix of models, instead of --model.", show_default="none"
+    ),
+]
+_Policy = Annotated[
+    PlacementPolicy,
+    typer.Option(
+        help="Placement of replicas without a `gpu` on a host with several GPUs: bundle (fill a "
+        "GPU first) or spread (least used GPU first), as the allocator's.",
+        case_sensitive=False,
+    ),
+]
+_Name = Annotated[
+    str | None,
+    typer.Option(
+        help="Model name; replicas are NAME-0, NAME-1 and so on.", show_default="dir name"
+    ),
+]
+_Gpu = Annotated[
+    str | None,
+    typer.Option(help="GPU to pack onto: NVML index or UUID.", show_default="lowest index"),
+]
+_GpuMemoryFraction = Annotated[
+    float | None,
+    typer.Option(
+        help="Cap per replica as a share of the GPU.", show_default="even split, see below"
+    ),
+]
+_GpuMemoryMib = Annotated[
+    int | None,
+    typer.Option(
+        help="Cap per replica in MiB (instead of a fraction).", show_default="none: the fraction"
+    ),
+]
+_ContextReserveMib = Annotated[
+    int, typer.Option(help="GPU memory kept outside each cap for the replica's CUDA context.")
+]
+_CpuLimit = Annotated[
+    float | None,
+    typer.Option(
+        help="CPU quota per replica in cores (a cgroup each).", show_default="none: no quota"
+    ),
+]
+_Host = Annotated[str, typer.Option(help="Address the replicas listen on.")]
+_BasePort = Annotated[
+    int | None,
+    typer.Option(help="Replica i gets REST port P+2i and gRPC P+2i+1.", show_default="free ports"),
+]
+_TargetsOut = Annotated[
+    Path | None, typer.Option(help="Targets file to write.", show_default="LOG_DIR/targets.json")
+]
+_LogDir = Annotated[
+    Path | None,
+    typer.Option(help="Where replica logs go.", show_default="a new temp directory"),
+]
+_FakeGpus = Annotated[
+    Path | None,
+    typer.Option(
+        help="Simulated GPU inventory (JSON), for tests.",
+        show_default="none: real GPUs through NVML",
+    ),
+]
+_StartTimeout = Annotated[
+    float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
+]
+_StopGrace = Annotated[float, typer.Option(help="Seconds from SIGTERM to SIGKILL on stop.")]
+_MaxRestarts = Annotated[
+    int, typer.Option(help="Restarts in a row after which a crashing replica is given up.")
+]
+_Live = Annotated[
+    bool | None,
+    typer.Option(help="Live table of replicas.", show_default="when stdout is a terminal"),
+]
+_DryRun = Annotated[
+    bool,
+    typer.Option(
+        help="Print the placement (each replica's GPU, cap, reserve and CPU quota) and "
+        "start nothing."
+    ),
+]
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def pack(
     ctx: typer.Context,
-    model: Annotated[
-        Path | None,
-        typer.Option(help="Model base path, as for `serve --model`.", show_default="none: --spec"),
-    ] = None,
-    replicas: Annotated[
-        int | None,
-        typer.Option(help="Number of model servers to run.", show_default="1"),
-    ] = None,
-    spec: Annotated[
-        Path | None,
-        typer.Option(
-            help="Pack spec (YAML or JSON): a mix of models, instead of --model.",
-            show_default="none",
-        ),
-    ] = None,
-    policy: Annotated[
-        str,
-        typer.Option(
-            help="Placement of replicas without a `gpu` on a host with several GPUs: bundle "
-            "(fill a GPU first) or spread (least used GPU first), as the allocator's."
-        ),
-    ] = "bundle",
-    name: Annotated[
-        str | None,
-        typer.Option(
-            help="Model name; replicas are NAME-0, NAME-1 and so on.", show_default="dir name"
-        ),
-    ] = None,
-    gpu: Annotated[
-        str | None,
-        typer.Option(help="GPU to pack onto: NVML index or UUID.", show_default="lowest index"),
-    ] = None,
-    gpu_memory_fraction: Annotated[
-        float | None,
-        typer.Option(
-            help="Cap per replica as a share of the GPU.", show_default="even split, see below"
-        ),
-    ] = None,
-    gpu_memory_mib: Annotated[
-        int | None,
-        typer.Option(
-            help="Cap per replica in MiB (instead of a fraction).",
-            show_default="none: the fraction",
-        ),
-    ] = None,
-    context_reserve_mib: Annotated[
-        int, typer.Option(help="GPU memory kept outside each cap for the replica's CUDA context.")
-    ] = 512,
-    cpu_limit: Annotated[
-        float | None,
-        typer.Option(
-            help="CPU quota per replica in cores (a cgroup each).",
-            show_default="none: no quota",
-        ),
-    ] = None,
-    host: Annotated[str, typer.Option(help="Address the replicas listen on.")] = "127.0.0.1",
-    base_port: Annotated[
-        int | None,
-        typer.Option(
-            help="Replica i gets REST port P+2i and gRPC P+2i+1.", show_default="free ports"
-        ),
-    ] = None,
-    targets_out: Annotated[
-        Path | None,
-        typer.Option(help="Targets file to write.", show_default="LOG_DIR/targets.json"),
-    ] = None,
-    log_dir: Annotated[
-        Path | None,
-        typer.Option(help="Where replica logs go.", show_default="a new temp directory"),
-    ] = None,
-    fake_gpus: Annotated[
-        Path | None,
-        typer.Option(
-            help="Simulated GPU inventory (JSON), for tests.",
-            show_default="none: real GPUs through NVML",
-        ),
-    ] = None,
-    start_timeout: Annotated[
-        float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
-    ] = 300.0,
-    stop_grace: Annotated[
-        float, typer.Option(help="Seconds from SIGTERM to SIGKILL on stop.")
-    ] = 10.0,
-    max_restarts: Annotated[
-        int, typer.Option(help="Restarts in a row after which a crashing replica is given up.")
-    ] = 5,
-    live: Annotated[
-        bool | None,
-        typer.Option(help="Live table of replicas.", show_default="when stdout is a terminal"),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            help="Print the placement (each replica's GPU, cap, reserve and CPU quota) and "
-            "start nothing."
-        ),
-    ] = False,
+    model: _Model = None,
+    replicas: _Replicas = None,
+    spec: _Spec = None,
+    policy: _Policy = PackSettings.placement_policy,
+    name: _Name = PackEntry.name,
+    gpu: _Gpu = PackEntry.gpu,
+    gpu_memory_fraction: _GpuMemoryFraction = None,
+    gpu_memory_mib: _GpuMemoryMib = None,
+    context_reserve_mib: _ContextReserveMib = PackSettings.context_reserve_mib,
+    cpu_limit: _CpuLimit = PackEntry.cpu_limit_cores,
+    host: _Host = PackSettings.host,
+    base_port: _BasePort = PackSettings.base_port,
+    targets_out: _TargetsOut = PackSettings.targets_out,
+    log_dir: _LogDir = PackSettings.log_dir,
+    fake_gpus: _FakeGpus = PackSettings.fake_gpus,
+    start_timeout: _StartTimeout = PackSettings.start_timeout_s,
+    stop_grace: _StopGrace = PackSettings.stop_grace_s,
+    max_restarts: _MaxRestarts = PackSettings.max_restarts,
+    live: _Live = None,
+    dry_run: _DryRun = False,
 ) -> None:
     """Run N capped `sharedserve serve` replicas of one model (or a mix, --spec) on this host and
     keep them up.
@@ -195,37 +211,20 @@ def pack(
     the top level is every entry's default). Entries without a cap share what their GPU has left
     in proportion to their model's size on disk; entries without a gpu are placed by --policy.
     """
-    from sharedserve.limits.gpu import parse_cap_request
     from sharedserve.pack.run import run_pack
 
-    extra = check_server_args(list(ctx.args))
-    if spec is not None:
-        given = {
-            "--model": model,
-            "--replicas": replicas,
-            "--name": name,
-            "--gpu": gpu,
-            "--gpu-memory-fraction": gpu_memory_fraction,
-            "--gpu-memory-mib": gpu_memory_mib,
-            "--cpu-limit": cpu_limit,
-        }
-        entries = spec_entries(spec, given, extra)
-    elif model is None:
-        raise ConfigError("give --model (with --replicas) or --spec")
-    else:
-        entries = (
-            PackEntry(
-                model_dir=model,
-                replicas=1 if replicas is None else replicas,
-                name=name,
-                gpu=gpu,
-                cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib),
-                cpu_limit_cores=cpu_limit,
-                server_args=extra,
-            ),
-        )
     settings = PackSettings(
-        entries=entries,
+        entries=_entries(
+            list(ctx.args),
+            model,
+            replicas,
+            spec,
+            name,
+            gpu,
+            gpu_memory_fraction,
+            gpu_memory_mib,
+            cpu_limit,
+        ),
         placement_policy=policy,
         context_reserve_mib=context_reserve_mib,
         host=host,
@@ -243,3 +242,43 @@ def pack(
 
         raise typer.Exit(print_placement(settings))
     raise typer.Exit(run_pack(settings, live=sys.stdout.isatty() if live is None else live))
+
+
+def _entries(
+    args: list[str],
+    model: Path | None,
+    replicas: int | None,
+    spec: Path | None,
+    name: str | None,
+    gpu: str | None,
+    gpu_memory_fraction: float | None,
+    gpu_memory_mib: int | None,
+    cpu_limit: float | None,
+) -> tuple[PackEntry, ...]:
+    """The spec's entries, or one of --model; ConfigError for one-model flags beside a spec."""
+    from sharedserve.limits.gpu import parse_cap_request
+
+    extra = check_server_args(args)
+    if spec is not None:
+        given = {
+            "--model": model,
+            "--replicas": replicas,
+            "--name": name,
+            "--gpu": gpu,
+            "--gpu-memory-fraction": gpu_memory_fraction,
+            "--gpu-memory-mib": gpu_memory_mib,
+            "--cpu-limit": cpu_limit,
+        }
+        return spec_entries(spec, given, extra)
+    if model is None:
+        raise ConfigError("give --model (with --replicas) or --spec")
+    entry = PackEntry(
+        model_dir=model,
+        replicas=PackEntry.replicas if replicas is None else replicas,
+        name=name,
+        gpu=gpu,
+        cap=parse_cap_request(gpu_memory_fraction, gpu_memory_mib),
+        cpu_limit_cores=cpu_limit,
+        server_args=extra,
+    )
+    return (entry,)

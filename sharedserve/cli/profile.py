@@ -8,55 +8,74 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import app
-from sharedserve.cli.bench import model_pack
-from sharedserve.config import BenchSettings, LoadPattern, PackEntry
+from sharedserve.cli._app import app, exit_when_stopped
+from sharedserve.cli.pack import replica_environment
+from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
+from sharedserve.enums import Protocol
 
 __all__: list[str] = []
+
+# The preset: fewer users and a shorter window than bench's defaults, since a profile measures
+# two sweeps of up to 8 replicas each.
+_USERS_PER_REPLICA = 4
+_DURATION_S = 20.0
+_DENSITIES = ",".join(str(s) for s in BenchSettings.scales)
+
+_Model = Annotated[Path, typer.Option(help="Model base path, as for `serve --model`.")]
+_Out = Annotated[
+    Path, typer.Option(help="Directory of the profile: a fleet file's `profile:` may name it.")
+]
+_Densities = Annotated[str, typer.Option(help="Replicas on the GPU to measure.")]
+_Concurrency = Annotated[int, typer.Option(help="Users per replica in the parallel sweep.")]
+_Duration = Annotated[float, typer.Option(help="Seconds measured per density.")]
+_Warmup = Annotated[float, typer.Option(help="Seconds of load before measuring.")]
+_StabilityWindows = Annotated[
+    int,
+    typer.Option(
+        help="As for bench: windows that must agree for a density to count (size uses only "
+        "those that did); 1 turns the check off."
+    ),
+]
+_CpuLimit = Annotated[
+    float | None,
+    typer.Option(
+        help="CPU quota per replica in cores, as it will run.", show_default="none: no quota"
+    ),
+]
+_Gpu = Annotated[
+    str | None,
+    typer.Option(help="GPU to measure on: index or UUID.", show_default="lowest index"),
+]
+_ProtocolOpt = Annotated[
+    Protocol,
+    typer.Option(
+        help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
+        "tensors) or oip-grpc.",
+        case_sensitive=False,
+    ),
+]
+_FakeGpus = Annotated[
+    Path | None,
+    typer.Option(
+        help="Simulated GPU inventory (JSON), for tests.",
+        show_default="none: real GPUs through NVML",
+    ),
+]
 
 
 @app.command()
 def profile(
-    model: Annotated[Path, typer.Option(help="Model base path, as for `serve --model`.")],
-    out: Annotated[
-        Path,
-        typer.Option(help="Directory of the profile: a fleet file's `profile:` may name it."),
-    ],
-    densities: Annotated[str, typer.Option(help="Replicas on the GPU to measure.")] = "1,2,4,8",
-    concurrency: Annotated[int, typer.Option(help="Users per replica in the parallel sweep.")] = 4,
-    duration: Annotated[float, typer.Option(help="Seconds measured per density.")] = 20.0,
-    warmup: Annotated[float, typer.Option(help="Seconds of load before measuring.")] = 5.0,
-    stability_windows: Annotated[
-        int,
-        typer.Option(
-            help="As for bench: windows that must agree for a density to count (size uses only "
-            "those that did); 1 turns the check off."
-        ),
-    ] = 3,
-    cpu_limit: Annotated[
-        float | None,
-        typer.Option(
-            help="CPU quota per replica in cores, as it will run.", show_default="none: no quota"
-        ),
-    ] = None,
-    gpu: Annotated[
-        str | None,
-        typer.Option(help="GPU to measure on: index or UUID.", show_default="lowest index"),
-    ] = None,
-    protocol: Annotated[
-        str,
-        typer.Option(
-            help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
-            "tensors) or oip-grpc."
-        ),
-    ] = "rest",
-    fake_gpus: Annotated[
-        Path | None,
-        typer.Option(
-            help="Simulated GPU inventory (JSON), for tests.",
-            show_default="none: real GPUs through NVML",
-        ),
-    ] = None,
+    model: _Model,
+    out: _Out,
+    densities: _Densities = _DENSITIES,
+    concurrency: _Concurrency = _USERS_PER_REPLICA,
+    duration: _Duration = _DURATION_S,
+    warmup: _Warmup = BenchSettings.warmup_s,
+    stability_windows: _StabilityWindows = BenchSettings.stability_windows,
+    cpu_limit: _CpuLimit = PackEntry.cpu_limit_cores,
+    gpu: _Gpu = PackEntry.gpu,
+    protocol: _ProtocolOpt = BenchSettings.protocol,
+    fake_gpus: _FakeGpus = PackSettings.fake_gpus,
 ) -> None:
     """Profile one model for `size`: a sequential and a parallel density sweep with `bench`.
 
@@ -70,11 +89,11 @@ def profile(
     from rich.console import Console
 
     from sharedserve.bench.display import print_summary
-    from sharedserve.cli.bench import parse_scales, run_stoppable
+    from sharedserve.bench.run import model_pack, parse_scales, run_stoppable
 
     scales = parse_scales("--densities", densities)
-    pack = model_pack(PackEntry(model_dir=model, gpu=gpu, cpu_limit_cores=cpu_limit), "bundle",
-                      fake_gpus)  # fmt: skip
+    entry = PackEntry(model_dir=model, gpu=gpu, cpu_limit_cores=cpu_limit)
+    pack = model_pack(entry, PackSettings.placement_policy, fake_gpus, replica_environment())
     console = Console()
     for pattern in (LoadPattern.SEQUENTIAL, LoadPattern.PARALLEL):
         where = out / pattern.value
@@ -94,5 +113,6 @@ def profile(
         console.print(
             f"profile {model.name}: {pattern.value} sweep of {densities}", highlight=False
         )
-        print_summary(console, run_stoppable(settings, console), where)
+        with exit_when_stopped():
+            print_summary(console, run_stoppable(settings, console), where)
     console.print(f"profile in {out} (a fleet file's `profile:` may name it)", highlight=False)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import MODEL_NAMES, ExampleModel, app, models_app
+from sharedserve.cli._app import ExampleModelName, app, models_app
 from sharedserve.config import (
     DEFAULT_MAX_BODY_BYTES,
     BatchingSettings,
@@ -19,6 +19,7 @@ from sharedserve.config import (
     ServerSettings,
 )
 from sharedserve.contract import Grant
+from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
@@ -26,11 +27,16 @@ __all__: list[str] = []
 
 @models_app.command("build")
 def models_build(
-    names: Annotated[list[ExampleModel], typer.Argument(help="Models to build.", metavar="MODEL")],
+    names: Annotated[
+        list[ExampleModelName], typer.Argument(help="Models to build.", metavar="MODEL")
+    ],
     out: Annotated[Path, typer.Option(help="Output directory; each model goes to OUT/NAME/1.")],
     framework: Annotated[
-        str, typer.Option(help="tf (SavedModel) or torch (TorchScript + signature.json).")
-    ] = "tf",
+        Framework,
+        typer.Option(
+            help="tf (SavedModel) or torch (TorchScript + signature.json).", case_sensitive=False
+        ),
+    ] = Framework.TENSORFLOW,
     overwrite: Annotated[bool, typer.Option(help="Replace models that already exist.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
 ) -> None:
@@ -237,7 +243,9 @@ def serve(
 
 @app.command()
 def demo(
-    model: Annotated[str, typer.Option(help=f"Example model: {MODEL_NAMES}.")] = "mobilenet_v2",
+    model: Annotated[
+        ExampleModelName, typer.Option(help="Example model.")
+    ] = ExampleModelName.mobilenet_v2,
     workdir: Annotated[Path, typer.Option(help="Where models are built (reused).")] = Path(
         "build/models"
     ),
@@ -247,4 +255,4 @@ def demo(
     """Build an example model, serve it, send predictions and print what came back."""
     from sharedserve.demo import run_demo
 
-    run_demo(model, workdir, requests=requests, batch=batch)
+    run_demo(model.value, workdir, requests=requests, batch=batch)

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from sharedserve.cli._app import app, refuse_flags
+from sharedserve.cli._app import app, exit_when_stopped, refuse_flags
+from sharedserve.config import BenchSettings
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
@@ -78,10 +79,16 @@ def size(
         ),
     ] = None,
     duration: Annotated[
-        float | None, typer.Option(help="--verify: seconds measured.", show_default="30")
+        float | None,
+        typer.Option(
+            help="--verify: seconds measured.", show_default=str(BenchSettings.duration_s)
+        ),
     ] = None,
     warmup: Annotated[
-        float | None, typer.Option(help="--verify: seconds of load first.", show_default="5")
+        float | None,
+        typer.Option(
+            help="--verify: seconds of load first.", show_default=str(BenchSettings.warmup_s)
+        ),
     ] = None,
     fake_gpus: Annotated[
         Path | None,
@@ -132,20 +139,21 @@ def size(
     assert verify is not None
     from rich.console import Console
 
-    from sharedserve.cli.bench import run_stoppable
+    from sharedserve.bench.run import run_stoppable
     from sharedserve.cli.pack import replica_environment
     from sharedserve.size.verify import verify_gpu
 
-    result = verify_gpu(
-        verify,
-        out or verify.parent / f"verify-{verify.stem}",
-        duration_s=30.0 if duration is None else duration,
-        warmup_s=5.0 if warmup is None else warmup,
-        fake_gpus=fake_gpus,
-        environment=replica_environment(),
-        command=("sharedserve", *sys.argv[1:]),
-        run=lambda settings: run_stoppable(settings, Console(stderr=True)),
-    )
+    with exit_when_stopped():
+        result = verify_gpu(
+            verify,
+            out or verify.parent / f"verify-{verify.stem}",
+            duration_s=BenchSettings.duration_s if duration is None else duration,
+            warmup_s=BenchSettings.warmup_s if warmup is None else warmup,
+            fake_gpus=fake_gpus,
+            environment=replica_environment(),
+            command=("sharedserve", *sys.argv[1:]),
+            run=lambda settings: run_stoppable(settings, Console(stderr=True)),
+        )
     _print_verify(result)
     if not result["held"]:
         raise typer.Exit(1)

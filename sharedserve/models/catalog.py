@@ -18,13 +18,16 @@ from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 from sharedserve.framework_output import framework_startup
 
-__all__ = ["CATALOG", "ExampleModel", "build_models"]
+__all__ = ["CATALOG", "ExampleModelSpec", "build_models"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ExampleModel:
+class ExampleModelSpec:
+    """One example model of the catalog: its architecture, its tensors' names and the frameworks
+    it builds for (the CLI's ``ExampleModelName`` is the choice of one by name)."""
+
     name: str
     description: str
     input_shape: tuple[int, ...]
@@ -35,31 +38,31 @@ class ExampleModel:
     """The frameworks this architecture can be built for."""
 
 
-CATALOG: dict[str, ExampleModel] = {
+CATALOG: dict[str, ExampleModelSpec] = {
     m.name: m
     for m in (
-        ExampleModel(
+        ExampleModelSpec(
             "tiny",
             "dense 8 -> 16 -> 4 softmax; builds in seconds, for tests",
             (8,),
             "x",
             "probabilities",
         ),
-        ExampleModel(
+        ExampleModelSpec(
             "mobilenet_v2",
             "MobileNetV2 (width 1.0), 224x224x3 -> 1000 classes",
             (224, 224, 3),
             "images",
             "probabilities",
         ),
-        ExampleModel(
+        ExampleModelSpec(
             "resnet50",
             "ResNet-50, 224x224x3 -> 1000 classes",
             (224, 224, 3),
             "images",
             "probabilities",
         ),
-        ExampleModel(
+        ExampleModelSpec(
             "inception_v3",
             "InceptionV3, 299x299x3 -> 1000 classes",
             (299, 299, 3),
@@ -131,7 +134,7 @@ def build_models(
 
 
 class _Saver(Protocol):
-    def __call__(self, spec: ExampleModel, path: Path, *, seed: int = 0) -> None: ...
+    def __call__(self, spec: ExampleModelSpec, path: Path, *, seed: int = 0) -> None: ...
 
 
 def _saver(framework: Framework) -> _Saver:

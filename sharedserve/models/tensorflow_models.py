@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from sharedserve.framework_output import framework_startup
-from sharedserve.models.catalog import ExampleModel
+from sharedserve.models.catalog import ExampleModelSpec
 
 __all__ = ["save_saved_model"]
 
 
-def _keras_model(spec: ExampleModel) -> Any:
+def _keras_model(spec: ExampleModelSpec) -> Any:
     import keras
 
     if spec.name == "tiny":
@@ -32,7 +32,7 @@ def _keras_model(spec: ExampleModel) -> Any:
     return applications[spec.name](weights=None, input_shape=spec.input_shape, classes=1000)
 
 
-def save_saved_model(spec: ExampleModel, path: Path, *, seed: int = 0) -> None:
+def save_saved_model(spec: ExampleModelSpec, path: Path, *, seed: int = 0) -> None:
     with framework_startup():
         import keras
         import tensorflow as tf

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from sharedserve.models.catalog import ExampleModel
+from sharedserve.models.catalog import ExampleModelSpec
 
 __all__ = ["MODEL_FILE", "SIGNATURE_FILE", "save_torchscript"]
 
@@ -164,7 +164,7 @@ class ImageClassifier(nn.Module):
         return torch.softmax(logits, dim=1)
 
 
-def build_module(spec: ExampleModel) -> nn.Module:
+def build_module(spec: ExampleModelSpec) -> nn.Module:
     """The eager module for ``spec``, in eval mode, with the current RNG's random weights."""
     if spec.name == "tiny":
         (features,) = spec.input_shape
@@ -178,7 +178,7 @@ def build_module(spec: ExampleModel) -> nn.Module:
     return model.eval()
 
 
-def signature_document(spec: ExampleModel) -> dict[str, Any]:
+def signature_document(spec: ExampleModelSpec) -> dict[str, Any]:
     """The ``signature.json`` body for ``spec``: one float32 input, one float32 output."""
     classes = _TINY_CLASSES if spec.name == "tiny" else _CLASSES
     return {
@@ -188,7 +188,7 @@ def signature_document(spec: ExampleModel) -> dict[str, Any]:
     }
 
 
-def save_torchscript(spec: ExampleModel, path: Path, *, seed: int = 0) -> None:
+def save_torchscript(spec: ExampleModelSpec, path: Path, *, seed: int = 0) -> None:
     """Script ``spec``'s architecture and write ``path/model.pt`` and ``path/signature.json``.
 
     ``path`` must not exist yet (it is created). Seeding happens on a forked RNG so building a

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-from types import FrameType
 
 from rich.console import Console
 
 from sharedserve.config import PackSettings
 from sharedserve.pack.display import describe_plan, showing
 from sharedserve.pack.replica import ReplicaState
+from sharedserve.pack.stopping import StopSignals
 from sharedserve.pack.supervisor import Pack, PackInterrupted
 
 __all__ = ["run_pack"]
@@ -27,31 +25,23 @@ def run_pack(settings: PackSettings, *, live: bool) -> int:
     Errors before the replicas are up (ConfigError, a replica that cannot start) propagate after
     everything started has been stopped and removed.
     """
-    stop = threading.Event()
-
-    def _on_signal(signum: int, _: FrameType | None) -> None:
-        log.info("%s received; stopping every replica", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    pack = Pack(settings)
-    console = Console()
-    try:
+    with StopSignals("stopping every replica") as stop:
+        pack = Pack(settings)
+        console = Console()
         try:
-            pack.start(should_stop=stop.is_set)
-        except PackInterrupted:
+            try:
+                pack.start(should_stop=stop.is_set)
+            except PackInterrupted:
+                return 0
+            for line in describe_plan(pack):
+                console.print(line, highlight=False, soft_wrap=True)
+            with showing(pack, console, live) as view:
+                while not stop.wait(_POLL_S):
+                    pack.poll()
+                    view.refresh()
+                    if all(r.state is ReplicaState.FAILED for r in pack.replicas):
+                        log.error("every replica has been given up; stopping")
+                        return 1
             return 0
-        for line in describe_plan(pack):
-            console.print(line, highlight=False, soft_wrap=True)
-        with showing(pack, console, live) as view:
-            while not stop.wait(_POLL_S):
-                pack.poll()
-                view.refresh()
-                if all(r.state is ReplicaState.FAILED for r in pack.replicas):
-                    log.error("every replica has been given up; stopping")
-                    return 1
-        return 0
-    finally:
-        pack.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        finally:
+            pack.stop()

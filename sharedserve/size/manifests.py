@@ -18,15 +18,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing, replicas_for, vgpu_memory_for
-from sharedserve.errors import ConfigError
+from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing
 from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment
 from sharedserve.quantity import format_cpu
 from sharedserve.size.fleet import Fleet
+from sharedserve.size.vgpus import vgpu_cut
 from sharedserve.size.plan import Plan
 
 __all__ = ["PlanManifests", "plan_manifests"]
+
+# The fleet file's names for the allocator's cut, which its refusals name.
+_FLEET_NAMES = ("kubernetes.replicas_per_gpu", "kubernetes.vgpu_memory_mib")
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,8 @@ class PlanManifests:
     """The planned GPUs whose share takes more vGPUs than a GPU has, under a given cut."""
 
 
-def _cut(gpu_memory_mib: int, sizing: Sizing, flag: str) -> VgpuSize:
-    replicas = replicas_for(gpu_memory_mib, sizing)
-    return VgpuSize(gpu_memory_mib, vgpu_memory_for(gpu_memory_mib, sizing), replicas, flag)
+def _cut(gpu_memory_mib: int, sizing: Sizing) -> VgpuSize:
+    return vgpu_cut(gpu_memory_mib, sizing, names=_FLEET_NAMES)
 
 
 def _unfit(size: VgpuSize, shares: list[list[int]]) -> list[str]:
@@ -62,10 +64,10 @@ def _coarsest(gpu_memory_mib: int, shares: list[list[int]]) -> VgpuSize:
     hardest = sorted(shares, key=lambda s: (-len(s), -sum(s)))
     finest = min(MAX_REPLICAS, gpu_memory_mib)
     for n in range(1, finest + 1):
-        size = _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=n), f"--vgpus-per-gpu {n}")
+        size = _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=n))
         if all(sum(size.vgpus_for(mib) for mib in share) <= size.per_gpu for share in hardest):
             return size
-    return _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=finest), f"--vgpus-per-gpu {finest}")
+    return _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=finest))
 
 
 def plan_manifests(plan: Plan, fleet: Fleet, directories: Mapping[str, str]) -> PlanManifests:
@@ -78,16 +80,9 @@ def plan_manifests(plan: Plan, fleet: Fleet, directories: Mapping[str, str]) -> 
     need = {m.name: math.ceil(m.gpu_memory_mib) for m in plan.models}
     shares = [[need[r.model] + reserve for r in g.replicas] for g in plan.gpus]
     if kube.replicas_per_gpu is not None:
-        size = _cut(memory, Sizing(vgpus_per_gpu=kube.replicas_per_gpu),
-                    f"--vgpus-per-gpu {kube.replicas_per_gpu}")  # fmt: skip
+        size = _cut(memory, Sizing(vgpus_per_gpu=kube.replicas_per_gpu))
     elif kube.vgpu_memory_mib is not None:
-        if kube.vgpu_memory_mib > memory:
-            raise ConfigError(
-                f"kubernetes.vgpu_memory_mib {kube.vgpu_memory_mib} is more than the GPU's "
-                f"{memory} MiB: the allocator would advertise no vGPU on it"
-            )
-        size = _cut(memory, Sizing(vgpu_memory_mib=kube.vgpu_memory_mib),
-                    f"--vgpu-memory-mib {kube.vgpu_memory_mib}")  # fmt: skip
+        size = _cut(memory, Sizing(vgpu_memory_mib=kube.vgpu_memory_mib))
     else:
         size = _coarsest(memory, shares)
     mix = []

@@ -161,7 +161,7 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
         (["--densities", "1,x"], "comma-separated integers"),
         (["--densities", "0"], "positive integers"),
         (["--duration", "0"], "--duration"),
-        (["--protocol", "soap"], "rest, grpc, oip-rest, oip-grpc"),
+        (["--protocol", "soap"], "'soap' is not one of 'rest',"),
     ],
 )
 def test_bad_bench_options_are_refused_before_anything_starts(

@@ -18,7 +18,7 @@ import typer
 from typer.testing import CliRunner
 
 from sharedserve.cli import app
-from sharedserve.cli._app import ExampleModel
+from sharedserve.cli._app import ExampleModelName
 from sharedserve.models import CATALOG
 from tests.support.cli import invoke
 
@@ -83,7 +83,7 @@ def test_help_has_no_stray_marks_and_is_reflowed(path: tuple[str, ...]) -> None:
 def test_models_build_names_its_arguments() -> None:
     usage = render_help(("models", "build")).splitlines()[1]
     assert "{MODEL}..." in usage  # typer's way of saying "one or more, required"
-    assert {m.value for m in ExampleModel} == set(CATALOG)
+    assert {m.value for m in ExampleModelName} == set(CATALOG)
 
 
 def test_a_mistyped_pass_through_option_names_pack() -> None:

@@ -244,7 +244,7 @@ SPEC_ARGS = ["--spec", "{spec}", "--gpu-memory-mib", "16384"]
         (["--model", "tiny", "--dra", "--gpu-memory", "512m"], "did you mean Mi"),
         (["--model", "tiny", "--dra", "--gpu-memory", "-1Gi"], "--gpu-memory must be positive"),
         ([*SPEC_ARGS, "--dra", "--gpu-memory", "6Gi"], "--dra --spec with --gpu-memory"),
-        ([*SPEC_ARGS, "--dra", "--replicas-per-gpu", "8"], "the DRA driver cuts no vGPUs"),
+        ([*SPEC_ARGS, "--dra", "--vgpus-per-gpu", "8"], "the DRA driver cuts no vGPUs"),
         (["--spec", "{spec}", "--dra"], "--spec needs --gpu-memory-mib"),
     ],
 )

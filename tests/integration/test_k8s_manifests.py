@@ -128,7 +128,23 @@ def test_render_usage_error_exits_2() -> None:
 
 # -- render --spec -----------------------------------------------------------------------------
 
-SIZE = ["--gpu-memory-mib", "16384", "--replicas-per-gpu", "8"]
+SIZE = ["--gpu-memory-mib", "16384", "--vgpus-per-gpu", "8"]
+
+
+def test_render_spec_takes_the_deprecated_replicas_per_gpu(
+    models_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--replicas-per-gpu was the flag's name while the allocator's was --replicas: the same cut,
+    with a warning."""
+    spec = str(m.write_spec(tmp_path / "pack.yaml", models_dir))
+    args = ("k8s", "render", "--spec", spec, "--image", "i", "--gpu-memory-mib", "16384")
+    new = invoke(*args, "--vgpus-per-gpu", "8")
+    with caplog.at_level("WARNING"):
+        old = invoke(*args, "--replicas-per-gpu", "8")
+    assert new.exit_code == old.exit_code == 0, old.output
+    header = " ".join(line.removeprefix("# ") for line in new.stdout.split("---")[0].splitlines())
+    assert old.stdout == new.stdout and "(the allocator's --vgpus-per-gpu 8)" in header
+    assert "--replicas-per-gpu is deprecated: use --vgpus-per-gpu 8" in caplog.text
 
 
 def test_render_spec_validates_and_sizes_pods_from_the_plan(
@@ -172,16 +188,22 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
         (["--model", "tiny", "--spec", "{spec}"], "--spec with --model"),
         (["--spec", "{spec}", *SIZE, "--vgpu", "2"], "--spec with --vgpu"),
         (["--spec", "{spec}", *SIZE, "--cpu", "1", "--name", "x"], "--spec with --cpu, --name"),
-        (["--spec", "{spec}", "--replicas-per-gpu", "8"], "--spec needs --gpu-memory-mib"),
+        (["--spec", "{spec}", "--vgpus-per-gpu", "8"], "--spec needs --gpu-memory-mib"),
         (["--spec", "{spec}", "--gpu-memory-mib", "16384"], "needs the allocator's vGPU size"),
         ([*SIZE, "--spec", "{spec}", "--vgpu-memory-mib", "2048"], "not both"),
-        (["--spec", "{spec}", "--gpu-memory-mib", "0", "--replicas-per-gpu", "8"], "positive"),
-        (["--spec", "{spec}", "--gpu-memory-mib", "16384", "--replicas-per-gpu", "0"], "1..1024"),
+        (["--spec", "{spec}", "--gpu-memory-mib", "0", "--vgpus-per-gpu", "8"], "positive"),
+        (["--spec", "{spec}", "--gpu-memory-mib", "16384", "--vgpus-per-gpu", "0"], "1..1024"),
+        # The flag's old name still cuts, and is named in what it refuses.
+        (
+            ["--spec", "{spec}", "--gpu-memory-mib", "16384", "--replicas-per-gpu", "0"],
+            "--replicas-per-gpu must be in 1..1024",
+        ),
+        ([*SIZE, "--spec", "{spec}", "--replicas-per-gpu", "8"], "not --replicas-per-gpu too"),
         (["--spec", "{spec}", "--gpu-memory-mib", "100", "--vgpu-memory-mib", "200"], "no vGPU"),
         (["--spec", "{spec}", *SIZE, "--context-reserve-mib", "-1"], "0 or more"),
-        (["--model", "tiny", "--replicas-per-gpu", "8"], "for --spec only"),
+        (["--model", "tiny", "--vgpus-per-gpu", "8"], "for --spec only"),
         # The plan is pack's, refusals included: 4 reserves and a 3000 MiB cap exceed 4096 MiB.
-        (["--spec", "{spec}", "--gpu-memory-mib", "4096", "--replicas-per-gpu", "2"], "exceeds"),
+        (["--spec", "{spec}", "--gpu-memory-mib", "4096", "--vgpus-per-gpu", "2"], "exceeds"),
     ],
 )
 def test_render_spec_usage_errors_exit_2(
@@ -241,7 +263,7 @@ def test_the_readmes_render_of_the_example_mix(
     replicas = m.flag(
         m.expanded_args(allocator(builds), builds["base/allocator"]), "--vgpus-per-gpu"
     )
-    assert m.flag(render, "--replicas-per-gpu") == replicas
+    assert m.flag(render, "--vgpus-per-gpu") == replicas
     pods = {name: (d["spec"]["replicas"], vgpus(d)) for name, d in deployments.items()}
     assert pods == {"tiny": (4, 1), "mobilenet-v2": (2, 1), "resnet50": (1, 3)}
     for deployment in deployments.values():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sharedserve.allocator.allocation import GrantOptions, MountSpec, container_grant, plan
+from sharedserve.allocator.allocation import GrantOptions, MountSpec, container_grant, grants_by_gpu
 from sharedserve.allocator.inventory import Inventory, Sizing, build_inventory
 from sharedserve.errors import InvalidInput
 from sharedserve.gpu.info import GpuInfo
@@ -26,7 +26,9 @@ def inventory(sizing: Sizing = FOUR) -> Inventory:
 
 def grant(ids: list[str], options: GrantOptions = PLAIN, **kw: Sizing) -> dict[str, str]:
     inv = inventory(**kw)
-    return container_grant(plan(inv, ids, allow_multi_gpu=options.allow_multi_gpu), options).envs
+    return container_grant(
+        grants_by_gpu(inv, ids, allow_multi_gpu=options.allow_multi_gpu), options
+    ).envs
 
 
 @pytest.mark.parametrize(
@@ -84,12 +86,14 @@ def test_multi_gpu_one_value_per_gpu_in_nvml_order() -> None:
 )
 def test_plan_rejects(ids: list[str], fragment: str) -> None:
     with pytest.raises(InvalidInput, match=fragment):
-        plan(inventory(), ids, allow_multi_gpu=True)
+        grants_by_gpu(inventory(), ids, allow_multi_gpu=True)
 
 
 def test_mps_sets_per_pod_limits_and_mounts_pipes() -> None:
     options = GrantOptions(mps_pipe_dir=Path("/run/nvidia/mps"))
-    result = container_grant(plan(inventory(), [f"{B}::2"], allow_multi_gpu=False), options)
+    result = container_grant(
+        grants_by_gpu(inventory(), [f"{B}::2"], allow_multi_gpu=False), options
+    )
     assert result.envs["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia/mps"
     assert result.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     # The container sees only its GPU, as CUDA device 0, whatever its index on the host (1).
@@ -99,14 +103,16 @@ def test_mps_sets_per_pod_limits_and_mounts_pipes() -> None:
 
 def test_mps_shm_dir_becomes_dev_shm() -> None:
     options = GrantOptions(mps_pipe_dir=Path("/run/mps/pipe"), mps_shm_dir=Path("/run/mps/shm"))
-    result = container_grant(plan(inventory(), [f"{A}::0"], allow_multi_gpu=False), options)
+    result = container_grant(
+        grants_by_gpu(inventory(), [f"{A}::0"], allow_multi_gpu=False), options
+    )
     assert result.mounts[1] == MountSpec("/dev/shm", "/run/mps/shm", read_only=False)
 
 
 def test_mps_multi_gpu_uses_smallest_share_and_container_ordinals() -> None:
     options = GrantOptions(allow_multi_gpu=True, mps_pipe_dir=Path("/tmp/nvidia-mps"))
     ids = [f"{A}::0", f"{A}::1", f"{A}::2", f"{B}::0"]
-    envs = container_grant(plan(inventory(), ids, allow_multi_gpu=True), options).envs
+    envs = container_grant(grants_by_gpu(inventory(), ids, allow_multi_gpu=True), options).envs
     assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=11520M,1=20480M"
     assert envs["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -115,12 +121,14 @@ def test_mps_multi_gpu_uses_smallest_share_and_container_ordinals() -> None:
 def test_mps_thread_percentage_never_zero() -> None:
     options = GrantOptions(mps_pipe_dir=Path("/tmp/nvidia-mps"))
     inv = inventory(Sizing(vgpus_per_gpu=200))
-    envs = container_grant(plan(inv, [f"{A}::0"], allow_multi_gpu=False), options).envs
+    envs = container_grant(grants_by_gpu(inv, [f"{A}::0"], allow_multi_gpu=False), options).envs
     assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "1"
 
 
 def test_no_mps_no_mps_envs_or_mounts() -> None:
-    result = container_grant(plan(inventory(), [f"{A}::0"], allow_multi_gpu=False), GrantOptions())
+    result = container_grant(
+        grants_by_gpu(inventory(), [f"{A}::0"], allow_multi_gpu=False), GrantOptions()
+    )
     assert not [k for k in result.envs if k.startswith("CUDA_")]
     assert result.mounts == () and result.cdi_devices == ()
 
@@ -128,6 +136,6 @@ def test_no_mps_no_mps_envs_or_mounts() -> None:
 def test_cdi_names_each_gpu_by_uuid() -> None:
     options = GrantOptions(allow_multi_gpu=True, cdi_kind="nvidia.com/gpu")
     result = container_grant(
-        plan(inventory(), [f"{B}::0", f"{A}::0"], allow_multi_gpu=True), options
+        grants_by_gpu(inventory(), [f"{B}::0", f"{A}::0"], allow_multi_gpu=True), options
     )
     assert result.cdi_devices == (f"nvidia.com/gpu={A}", f"nvidia.com/gpu={B}")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
+from sharedserve.allocator.allocation import GrantOptions, container_grant, grants_by_gpu
 from sharedserve.allocator.dra.cdi import spec as cdi_spec
 from sharedserve.allocator.dra.claims import ClaimRef, PreparedClaim, prepare_claim
 from sharedserve.allocator.inventory import Sizing, build_inventory
@@ -149,7 +149,7 @@ def test_the_allocators_multi_gpu_grant_is_what_serve_reads() -> None:
     )
     ids = ["GPU-b::0", "GPU-a::0", "GPU-b::1"]
     options = GrantOptions(allow_multi_gpu=True, mps_pipe_dir=Path("/run/mps"))
-    envs = container_grant(plan(inventory, ids, allow_multi_gpu=True), options).envs
+    envs = container_grant(grants_by_gpu(inventory, ids, allow_multi_gpu=True), options).envs
     grant = Grant.from_env(envs)
     assert [(g.uuid, g.fraction, g.mib) for g in grant.gpus] == [
         ("GPU-a", 0.25, 4096),
@@ -295,7 +295,9 @@ def test_the_device_plugins_grant_is_served_as_written(total: int, data: st.Data
     (physical,) = inventory.gpus
     count = data.draw(st.integers(1, physical.replicas))
     ids = [vgpu_id(gpu.uuid, slot) for slot in range(count)]
-    envs = container_grant(plan(inventory, ids, allow_multi_gpu=False), GrantOptions()).envs
+    envs = container_grant(
+        grants_by_gpu(inventory, ids, allow_multi_gpu=False), GrantOptions()
+    ).envs
     assert_served_as_written(envs, gpu, count * physical.vgpu_memory_mib)
 
 

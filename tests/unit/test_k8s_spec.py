@@ -32,7 +32,7 @@ def size(gpu_mib: int, *, replicas: int | None = None, vgpu_mib: int | None = No
 @pytest.mark.parametrize(
     ("gpu_mib", "replicas", "vgpu_mib", "need_mib", "vgpus"),
     [
-        # vGPU size from --replicas-per-gpu: the GPU's memory / N, as the allocator cuts it.
+        # vGPU size from --vgpus-per-gpu: the GPU's memory / N, as the allocator cuts it.
         (16384, 8, None, 0, 1),  # at least one
         (16384, 8, None, 1, 1),
         (16384, 8, None, 2048, 1),  # exactly one vGPU

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kit
 import replicas
 
-from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
+from sharedserve.allocator.allocation import GrantOptions, container_grant, grants_by_gpu
 from sharedserve.allocator.health import MPS_PID_FILE
 from sharedserve.allocator.inventory import Sizing, build_inventory
 from sharedserve.contract import MPS_ACTIVE_THREAD_PERCENTAGE as MPS_THREADS
@@ -48,7 +48,7 @@ DURATION, WARMUP, CONCURRENCY = 5.0, 1.0, 4
 def mps_env(gpu: Any, density: int, pipe_dir: Path) -> dict[str, str]:
     """What the allocator's Allocate gives a container of one vGPU at this density."""
     inventory = build_inventory([gpu], Sizing(vgpus_per_gpu=density))
-    grants = plan(inventory, inventory.vgpu_ids[:1], allow_multi_gpu=False)
+    grants = grants_by_gpu(inventory, inventory.vgpu_ids[:1], allow_multi_gpu=False)
     envs = container_grant(grants, GrantOptions(mps_pipe_dir=pipe_dir)).envs
     return {k: envs[k] for k in (MPS_PIPE_DIRECTORY, MPS_THREADS, MPS_PINNED)}
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 import grpc
 
 from sharedserve import rpc
-from sharedserve.allocator.allocation import GrantOptions, container_grant, plan
+from sharedserve.allocator.allocation import GrantOptions, container_grant, grants_by_gpu
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import Inventory
@@ -133,7 +133,9 @@ class DevicePluginServicer:
         try:
             for container in request.container_requests:
                 ids = list(container.devices_ids)
-                grants = plan(self._inventory, ids, allow_multi_gpu=self._grant.allow_multi_gpu)
+                grants = grants_by_gpu(
+                    self._inventory, ids, allow_multi_gpu=self._grant.allow_multi_gpu
+                )
                 grant = container_grant(grants, self._grant)
                 answers.append(
                     pb.ContainerAllocateResponse(

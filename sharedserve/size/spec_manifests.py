@@ -1,0 +1,136 @@
+"""A pack spec's models as Kubernetes manifests (``k8s render --spec``), sized from ``pack``'s
+own plan of the spec on one GPU.
+
+Each pod gets what ``pack --spec`` would give one replica on a GPU of the given size: its cap
+plus the context reserve, as vGPUs of the allocator's cut (``size.vgpus``), or with the DRA
+driver as an amount of memory its claim asks for. The plan reads each model's files for its
+size, so the models must be on disk where the spec says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sharedserve.allocator.inventory import Sizing
+from sharedserve.errors import ConfigError
+from sharedserve.gpu.info import GpuInfo
+from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
+from sharedserve.k8s.render import ModelDeployment, check_serve_args
+from sharedserve.quantity import format_cpu
+from sharedserve.server.model_source import find_model
+from sharedserve.size.vgpus import vgpu_cut
+
+__all__ = ["planned_gpu_mib", "render_spec", "spec_vgpu_size"]
+
+
+def planned_gpu_mib(gpu_memory_mib: int | None) -> int:
+    """``--gpu-memory-mib``, which ``--spec`` needs for its plan."""
+    if gpu_memory_mib is None:
+        raise ConfigError(
+            "--spec needs --gpu-memory-mib: one GPU's memory in MiB (nvidia-smi "
+            "--query-gpu=memory.total --format=csv), which the plan shares among the replicas"
+        )
+    if gpu_memory_mib < 1:
+        raise ConfigError(f"--gpu-memory-mib must be positive, got {gpu_memory_mib}")
+    return gpu_memory_mib
+
+
+def spec_vgpu_size(
+    gpu_memory_mib: int | None,
+    vgpus_per_gpu: int | None,
+    vgpu_memory_mib: int | None,
+    *,
+    per_gpu_flag: str = "--vgpus-per-gpu",
+) -> VgpuSize:
+    """One GPU cut into vGPUs as the allocator's flags would cut it; ``per_gpu_flag``: the flag
+    that gave ``vgpus_per_gpu``, which refusals name."""
+    memory = planned_gpu_mib(gpu_memory_mib)
+    if vgpus_per_gpu is not None and vgpu_memory_mib is not None:
+        raise ConfigError(f"give {per_gpu_flag} or --vgpu-memory-mib, not both")
+    if vgpus_per_gpu is not None:
+        sizing = Sizing(vgpus_per_gpu=vgpus_per_gpu)
+    elif vgpu_memory_mib is not None:
+        sizing = Sizing(vgpu_memory_mib=vgpu_memory_mib)
+    else:
+        raise ConfigError(
+            "--spec needs the allocator's vGPU size: --vgpus-per-gpu N where it runs with "
+            "--vgpus-per-gpu N, or --vgpu-memory-mib M where it runs with --vgpu-memory-mib M"
+        )
+    return vgpu_cut(memory, sizing, names=(per_gpu_flag, "--vgpu-memory-mib"))
+
+
+def _planned_gpu(memory_mib: int) -> GpuInfo:
+    # Named for the flag, which is how the plan's refusals then refer to it.
+    return GpuInfo("GPU-k8s-render", 0, "--gpu-memory-mib", memory_mib)
+
+
+def render_spec(
+    path: Path,
+    size: VgpuSize | ClaimSize,
+    reserve: int,
+    common: Mapping[str, Any],
+    *,
+    dra: bool,
+    check_server_args: Callable[[list[str]], object],
+) -> str:
+    """The spec's models as manifests; ``common``: the ModelDeployment fields every model shares
+    (image, namespace...); ``check_server_args``: the CLI's check of an entry's ``serve_args``
+    against ``sharedserve serve``'s own options."""
+    from sharedserve.pack.caps import PlanItem, plan_gpu
+    from sharedserve.pack.prepare import footprint_mib  # pack's measure: pack's own plan
+    from sharedserve.pack.spec import load_spec
+
+    if reserve < 0:
+        raise ConfigError(f"--context-reserve-mib must be 0 or more, got {reserve}")
+    items, models = [], []
+    for i, entry in enumerate(load_spec(path).entries):
+        where = f"{path}: models[{i}] ({entry.name or entry.model_dir.name})"
+        if entry.gpu is not None:
+            raise ConfigError(
+                f"{where}: gpu pins replicas to a GPU of one host; on Kubernetes the scheduler "
+                "and the allocator place pods: leave it out for k8s render"
+            )
+        try:
+            source = find_model(entry.model_dir)
+        except ConfigError as e:
+            raise ConfigError(
+                f"{where}: {e.message}; k8s render reads the model's files for its size, which "
+                "sets its share of the GPU: build or copy the model there first"
+            ) from e
+        name = entry.name or source.name
+        where = f"{path}: models[{i}] ({name})"
+        items.append(PlanItem(name, entry.replicas, entry.cap, footprint_mib(source.path)))
+        cpu = ModelDeployment.cpu
+        try:
+            check_serve_args(entry.server_args)
+            check_server_args(list(entry.server_args))
+            if entry.cpu_limit_cores is not None:
+                cpu = format_cpu(entry.cpu_limit_cores, "cpu_limit")
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e.message}") from e
+        deployment = ModelDeployment(
+            model=name,
+            model_dir=source.name,
+            replicas=entry.replicas,
+            cpu=cpu,
+            serve_args=entry.server_args,
+            **common,
+        )
+        models.append((deployment, where))
+    try:
+        shares = plan_gpu(_planned_gpu(size.gpu_memory_mib), items, context_reserve_mib=reserve)
+    except ConfigError as e:
+        raise ConfigError(
+            f"{path}: pods are sized from pack's plan of the spec on one GPU, which refuses it:\n"
+            f"{e.message}"
+        ) from e
+    mix = []
+    for (deployment, where), share in zip(models, shares, strict=True):
+        assert share.mib is not None  # planned on a GPU of known size
+        mix.append(MixModel(deployment, share.mib, where))
+    command = "sharedserve k8s render --dra --spec" if dra else "sharedserve k8s render --spec"
+    return render_mix_yaml(
+        mix, size, context_reserve_mib=reserve, source=str(path), command=command
+    )
