@@ -23,8 +23,8 @@ from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment
 from sharedserve.quantity import format_cpu
 from sharedserve.size.fleet import Fleet
-from sharedserve.size.vgpus import vgpu_cut
 from sharedserve.size.plan import Plan
+from sharedserve.size.vgpus import vgpu_cut
 
 __all__ = ["PlanManifests", "plan_manifests"]
 
