@@ -1,4 +1,4 @@
-"""The one writer of fake-GPU inventories: the JSON that ``--fake-gpus`` reads (DESIGN.md).
+"""The one writer of fake-GPU inventories: the JSON that ``--fake-gpus`` reads (``gpu/fake.py``).
 
 Tests say what they mean (two 16 GiB GPUs, the second unhealthy) and this module spells it in
 the file format, so a change to the format is made here once. ``FakeGpuBackend`` re-reads the
