@@ -4,12 +4,13 @@ For what a command decides before it starts anything (help texts, usage errors, 
 child Python costs a second or more on a loaded machine just to import the CLI, and twelve of
 them made up a visible share of the suite. ``main`` is the entry point itself, so a
 ``ConfigError`` reaches the test as exit status 2 with its ``error:`` line, as in a shell; what
-the root callback sets in the environment and in ``framework_output`` is undone afterwards, so
-one invocation does not change the next test's process.
+the root callback sets in the environment, in ``framework_output`` and in logging is undone
+afterwards, so one invocation does not change the next test's process.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,11 @@ def invoke(*args: str, env: Mapping[str, str | None] | None = None) -> Result:
     variables and the log level are unset unless given, as ``clean_env`` does for a child."""
     base: dict[str, str | None] = {name: None for name in (*VARIABLES, "SHAREDSERVE_LOG_LEVEL")}
     saved_env = dict(os.environ)
+    # The root callback configures logging for a process of its own: a handler on the root
+    # logger (bound to this call's captured stderr, closed afterwards) and the frameworks' levels.
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    saved_levels = {n: logging.getLogger(n).level for n in framework_output.FRAMEWORK_LOGGERS}
     try:
         return CliRunner().invoke(
             cast(click.Command, _Main()), list(args), env={**base, **(env or {})}
@@ -53,3 +59,7 @@ def invoke(*args: str, env: Mapping[str, str | None] | None = None) -> Result:
         os.environ.clear()
         os.environ.update(saved_env)
         framework_output.hide_startup_output(False)  # inert again, as for a library user
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+        for name, level in saved_levels.items():
+            logging.getLogger(name).setLevel(level)
