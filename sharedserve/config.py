@@ -122,6 +122,13 @@ class RestSettings:
     def decoding_limit(self) -> int:
         return self.max_body_bytes if self.max_decoding_bytes is None else self.max_decoding_bytes
 
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        _check_port("--rest-port", self.port)
+        if self.max_body_bytes <= 0:
+            raise ConfigError(f"--max-body-bytes must be positive, got {self.max_body_bytes}")
+        _check_positive("--max-decoding-bytes", self.max_decoding_bytes)
+
 
 @dataclass(frozen=True)
 class GrpcSettings:
@@ -129,6 +136,20 @@ class GrpcSettings:
     """TCP port for the gRPC API (TF Serving's default 8500); 0 picks a free one."""
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest gRPC message accepted or sent, in bytes; larger gets RESOURCE_EXHAUSTED."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        _check_port("--grpc-port", self.port)
+
+
+def _check_port(flag: str, port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{flag} must be in 0..65535, got {port}")
+
+
+def _check_positive(flag: str, limit: int | None) -> None:
+    if limit is not None and limit <= 0:
+        raise ConfigError(f"{flag} must be positive, got {limit}")
 
 
 @dataclass(frozen=True)
@@ -406,3 +427,13 @@ class ServerSettings:
         if self.max_request_elements is not None:
             return self.max_request_elements
         return max(1, self.rest.max_body_bytes // 2)
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work (the CPU limit and the
+        GPU cap are checked where they are resolved against the host)."""
+        self.rest.validate()
+        self.grpc.validate()
+        if self.batching is not None:
+            self.batching.validate()
+        _check_positive("--max-request-elements", self.max_request_elements)
+        self.connections.validate()

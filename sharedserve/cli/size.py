@@ -81,13 +81,13 @@ def size(
     duration: Annotated[
         float | None,
         typer.Option(
-            help="--verify: seconds measured.", show_default=str(BenchSettings.duration_s)
+            help="--verify: seconds measured.", show_default=f"{BenchSettings.duration_s:g}"
         ),
     ] = None,
     warmup: Annotated[
         float | None,
         typer.Option(
-            help="--verify: seconds of load first.", show_default=str(BenchSettings.warmup_s)
+            help="--verify: seconds of load first.", show_default=f"{BenchSettings.warmup_s:g}"
         ),
     ] = None,
     fake_gpus: Annotated[

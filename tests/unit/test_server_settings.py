@@ -1,0 +1,57 @@
+"""ServerSettings.validate: what `serve` refuses before it loads a model, named by its flag."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sharedserve.config import (
+    BatchingSettings,
+    ConnectionSettings,
+    GrpcSettings,
+    RestSettings,
+    ServerSettings,
+)
+from sharedserve.errors import ConfigError
+
+GOOD = ServerSettings(model_dir=Path("m"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        pytest.param(replace(GOOD, rest=RestSettings(port=70000)), "--rest-port", id="rest-port"),
+        pytest.param(replace(GOOD, grpc=GrpcSettings(port=-1)), "--grpc-port", id="grpc-port"),
+        pytest.param(
+            replace(GOOD, rest=RestSettings(max_body_bytes=0)), "--max-body-bytes", id="body"
+        ),
+        pytest.param(
+            replace(GOOD, rest=RestSettings(max_decoding_bytes=0)),
+            "--max-decoding-bytes",
+            id="decoding",
+        ),
+        pytest.param(
+            replace(GOOD, max_request_elements=-5), "--max-request-elements", id="elements"
+        ),
+        pytest.param(
+            replace(GOOD, connections=ConnectionSettings(body_timeout_s=0)),
+            "--body-timeout",
+            id="timeout",
+        ),
+        pytest.param(
+            replace(GOOD, batching=BatchingSettings(max_batch_size=0)),
+            "max_batch_size",
+            id="batching",
+        ),
+    ],
+)
+def test_refused_with_the_flag_named(settings: ServerSettings, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        settings.validate()
+
+
+def test_the_defaults_and_port_zero_are_valid() -> None:
+    GOOD.validate()
+    replace(GOOD, rest=RestSettings(port=0), grpc=GrpcSettings(port=0)).validate()
