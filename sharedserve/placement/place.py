@@ -58,9 +58,9 @@ def place(
     """Every replica of ``requests`` on a GPU of ``gpus``; ConfigError, with the figures, when
     one replica fits no GPU at all, when a fleet needs more than ``max_gpus`` or when a host's
     GPUs cannot hold them all. ``target``: the share of a GPU's time its replicas may keep busy."""
-    names = [r.model for r in requests]
-    if len(set(names)) < len(names):
-        raise ConfigError(f"placement requests name a model twice: {names}")
+    twice = sorted(m for m, n in Counter(r.model for r in requests).items() if n > 1)
+    if twice:
+        raise ConfigError(f"placement requests name a model twice: {', '.join(twice)}")
     packer = Packer(reserve_mib, target, policy)
     host = gpus.gpus if isinstance(gpus, Host) else None
     healthy = [] if host is None else sorted((g for g in host if g.healthy), key=lambda g: g.index)

@@ -163,7 +163,7 @@ def test_a_fleet_opens_gpus_as_needed_and_deals_them_to_nodes() -> None:
         ([Replicas("m", 1, 100)], [gpu(0, healthy=False)], "every GPU on this host is unhealthy"),
         ([Replicas("p", 1, 100, gpu=1)], [gpu(0), gpu(1, healthy=False)], "GPU 1 is unhealthy"),
         ([Replicas("p", 1, 100, gpu=7)], [gpu(0)], "GPU 7 names no GPU on this host"),
-        ([Replicas("m", 1, 1), Replicas("m", 1, 1)], [gpu(0)], "name a model twice"),
+        ([Replicas("m", 1, 1), Replicas("m", 1, 1)], [gpu(0)], "name a model twice: m$"),
     ],
 )
 def test_a_mix_that_does_not_fit_is_refused_with_its_figures(
