@@ -194,13 +194,11 @@ def render(
             "--gpu-memory is what a pod claims from the DRA driver: give --dra with it (the "
             "device plugin's pods ask for --vgpu vGPUs instead)"
         )
-    common: dict[str, Any] = {
-        "image": image,
-        "memory": memory,
-        "model_pvc": model_pvc,
-        "namespace": namespace,
-        "runtime_class": runtime_class,
-    }
+    # The ModelDeployment fields every model of the render shares.
+    common: dict[str, Any] = dict(
+        image=image, memory=memory, model_pvc=model_pvc, namespace=namespace,
+        runtime_class=runtime_class,
+    )  # fmt: skip
     if spec is not None:
         refuse_flags(
             {
@@ -218,14 +216,13 @@ def render(
     elif model is None:
         raise ConfigError("give --model (one model) or --spec (a pack spec's models)")
     else:
-        planning = {
-            "--gpu-memory-mib": gpu_memory_mib,
-            per_gpu_flag: per_gpu,
-            "--vgpu-memory-mib": vgpu_memory_mib,
-            "--context-reserve-mib": context_reserve_mib,
-        }
         refuse_flags(
-            planning,
+            {
+                "--gpu-memory-mib": gpu_memory_mib,
+                per_gpu_flag: per_gpu,
+                "--vgpu-memory-mib": vgpu_memory_mib,
+                "--context-reserve-mib": context_reserve_mib,
+            },
             "for --spec only, whose pods they size from its plan; with --model, give "
             + ("--gpu-memory" if dra else "--vgpu"),
         )

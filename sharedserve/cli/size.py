@@ -53,50 +53,56 @@ def _print_verify(result: dict[str, Any]) -> None:
     console.print(f"{verdict}; the bench report is {result['report']}", highlight=False)
 
 
+_Fleet = Annotated[
+    Path | None,
+    typer.Option(
+        help="Fleet file (YAML or JSON): the GPU, nodes and models to serve.",
+        show_default="none: give --fleet or --verify",
+    ),
+]
+_Out = Annotated[
+    Path | None,
+    typer.Option(
+        help="Directory for the plan (plan.json, plan.md, plan.html, k8s.yaml, pack specs), or "
+        "for --verify's report.",
+        show_default="required with --fleet; with --verify, verify-NAME beside the spec",
+    ),
+]
+_Verify = Annotated[
+    Path | None,
+    typer.Option(
+        help="A GPU's pack spec from a plan (OUT/gpu-NNN.yaml): run that share here at its "
+        "planned rates and compare with the plan.",
+        show_default="none",
+    ),
+]
+_Duration = Annotated[
+    float | None,
+    typer.Option(help="--verify: seconds measured.", show_default=f"{BenchSettings.duration_s:g}"),
+]
+_Warmup = Annotated[
+    float | None,
+    typer.Option(
+        help="--verify: seconds of load first.", show_default=f"{BenchSettings.warmup_s:g}"
+    ),
+]
+_FakeGpus = Annotated[
+    Path | None,
+    typer.Option(
+        help="--verify: simulated GPU inventory (JSON), for tests.",
+        show_default="none: real GPUs through NVML",
+    ),
+]
+
+
 @app.command()
 def size(
-    fleet: Annotated[
-        Path | None,
-        typer.Option(
-            help="Fleet file (YAML or JSON): the GPU, nodes and models to serve.",
-            show_default="none: give --fleet or --verify",
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            help="Directory for the plan (plan.json, plan.md, plan.html, k8s.yaml, pack specs), "
-            "or for --verify's report.",
-            show_default="required with --fleet; with --verify, verify-NAME beside the spec",
-        ),
-    ] = None,
-    verify: Annotated[
-        Path | None,
-        typer.Option(
-            help="A GPU's pack spec from a plan (OUT/gpu-NNN.yaml): run that share here at its "
-            "planned rates and compare with the plan.",
-            show_default="none",
-        ),
-    ] = None,
-    duration: Annotated[
-        float | None,
-        typer.Option(
-            help="--verify: seconds measured.", show_default=f"{BenchSettings.duration_s:g}"
-        ),
-    ] = None,
-    warmup: Annotated[
-        float | None,
-        typer.Option(
-            help="--verify: seconds of load first.", show_default=f"{BenchSettings.warmup_s:g}"
-        ),
-    ] = None,
-    fake_gpus: Annotated[
-        Path | None,
-        typer.Option(
-            help="--verify: simulated GPU inventory (JSON), for tests.",
-            show_default="none: real GPUs through NVML",
-        ),
-    ] = None,
+    fleet: _Fleet = None,
+    out: _Out = None,
+    verify: _Verify = None,
+    duration: _Duration = None,
+    warmup: _Warmup = None,
+    fake_gpus: _FakeGpus = None,
 ) -> None:
     """Plan how many GPUs a fleet of models needs, which models share which GPU, and what it
     costs against one model replica per GPU; or check one GPU's share of a plan by running it.
@@ -137,6 +143,18 @@ def size(
         _print_plan(plan_fleet(fleet, out), out)
         return
     assert verify is not None
+    _verify(verify, out, duration, warmup, fake_gpus)
+
+
+def _verify(
+    spec: Path,
+    out: Path | None,
+    duration: float | None,
+    warmup: float | None,
+    fake_gpus: Path | None,
+) -> None:
+    """--verify: run the GPU's share here, print planned against measured; exit 1 when an
+    objective did not hold."""
     from rich.console import Console
 
     from sharedserve.bench.run import run_stoppable
@@ -145,8 +163,8 @@ def size(
 
     with exit_when_stopped():
         result = verify_gpu(
-            verify,
-            out or verify.parent / f"verify-{verify.stem}",
+            spec,
+            out or spec.parent / f"verify-{spec.stem}",
             duration_s=BenchSettings.duration_s if duration is None else duration,
             warmup_s=BenchSettings.warmup_s if warmup is None else warmup,
             fake_gpus=fake_gpus,
