@@ -80,7 +80,9 @@ def test_ids_map_back_to_their_gpu() -> None:
         ),
         pytest.param([GpuInfo("GPU-a::b", 0, "x", 100)], Sizing(), "cannot name", id="sep-in-uuid"),
         pytest.param([K80], Sizing(vgpus_per_gpu=0), "--vgpus-per-gpu", id="zero-replicas"),
-        pytest.param([K80], Sizing(vgpus_per_gpu=MAX_REPLICAS + 1), "--vgpus-per-gpu", id="too-many"),
+        pytest.param(
+            [K80], Sizing(vgpus_per_gpu=MAX_REPLICAS + 1), "--vgpus-per-gpu", id="too-many"
+        ),
         pytest.param([K80], Sizing(vgpu_memory_mib=0), "--vgpu-memory-mib", id="zero-memory"),
     ],
 )
