@@ -102,7 +102,7 @@ def packed(
     started (and stopped at the end) by ``sharedserve pack``'s own machinery: the env contract
     as the packer writes it, every replica AVAILABLE before the block runs. Unsupervised: a
     replica that dies stays dead, so the stage sees it."""
-    from sharedserve.cli.pack import replica_environment
+    from sharedserve.cli._replicas import replica_environment
     from sharedserve.config import PackEntry, PackSettings
     from sharedserve.limits.gpu import parse_cap_request
     from sharedserve.pack import Pack

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from sharedserve.cli._app import app, exit_when_stopped
-from sharedserve.cli.pack import check_server_args, replica_environment, spec_entries
+from sharedserve.cli._replicas import check_server_args, replica_environment, spec_entries
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 from sharedserve.enums import PlacementPolicy, Protocol
 from sharedserve.errors import ConfigError

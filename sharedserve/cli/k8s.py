@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from sharedserve.cli._app import app, refuse_flags
-from sharedserve.cli.pack import check_server_args
+from sharedserve.cli._replicas import check_server_args
 from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.render import ModelDeployment

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from sharedserve.cli._app import app, exit_when_stopped
-from sharedserve.cli.pack import replica_environment
+from sharedserve.cli._replicas import replica_environment
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 from sharedserve.enums import Protocol
 

@@ -158,7 +158,7 @@ def _verify(
     from rich.console import Console
 
     from sharedserve.bench.run import run_stoppable
-    from sharedserve.cli.pack import replica_environment
+    from sharedserve.cli._replicas import replica_environment
     from sharedserve.size.verify import verify_gpu
 
     with exit_when_stopped():
