@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import invoke
-from tests.support.pack import PackRun, alive
+from tests.support.pack import PackRun, alive, leaked_pack_cgroups, pack_cgroups
 from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
 
@@ -37,6 +37,7 @@ def test_density_sweep_writes_a_full_report_and_recommends(
     models_dir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "report"
+    before = pack_cgroups()
     result = run_cli(
         "bench", "--model", str(models_dir / "tiny"), "--densities", "1,2", "--duration", "3",
         "--warmup", "1", "--slo-p99-ms", "500", "--cpu-limit", "0.5", "--out", str(out),
@@ -88,7 +89,7 @@ def test_density_sweep_writes_a_full_report_and_recommends(
     for name in ("report.csv", "report.md", "report.html", "p99_vs_density.png"):
         assert (out / name).stat().st_size > 0
     assert "recommendation: 2" in result.stdout
-    assert not list(Path("/sys/fs/cgroup/cpu").glob("sharedserve-pack-*"))
+    assert leaked_pack_cgroups(before) == set()
 
 
 def test_targets_poisson_with_two_locust_workers(models_dir: Path, tmp_path: Path) -> None:
@@ -123,6 +124,7 @@ def test_targets_poisson_with_two_locust_workers(models_dir: Path, tmp_path: Pat
 
 def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
+    before = pack_cgroups()
     command = [
         *SHAREDSERVE, "bench", "--model", str(models_dir / "tiny"), "--densities", "1,2",
         "--duration", "4", "--warmup", "0", "--out", str(out), "--pattern", "parallel",
@@ -152,7 +154,7 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
     assert "PARTIAL" in (out / "report.md").read_text()
     assert len(pids) == 2 and not any(alive(pid) for pid in pids)
     assert not density_2.exists()
-    assert not list(Path("/sys/fs/cgroup/cpu").glob("sharedserve-pack-*"))
+    assert leaked_pack_cgroups(before) == set()
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.integration.test_pack import _cgroups_now
 from tests.integration.test_pack_spec import _write
+from tests.support.pack import leaked_pack_cgroups, pack_cgroups
 from tests.support.servers import run_cli
 
 # The models of test_pack_spec's mix, one replica each at scale 1 (six at scale 2, on two
@@ -29,7 +29,7 @@ def test_bench_spec_measures_each_model_at_each_scale_and_names_the_one_that_mis
 ) -> None:
     spec, gpus = _write(tmp_path, models_dir, SPEC, torch_models_dir)
     out = tmp_path / "report"
-    before = _cgroups_now()
+    before = pack_cgroups()
     result = run_cli(
         "bench", "--spec", str(spec), "--scales", "1,2", "--fake-gpus", str(gpus),
         "--pattern", "parallel", "--concurrency", "6", "--duration", "2", "--warmup", "1",
@@ -66,4 +66,4 @@ def test_bench_spec_measures_each_model_at_each_scale_and_names_the_one_that_mis
     assert recommendation["scale"] is None and recommendation["failing_model"] == "edge"
     assert "model edge p99" in recommendation["reason"]
     assert "recommendation" in result.stdout and "edge" in result.stdout
-    assert _cgroups_now() == before
+    assert leaked_pack_cgroups(before) == set()

@@ -22,6 +22,36 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+# Where a packer makes its cgroups, "sharedserve-pack-PID": v1's cpu controller, v2, hybrid.
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+
+
+def pack_cgroups() -> set[Path]:
+    """Every packer's cgroup on this host, running or left behind."""
+    return {p for root in CGROUP_ROOTS if root.is_dir() for p in root.glob("sharedserve-pack-*")}
+
+
+def _packer_alive(cgroup: Path) -> bool:
+    try:
+        return alive(int(cgroup.name.rsplit("-", 1)[1]))
+    except (ValueError, FileNotFoundError):  # not a pid, or it exited while we looked
+        return False
+
+
+def leaked_pack_cgroups(before: set[Path], settle: float = 10) -> set[Path]:
+    """The packers' cgroups that appeared since ``before`` and outlived their packer: what a
+    run left behind. Packs of other tests or sessions on a shared machine keep theirs while
+    they run, and one that has just exited may be removing them: only what stays, whose packer
+    is gone, after ``settle`` seconds, counts. (A check of every cgroup on the host failed
+    whenever another pack ran beside the test.)"""
+    deadline = time.monotonic() + settle
+    while True:
+        leaked = {p for p in pack_cgroups() - before if p.exists() and not _packer_alive(p)}
+        if not leaked or time.monotonic() > deadline:
+            return leaked
+        time.sleep(0.2)
+
+
 class PackRun:
     """A ``sharedserve pack`` child process and its targets file."""
 
