@@ -25,7 +25,7 @@ from pydantic.dataclasses import dataclass
 from sharedserve.documents import DOCUMENT, dump, json_schema, parse, read_document
 from sharedserve.files import write_atomic
 from sharedserve.pack.spec import PackSpecFile, SpecEntry
-from sharedserve.size.binpack import Packing, PlannedGpu
+from sharedserve.placement import Placement, PlannedGpu
 from sharedserve.size.bounds import cost, lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, listed
@@ -202,7 +202,7 @@ def _model(entry: FleetModel, d: Demand, gpus: list[int], sharing: int) -> PlanM
     )
 
 
-def _node_cpu(packing: Packing, demands: dict[str, Demand]) -> list[float]:
+def _node_cpu(packing: Placement, demands: dict[str, Demand]) -> list[float]:
     """CPU cores each node's replicas need: the limit each was profiled under, else the cores it
     used (none measured: nothing counted)."""
     cores = [0.0] * (max((g.node for g in packing.gpus), default=-1) + 1)
@@ -213,7 +213,9 @@ def _node_cpu(packing: Packing, demands: dict[str, Demand]) -> list[float]:
     return [round(c, 2) for c in cores]
 
 
-def build_plan(fleet: Fleet, demands: list[Demand], packing: Packing, warnings: list[str]) -> Plan:
+def build_plan(
+    fleet: Fleet, demands: list[Demand], packing: Placement, warnings: list[str]
+) -> Plan:
     """The plan, without its pack specs and manifests (``size.run`` adds them)."""
     price = fleet.gpu.price_per_hour
     bound = lower_bound(demands, fleet.gpu.memory_mib, fleet.context_reserve_mib,

@@ -11,8 +11,8 @@ from sharedserve.errors import ConfigError
 from sharedserve.files import write_atomic
 from sharedserve.pack.prepare import footprint_mib
 from sharedserve.pack.spec import write_spec
+from sharedserve.placement import OpenEnded, place
 from sharedserve.server.model_source import find_model
-from sharedserve.size.binpack import pack
 from sharedserve.size.demand import demands
 from sharedserve.size.fleet import Fleet, listed, load_fleet
 from sharedserve.size.manifests import plan_manifests
@@ -82,13 +82,11 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
             profiles[str(m.profile)] = load_profiles(m.profile)
     sizes, directories = _files(fleet)
     wanted, warnings = demands(fleet, profiles, sizes)
-    packing = pack(
-        wanted,
-        gpu_memory_mib=fleet.gpu.memory_mib,
+    packing = place(
+        [d.placed_as() for d in wanted],
+        OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus),
         reserve_mib=fleet.context_reserve_mib,
         target=fleet.utilization_target,
-        gpus_per_node=fleet.node.gpus,
-        max_gpus=fleet.gpu.max_gpus,
     )
     plan = build_plan(fleet, wanted, packing, warnings)
     out_dir.mkdir(parents=True, exist_ok=True)

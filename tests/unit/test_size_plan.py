@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from sharedserve.pack.spec import load_spec, write_spec
-from sharedserve.size.binpack import pack
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType
 from sharedserve.size.plan import (
     Plan,
@@ -20,6 +19,7 @@ from sharedserve.size.plan import (
     write_plan,
 )
 from sharedserve.size.verify import compare, gpu_predictions
+from tests.unit.test_placement_fleet import pack
 from tests.unit.test_size_bounds import demand
 
 
