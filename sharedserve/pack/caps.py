@@ -40,11 +40,11 @@ from sharedserve.gpu.info import GpuInfo
 from sharedserve.placement import Host, Replicas, place
 
 __all__ = [
-    "PlanItem",
+    "EntryOnGpu",
     "ReplicaShare",
+    "caps_on_gpu",
     "choose_gpu",
     "place_entries",
-    "plan_gpu",
 ]
 
 
@@ -93,8 +93,8 @@ def choose_gpu(gpus: list[GpuInfo], selector: str | None) -> GpuInfo | None:
 
 
 @dataclass(frozen=True)
-class PlanItem:
-    """One entry's replicas on one GPU, as the planner sees them."""
+class EntryOnGpu:
+    """One entry's replicas on one GPU, as the caps are worked out."""
 
     name: str
     """The entry's name, for refusals."""
@@ -114,8 +114,8 @@ class PlanItem:
         return self.footprint_mib if self.measured_peak_mib is None else self.measured_peak_mib
 
 
-def plan_gpu(
-    gpu: GpuInfo | None, items: Sequence[PlanItem], *, context_reserve_mib: int
+def caps_on_gpu(
+    gpu: GpuInfo | None, items: Sequence[EntryOnGpu], *, context_reserve_mib: int
 ) -> list[ReplicaShare]:
     """The cap of each item's replicas on ``gpu`` (in ``items``' order), or ConfigError.
 
@@ -164,7 +164,7 @@ def _explicit_mib(request: GpuCapRequest, gpu: GpuInfo) -> int | None:
     return mib_of(request.share.fraction, gpu.memory_mib)
 
 
-def _without_gpu(items: Sequence[PlanItem]) -> list[ReplicaShare]:
+def _without_gpu(items: Sequence[EntryOnGpu]) -> list[ReplicaShare]:
     # No GPU to size against: only the fractions' sum can be checked.
     asked = [
         (item, item.cap.share.fraction) for item in items if item.cap.source is not CapSource.NONE
@@ -183,7 +183,7 @@ def _without_gpu(items: Sequence[PlanItem]) -> list[ReplicaShare]:
 
 def _refuse_unless_fits(
     gpu: GpuInfo,
-    items: Sequence[PlanItem],
+    items: Sequence[EntryOnGpu],
     caps: list[int],
     explicit: dict[int, int | None],
     reserve: int,
@@ -233,7 +233,7 @@ def _ceil(mib: float) -> int:
     return max(1, math.ceil(mib))
 
 
-def _table(items: Sequence[PlanItem], caps: list[int], reserve: int) -> str:
+def _table(items: Sequence[EntryOnGpu], caps: list[int], reserve: int) -> str:
     header = ("entry", "replicas", "weights MiB", "cap each MiB", "reserve each MiB", "total MiB")
     rows: list[tuple[str, ...]] = [header]
     for item, cap in zip(items, caps, strict=True):
@@ -249,7 +249,7 @@ def _table(items: Sequence[PlanItem], caps: list[int], reserve: int) -> str:
 
 def place_entries(
     gpus: Sequence[GpuInfo],
-    entries: Sequence[tuple[str | None, PlanItem]],
+    entries: Sequence[tuple[str | None, EntryOnGpu]],
     *,
     policy: PlacementPolicy,
     context_reserve_mib: int,
@@ -257,7 +257,7 @@ def place_entries(
     """The GPU of each replica of each ``(gpu selector, item)`` entry, in order.
 
     An entry with a selector goes where it says. The rest: on a host with one GPU, that one
-    (or none without a GPU; ``plan_gpu`` then says whether they fit); with several, where the
+    (or none without a GPU; ``caps_on_gpu`` then says whether they fit); with several, where the
     placement routine puts them over the healthy GPUs, each replica taking its explicit cap or
     its weights, and its reserve. ConfigError, with the figures, when they do not fit.
     """
@@ -279,7 +279,7 @@ def place_entries(
     return [[by_index[i] for i in placement.gpus_of(item.name)] for _, item in entries]
 
 
-def _least_mib(item: PlanItem) -> tuple[float, float]:
+def _least_mib(item: EntryOnGpu) -> tuple[float, float]:
     """What one replica of ``item`` takes on any GPU, before its reserve: MiB, and a share of
     the GPU's memory (a cap given as a fraction)."""
     if item.cap.source is CapSource.NONE:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from sharedserve.limits.cpu import cores_text
 from sharedserve.pack.caps import ReplicaShare
-from sharedserve.pack.prepare import PackPlan
+from sharedserve.pack.prepare import PreparedPack
 from sharedserve.pack.replica import Replica, ReplicaState
 from sharedserve.pack.supervisor import Pack
 
@@ -94,7 +94,7 @@ def describe_plan(pack: Pack) -> list[str]:
     return lines
 
 
-def placement_table(plan: PackPlan) -> Table:
+def placement_table(plan: PreparedPack) -> Table:
     """Which replica is on which GPU, with its cap, its reserve and its CPU quota."""
     kind = "simulated " if plan.simulated_gpus else ""
     table = Table(title=f"sharedserve pack: the placement on this host's {kind}GPUs")
@@ -118,7 +118,7 @@ def placement_table(plan: PackPlan) -> Table:
     return table
 
 
-def placement_lines(plan: PackPlan) -> list[str]:
+def placement_lines(plan: PreparedPack) -> list[str]:
     """A line for each GPU used: its replicas, and its memory taken by caps and reserves."""
     lines = []
     gpus = {s.gpu.index: s.gpu for s in plan.shares if s.gpu is not None}

@@ -20,12 +20,12 @@ from sharedserve.errors import ConfigError
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
-from sharedserve.pack.caps import PlanItem, ReplicaShare, place_entries, plan_gpu
+from sharedserve.pack.caps import EntryOnGpu, ReplicaShare, caps_on_gpu, place_entries
 from sharedserve.pack.probe import free_port, port_is_free
 from sharedserve.pack.replica import ReplicaSpec
 from sharedserve.server.model_source import ModelSource, find_model
 
-__all__ = ["PackPlan", "footprint_mib", "prepare_pack", "release_cgroups"]
+__all__ = ["PreparedPack", "footprint_mib", "prepare_pack", "release_cgroups"]
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ _MIB = 1 << 20
 
 
 @dataclass(frozen=True)
-class PackPlan:
+class PreparedPack:
     specs: list[ReplicaSpec]
     """Every replica, entry by entry."""
     shares: list[ReplicaShare]
@@ -85,7 +85,7 @@ def _shares(
     """Each entry's replicas' shares: placed on GPUs, then their caps computed GPU by GPU."""
     reserve = settings.context_reserve_mib
     items = [
-        PlanItem(name, e.replicas, e.cap, fp)
+        EntryOnGpu(name, e.replicas, e.cap, fp)
         for name, e, fp in zip(names, entries, footprints, strict=True)
     ]
     placed = place_entries(
@@ -102,7 +102,7 @@ def _shares(
             counts[i] = counts.get(i, 0) + 1
     planned: dict[tuple[GpuInfo | None, int], ReplicaShare] = {}
     for gpu, counts in on_gpu.items():
-        caps = plan_gpu(
+        caps = caps_on_gpu(
             gpu,
             [replace(items[i], replicas=n) for i, n in counts.items()],
             context_reserve_mib=reserve,
@@ -185,7 +185,7 @@ def _sources(entries: tuple[PackEntry, ...]) -> list[ModelSource]:
     return sources
 
 
-def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PackPlan:
+def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPack:
     """Check everything and make the cgroups; nothing is started. Raises ConfigError.
 
     ``dry_run``: check everything but make nothing, no cgroup and no log directory (the plan
@@ -252,7 +252,7 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PackPlan:
                 slo_p99_ms=entry.slo_p99_ms,
             )
         )
-    return PackPlan(
+    return PreparedPack(
         specs=specs,
         shares=flat_shares,
         entries=[e for e, _, _ in replicas],

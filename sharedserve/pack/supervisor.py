@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from sharedserve.config import PackSettings
 from sharedserve.errors import SharedServeError
-from sharedserve.pack.prepare import PackPlan, prepare_pack, release_cgroups
+from sharedserve.pack.prepare import PreparedPack, prepare_pack, release_cgroups
 from sharedserve.pack.probe import model_state
 from sharedserve.pack.replica import Replica, ReplicaState
 from sharedserve.pack.targets import Target, write_targets
@@ -56,7 +56,7 @@ class Pack:
 
     def __init__(self, settings: PackSettings) -> None:
         self.settings = settings
-        self.plan: PackPlan | None = None
+        self.plan: PreparedPack | None = None
         self.replicas: list[Replica] = []
         self._last_probe = 0.0
         self._stopped = False

@@ -78,7 +78,7 @@ def render_spec(
     """The spec's models as manifests; ``common``: the ModelDeployment fields every model shares
     (image, namespace...); ``check_server_args``: the CLI's check of an entry's ``serve_args``
     against ``sharedserve serve``'s own options."""
-    from sharedserve.pack.caps import PlanItem, plan_gpu
+    from sharedserve.pack.caps import EntryOnGpu, caps_on_gpu
     from sharedserve.pack.prepare import footprint_mib  # pack's measure: pack's own plan
     from sharedserve.pack.spec import load_spec
 
@@ -101,7 +101,7 @@ def render_spec(
             ) from e
         name = entry.name or source.name
         where = f"{path}: models[{i}] ({name})"
-        items.append(PlanItem(name, entry.replicas, entry.cap, footprint_mib(source.path)))
+        items.append(EntryOnGpu(name, entry.replicas, entry.cap, footprint_mib(source.path)))
         cpu = ModelDeployment.cpu
         try:
             check_serve_args(entry.server_args)
@@ -120,7 +120,7 @@ def render_spec(
         )
         models.append((deployment, where))
     try:
-        shares = plan_gpu(_planned_gpu(size.gpu_memory_mib), items, context_reserve_mib=reserve)
+        shares = caps_on_gpu(_planned_gpu(size.gpu_memory_mib), items, context_reserve_mib=reserve)
     except ConfigError as e:
         raise ConfigError(
             f"{path}: pods are sized from pack's plan of the spec on one GPU, which refuses it:\n"

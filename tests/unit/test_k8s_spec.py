@@ -15,7 +15,7 @@ from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model
-from sharedserve.pack.caps import PlanItem, plan_gpu
+from sharedserve.pack.caps import EntryOnGpu, caps_on_gpu
 from sharedserve.quantity import format_cpu, parse_cpu
 
 RESERVE = 512
@@ -60,9 +60,9 @@ def test_vgpus_per_pod(
 @pytest.mark.parametrize("replicas", [1, 2, 3, 4, 7, 8, 16])
 def test_one_model_n_replicas_is_one_vgpu_each_at_n_per_gpu(gpu_mib: int, replicas: int) -> None:
     """pack's even split of N replicas, cap plus reserve, is exactly one of N vGPUs."""
-    (share,) = plan_gpu(
+    (share,) = caps_on_gpu(
         GpuInfo("GPU-t", 0, "t", gpu_mib),
-        [PlanItem("m", replicas, NO_CAP, 10.0)],
+        [EntryOnGpu("m", replicas, NO_CAP, 10.0)],
         context_reserve_mib=RESERVE,
     )
     assert share.mib is not None
@@ -72,12 +72,12 @@ def test_one_model_n_replicas_is_one_vgpu_each_at_n_per_gpu(gpu_mib: int, replic
 def test_a_mix_follows_the_plan() -> None:
     gpu = GpuInfo("GPU-t", 0, "t", 16384)
     items = [
-        PlanItem("tiny", 4, NO_CAP, 0.05),
-        PlanItem("mobilenet_v2", 2, NO_CAP, 15.0),
-        PlanItem("resnet50", 1, NO_CAP, 97.9),
-        PlanItem("capped", 1, GpuCapRequest.of(CapSource.FLAG, mib=3000), 97.9),
+        EntryOnGpu("tiny", 4, NO_CAP, 0.05),
+        EntryOnGpu("mobilenet_v2", 2, NO_CAP, 15.0),
+        EntryOnGpu("resnet50", 1, NO_CAP, 97.9),
+        EntryOnGpu("capped", 1, GpuCapRequest.of(CapSource.FLAG, mib=3000), 97.9),
     ]
-    shares = plan_gpu(gpu, items, context_reserve_mib=RESERVE)
+    shares = caps_on_gpu(gpu, items, context_reserve_mib=RESERVE)
     caps = [s.mib for s in shares]
     # What the GPU has left after the cap and 8 reserves, 9288 MiB, shared by weights.
     assert caps == [70, 1056, 6893, 3000]

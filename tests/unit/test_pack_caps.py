@@ -11,11 +11,11 @@ from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.pack.caps import (
-    PlanItem,
+    EntryOnGpu,
     ReplicaShare,
+    caps_on_gpu,
     choose_gpu,
     place_entries,
-    plan_gpu,
 )
 from sharedserve.pack.supervisor import restart_delay
 
@@ -33,9 +33,9 @@ def plan_gpu_share(
     context_reserve_mib: int,
     footprint_mib: float = 0.0,
 ) -> ReplicaShare:
-    """One model's pack: the one-entry case of ``plan_gpu``, as ``pack --model`` plans it."""
-    item = PlanItem("the model", replicas, request, footprint_mib)
-    (share,) = plan_gpu(gpu, [item], context_reserve_mib=context_reserve_mib)
+    """One model's pack: the one-entry case of ``caps_on_gpu``, as ``pack --model`` plans it."""
+    item = EntryOnGpu("the model", replicas, request, footprint_mib)
+    (share,) = caps_on_gpu(gpu, [item], context_reserve_mib=context_reserve_mib)
     return share
 
 
@@ -158,19 +158,19 @@ T4C = GpuInfo("GPU-ffff-5555", 5, "T4", 16384)
     ("items", "expected_mib"),
     [
         # Equal footprints: exactly today's even split, (16384 - 3 x 512) // 3.
-        ([PlanItem("a", 2, NONE, 100.0), PlanItem("b", 1, NONE, 100.0)], [4949, 4949]),
+        ([EntryOnGpu("a", 2, NONE, 100.0), EntryOnGpu("b", 1, NONE, 100.0)], [4949, 4949]),
         # b's weights are 3x a's: free 14848 split 1:3 per replica -> 14848 x 1/5 and x 3/5.
-        ([PlanItem("a", 2, NONE, 100.0), PlanItem("b", 1, NONE, 300.0)], [2969, 8908]),
+        ([EntryOnGpu("a", 2, NONE, 100.0), EntryOnGpu("b", 1, NONE, 300.0)], [2969, 8908]),
         # Explicit caps come off the top; the rest is split: 16384 - 6000 - 3 x 512 = 8848.
-        ([PlanItem("big", 1, mib(6000), 5000.0), PlanItem("s", 2, NONE, 10.0)], [6000, 4424]),
+        ([EntryOnGpu("big", 1, mib(6000), 5000.0), EntryOnGpu("s", 2, NONE, 10.0)], [6000, 4424]),
         # A measured peak replaces the weights on disk.
-        ([PlanItem("a", 1, NONE, 100.0, 300.0), PlanItem("b", 1, NONE, 300.0)], [7680, 7680]),
+        ([EntryOnGpu("a", 1, NONE, 100.0, 300.0), EntryOnGpu("b", 1, NONE, 300.0)], [7680, 7680]),
     ],
 )
 def test_entries_without_a_cap_share_in_proportion_to_footprint(
-    items: list[PlanItem], expected_mib: list[int]
+    items: list[EntryOnGpu], expected_mib: list[int]
 ) -> None:
-    shares = plan_gpu(T4, items, context_reserve_mib=512)
+    shares = caps_on_gpu(T4, items, context_reserve_mib=512)
     assert [s.mib for s in shares] == expected_mib
     used = sum(i.replicas * (s.mib or 0) for i, s in zip(items, shares, strict=True))
     assert used + 512 * sum(i.replicas for i in items) <= T4.memory_mib
@@ -178,9 +178,9 @@ def test_entries_without_a_cap_share_in_proportion_to_footprint(
 
 def test_a_mix_that_cannot_fit_is_refused_with_a_table() -> None:
     # 2 x 7000 + 3 x 1 MiB of weights + 5 x 512 = 16563 MiB.
-    items = [PlanItem("resnet", 2, mib(7000), 98.0), PlanItem("tiny", 3, NONE, 1.0)]
+    items = [EntryOnGpu("resnet", 2, mib(7000), 98.0), EntryOnGpu("tiny", 3, NONE, 1.0)]
     with pytest.raises(ConfigError) as e:
-        plan_gpu(T4, items, context_reserve_mib=512)
+        caps_on_gpu(T4, items, context_reserve_mib=512)
     message = e.value.message
     assert "5 replicas do not fit: 16563 MiB exceeds GPU 3's 16384 MiB (T4) by 179 MiB" in message
     lines = message.splitlines()
@@ -191,38 +191,38 @@ def test_a_mix_that_cannot_fit_is_refused_with_a_table() -> None:
 
 
 def test_a_cap_below_a_models_weights_names_the_entry() -> None:
-    items = [PlanItem("big", 1, mib(1000), 2000.0), PlanItem("s", 1, NONE, 10.0)]
+    items = [EntryOnGpu("big", 1, mib(1000), 2000.0), EntryOnGpu("s", 1, NONE, 10.0)]
     with pytest.raises(ConfigError, match="big: the model's weights alone take 2000 MiB"):
-        plan_gpu(T4, items, context_reserve_mib=512)
+        caps_on_gpu(T4, items, context_reserve_mib=512)
 
 
 def test_a_cap_finer_than_the_contracts_shares_is_refused_not_crashed_on() -> None:
     # 1 MiB of 2,000,000 is under 1e-6: its share would be written as 0, which servers refuse.
     huge = GpuInfo("GPU-huge", 9, "huge", 2_000_000)
-    items = [PlanItem("tiny", 1, mib(1), 0.1)]
+    items = [EntryOnGpu("tiny", 1, mib(1), 0.1)]
     with pytest.raises(ConfigError, match=r"tiny on GPU 9: a cap of 1 MiB.*least 2 MiB"):
-        plan_gpu(huge, items, context_reserve_mib=512)
-    (share,) = plan_gpu(huge, [PlanItem("tiny", 1, mib(2), 0.1)], context_reserve_mib=512)
+        caps_on_gpu(huge, items, context_reserve_mib=512)
+    (share,) = caps_on_gpu(huge, [EntryOnGpu("tiny", 1, mib(2), 0.1)], context_reserve_mib=512)
     assert share.fraction == 0.000001
     assert share.share == GpuShare(huge.uuid, 0.000001, 2)
 
 
 def test_without_a_gpu_a_mix_records_caps_and_checks_fractions() -> None:
-    items = [PlanItem("a", 2, fraction(0.25), 1.0), PlanItem("b", 1, NONE, 1.0)]
-    shares = plan_gpu(None, items, context_reserve_mib=512)
+    items = [EntryOnGpu("a", 2, fraction(0.25), 1.0), EntryOnGpu("b", 1, NONE, 1.0)]
+    shares = caps_on_gpu(None, items, context_reserve_mib=512)
     assert [(s.fraction, s.mib, s.gpu) for s in shares] == [(0.25, None, None), (None, None, None)]
     with pytest.raises(ConfigError, match="sum to at most 1"):
-        plan_gpu(None, [*items, PlanItem("c", 1, fraction(0.6))], context_reserve_mib=512)
+        caps_on_gpu(None, [*items, EntryOnGpu("c", 1, fraction(0.6))], context_reserve_mib=512)
 
 
 def _indices(placed: list[list[GpuInfo | None]]) -> list[list[int | None]]:
     return [[None if g is None else g.index for g in row] for row in placed]
 
 
-def _entries(*entries: tuple[str | None, int, float]) -> list[tuple[str | None, PlanItem]]:
+def _entries(*entries: tuple[str | None, int, float]) -> list[tuple[str | None, EntryOnGpu]]:
     """``(gpu selector, replicas, weights MiB)`` entries, named a, b, c ... and uncapped."""
     return [
-        (selector, PlanItem("abcdefgh"[i], replicas, NONE, weights))
+        (selector, EntryOnGpu("abcdefgh"[i], replicas, NONE, weights))
         for i, (selector, replicas, weights) in enumerate(entries)
     ]
 
@@ -250,7 +250,7 @@ def _entries(*entries: tuple[str | None, int, float]) -> list[tuple[str | None, 
 )
 def test_placement_over_several_gpus_is_the_placement_routines(
     policy: PlacementPolicy,
-    entries: list[tuple[str | None, PlanItem]],
+    entries: list[tuple[str | None, EntryOnGpu]],
     expected: list[list[int]],
 ) -> None:
     placed = place_entries([T4, T4B, T4C], entries, policy=policy, context_reserve_mib=512)
@@ -261,9 +261,9 @@ def test_placement_takes_each_replicas_cap_or_weights_and_its_reserve() -> None:
     # Two 16 GiB GPUs: a 6 GiB cap, a quarter of a GPU, and 4 GiB of weights each take their
     # own (the quarter is 4096 MiB of either), with 512 MiB reserve a replica.
     entries = [
-        (None, PlanItem("capped", 2, mib(6144), 10.0)),
-        (None, PlanItem("quarter", 2, fraction(0.25), 10.0)),
-        (None, PlanItem("weights", 1, NONE, 4000.2)),
+        (None, EntryOnGpu("capped", 2, mib(6144), 10.0)),
+        (None, EntryOnGpu("quarter", 2, fraction(0.25), 10.0)),
+        (None, EntryOnGpu("weights", 1, NONE, 4000.2)),
     ]
     placed = place_entries(
         [T4, T4B], entries, policy=PlacementPolicy.BUNDLE, context_reserve_mib=512
@@ -299,7 +299,7 @@ def test_placement_skips_unhealthy_gpus_and_refuses_when_full() -> None:
 
 
 def test_one_gpu_or_none_needs_no_placement() -> None:
-    # One GPU: everything on it, whether it fits or not; plan_gpu says why not with a table.
+    # One GPU: everything on it, whether it fits or not; caps_on_gpu says why not with a table.
     placed = place_entries(
         [K80], _entries((None, 2, 9000)), policy=PlacementPolicy.SPREAD, context_reserve_mib=512
     )
