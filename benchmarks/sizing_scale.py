@@ -21,6 +21,7 @@ writes it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -130,16 +131,16 @@ def measure(models: int, profiles: int, seed: int) -> dict[str, Any]:
                         OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus),
                         reserve_mib=RESERVE_MIB, target=TARGET)  # fmt: skip
         packed = time.perf_counter() - start
-    if len(packing.gpus) != plan["gpu_count"]:
+    if len(packing.gpus) != plan.gpu_count:
         raise RuntimeError("the packing alone is not the plan's: the benchmark is out of date")
-    bound = plan["lower_bound"]
+    bound: dict[str, int] = dataclasses.asdict(plan.lower_bound)
     return {
         "models": models,
         "replicas": sum(d.replicas for d in wanted),
-        "gpus": plan["gpu_count"],
-        "bound": plan["lower_bound_gpus"],
-        "binding": max(bound, key=bound.get),
-        "above": plan["above_bound"],
+        "gpus": plan.gpu_count,
+        "bound": plan.lower_bound_gpus,
+        "binding": max(bound, key=lambda k: bound[k]),
+        "above": plan.above_bound,
         "total_s": total,
         "read_s": read,
         "demands_s": sized,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,21 +12,24 @@ from sharedserve.cli._app import app, exit_when_stopped, refuse_flags
 from sharedserve.config import BenchSettings
 from sharedserve.errors import ConfigError
 
+if TYPE_CHECKING:  # the plan's module loads pydantic's types: only once a plan is made
+    from sharedserve.size.plan import Plan
+
 __all__: list[str] = []
 
 
-def _print_plan(plan: dict[str, Any], out: Path) -> None:
+def _print_plan(plan: Plan, out: Path) -> None:
     from rich.console import Console
 
     console = Console()
     console.print(
-        f"{plan['gpu_count']} GPUs ({plan['lower_bound_gpus']} at the least, "
-        f"{plan['above_bound']}x), {plan['cost_per_month']:,.0f} a month; one replica per GPU: "
-        f"{plan['baseline_gpu_count']} GPUs, {plan['baseline_cost_per_month']:,.0f} a month "
-        f"(saving factor {plan['saving_factor']}x)",
+        f"{plan.gpu_count} GPUs ({plan.lower_bound_gpus} at the least, "
+        f"{plan.above_bound}x), {plan.cost_per_month:,.0f} a month; one replica per GPU: "
+        f"{plan.baseline_gpu_count} GPUs, {plan.baseline_cost_per_month:,.0f} a month "
+        f"(saving factor {plan.saving_factor}x)",
         highlight=False,
     )
-    for warning in plan["warnings"]:
+    for warning in plan.warnings:
         console.print(f"warning: {warning}", highlight=False)
     console.print(f"plan in {out}/plan.md", highlight=False)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 from html import escape
-from typing import Any
 
 from sharedserve.bench.report_css import CSS
+from sharedserve.size.plan import Plan
 
 __all__ = ["plan_html"]
 
@@ -43,61 +43,60 @@ def _meter(share: float, limit: float | None, kind: str) -> str:
     return f'<div class="meter {kind}"><span style="width:{width:.1f}%"></span>{mark}</div>'
 
 
-def plan_html(plan: dict[str, Any]) -> str:
-    """The page, from ``plan.json``'s object."""
-    gpu = plan["gpu"]
-    memory, target = float(gpu["memory_mib"]), float(plan["utilization_target"])
-    bound = plan["lower_bound"]
+def plan_html(plan: Plan) -> str:
+    """The page, from the plan ``plan.json`` holds."""
+    memory, target = float(plan.gpu.memory_mib), plan.utilization_target
+    bound = plan.lower_bound
     cost = _table(
         ["", "GPUs", "GPU-hours / month", "cost / month"],
         [
             [
                 "this plan",
-                f"{plan['gpu_count']:,}",
-                f"{plan['gpu_hours_per_month']:,.0f}",
-                f"{plan['cost_per_month']:,.0f}",
+                f"{plan.gpu_count:,}",
+                f"{plan.gpu_hours_per_month:,.0f}",
+                f"{plan.cost_per_month:,.0f}",
             ],
             [
                 "one replica per GPU",
-                f"{plan['baseline_gpu_count']:,}",
-                f"{plan['baseline_gpu_count'] * 730:,}",
-                f"{plan['baseline_cost_per_month']:,.0f}",
+                f"{plan.baseline_gpu_count:,}",
+                f"{plan.baseline_gpu_count * 730:,}",
+                f"{plan.baseline_cost_per_month:,.0f}",
             ],
         ],
         "cost",
     )
     verdict = (
-        f"<h2>{plan['gpu_count']:,} x {escape(str(gpu['name']))}, saving factor "
-        f"{plan['saving_factor']}x</h2><p>Lower bound {plan['lower_bound_gpus']:,} GPUs (memory "
-        f"{bound['memory']}, compute {bound['compute']}, density {bound['density']}, spread "
-        f"{bound.get('spread', '-')}, replicas that share with none {bound.get('large', '-')}): "
-        f"this plan is {plan['above_bound']}x it. "
-        f"{target:.0%} utilisation target, {plan['context_reserve_mib']} MiB context reserve per "
+        f"<h2>{plan.gpu_count:,} x {escape(plan.gpu.name)}, saving factor "
+        f"{plan.saving_factor}x</h2><p>Lower bound {plan.lower_bound_gpus:,} GPUs (memory "
+        f"{bound.memory}, compute {bound.compute}, density {bound.density}, spread "
+        f"{bound.spread}, replicas that share with none {bound.large}): "
+        f"this plan is {plan.above_bound}x it. "
+        f"{target:.0%} utilisation target, {plan.context_reserve_mib} MiB context reserve per "
         "replica, 730 hours a month.</p>"
     )
-    warnings = "".join(f"<li>{escape(w)}</li>" for w in plan.get("warnings") or [])
+    warnings = "".join(f"<li>{escape(w)}</li>" for w in plan.warnings)
     models = _table(
         ["model", "peak QPS", "replicas", "QPS / replica", "capacity", "p99 objective ms",
          "predicted p99 ms", "memory MiB", "busy share", "densest"],
         [
-            [escape(m["name"]), f"{m['peak_qps']:g}", str(m["replicas"]),
-             f"{m['rate_per_replica']:g}", f"{m['capacity_qps_per_replica']:g}",
-             f"{m['slo_p99_ms']:g}", f"{m['predicted_p99_ms']:g}",
-             f"{m['gpu_memory_mib']:g} ({escape(m['gpu_memory_source'])})",
-             f"{m['busy_share']:.1%} ({escape(m['busy_source'])})", str(m["max_density"])]
-            for m in plan["models"]
+            [escape(m.name), f"{m.peak_qps:g}", str(m.replicas),
+             f"{m.rate_per_replica:g}", f"{m.capacity_qps_per_replica:g}",
+             f"{m.slo_p99_ms:g}", f"{m.predicted_p99_ms:g}",
+             f"{m.gpu_memory_mib:g} ({escape(m.gpu_memory_source)})",
+             f"{m.busy_share:.1%} ({escape(m.busy_source)})", str(m.max_density)]
+            for m in plan.models
         ],
         "models",
     )  # fmt: skip
     gpus = _table(
         ["GPU", "node", "replicas", "memory", "", "busy", ""],
         [
-            [str(g["index"]), str(g["node"]),
+            [str(g.index), str(g.node),
              escape(", ".join(f"{m} x{n}" if n > 1 else m
-                              for m, n in Counter(r["model"] for r in g["replicas"]).items())),
-             f"{g['memory_used_mib']:,.0f} MiB", _meter(g["memory_used_mib"] / memory, None, "mem"),
-             f"{g['busy_share']:.1%}", _meter(g["busy_share"], target, "busy")]
-            for g in plan["gpus"]
+                              for m, n in Counter(r.model for r in g.replicas).items())),
+             f"{g.memory_used_mib:,.0f} MiB", _meter(g.memory_used_mib / memory, None, "mem"),
+             f"{g.busy_share:.1%}", _meter(g.busy_share, target, "busy")]
+            for g in plan.gpus
         ],
         "bars",
     )  # fmt: skip

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
-from sharedserve.documents import dump
 from sharedserve.errors import ConfigError
 from sharedserve.files import write_atomic
 from sharedserve.pack.prepare import footprint_mib
@@ -72,9 +70,9 @@ def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_
     return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
 
 
-def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
+def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     """Plan the fleet; write plan.json, plan.md, plan.html, k8s.yaml and, when every model has
-    files, a pack spec per GPU into ``out_dir``; return the plan as plan.json has it."""
+    files, a pack spec per GPU into ``out_dir``; return the plan plan.json holds."""
     fleet = load_fleet(fleet_path)
     profiles: dict[str, dict[str, ModelProfile]] = {}
     for m in fleet.models:
@@ -106,6 +104,5 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> dict[str, Any]:
                             out_dir)  # fmt: skip
     write_plan(plan, out_dir / "plan.json")
     write_atomic(out_dir / "plan.md", plan_markdown(plan, specs).encode())
-    document: dict[str, Any] = dump(plan)
-    write_atomic(out_dir / "plan.html", plan_html(document).encode())
-    return document
+    write_atomic(out_dir / "plan.html", plan_html(plan).encode())
+    return plan

@@ -6,25 +6,36 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
+from sharedserve.documents import parse
+from sharedserve.size.plan import Plan
 from sharedserve.size.plan_html import plan_html
 
-PLAN: dict[str, Any] = {
+REPLICA = {
+    "model": "fraud<x>",
+    "gpu_memory_mib": 2000.0,
+    "busy_share": 0.25,
+    "predicted_p99_ms": 12.5,
+}
+PLAN = parse(Plan, {
     "gpu_count": 2, "lower_bound_gpus": 2, "above_bound": 1.0,
-    "lower_bound": {"memory": 1, "compute": 2, "density": 1, "spread": 2},
+    "lower_bound": {"memory": 1, "compute": 2, "density": 1, "spread": 2, "large": 0},
+    "node_count": 1, "node_cpu_cores": [1.5],
     "gpu_hours_per_month": 1460.0, "cost_per_month": 4380.0, "baseline_gpu_count": 5,
     "baseline_cost_per_month": 10950.0, "saving_factor": 2.5,
     "gpu": {"name": "H100-80GB", "memory_mib": 81559, "price_per_hour": 3.0, "max_gpus": None},
     "node": {"gpus": 8, "cpu_cores": 64}, "utilization_target": 0.8, "context_reserve_mib": 512,
     "models": [{"name": "fraud<x>", "peak_qps": 200, "replicas": 5, "rate_per_replica": 40.0,
                 "capacity_qps_per_replica": 100.0, "slo_p99_ms": 50.0, "predicted_p99_ms": 12.5,
+                "p99_at_capacity_ms": 12.0, "measured_at_density": 4,
                 "gpu_memory_mib": 2000.0, "gpu_memory_source": "nvml", "busy_share": 0.25,
-                "busy_source": "gpu utilisation", "max_density": 4}],
+                "busy_source": "gpu utilisation", "max_density": 4, "cpu_cores": 0.3,
+                "cpu_limit": 0.5, "profile": "profiles/fraud", "gpus": [0, 0, 0, 1, 1]}],
     "gpus": [{"index": 0, "node": 0, "memory_used_mib": 7536.0, "busy_share": 0.75,
-              "replicas": [{"model": "fraud<x>"}] * 3},
+              "replica_limit": 4, "replicas": [REPLICA] * 3},
              {"index": 1, "node": 0, "memory_used_mib": 5024.0, "busy_share": 0.5,
-              "replicas": [{"model": "fraud<x>"}] * 2}],
+              "replica_limit": 4, "replicas": [REPLICA] * 2}],
     "warnings": ["model fraud: measured on a CPU"],
-}  # fmt: skip
+}, where="a test plan")  # fmt: skip
 
 
 class _Text(HTMLParser):
