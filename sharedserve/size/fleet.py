@@ -21,13 +21,14 @@ Format (YAML; JSON is YAML too)::
       namespace: sharedserve
       model_pvc: sharedserve-models
       runtime_class: nvidia          # optional
-      replicas_per_gpu: 8            # or vgpu_memory_mib: the allocator's cut of a GPU;
+      vgpus_per_gpu: 8               # or vgpu_memory_mib: the allocator's cut of a GPU;
                                      # default: the coarsest cut every planned GPU's share fits
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
@@ -60,6 +61,8 @@ __all__ = [
     "load_fleet",
     "parse_fleet",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def _beside_file(path: Path, info: ValidationInfo) -> Path:
@@ -133,6 +136,9 @@ class FleetModel:
         return self.profile_model or self.name
 
 
+_OLD_VGPUS = "replicas_per_gpu"
+
+
 @dataclass(frozen=True, config=DOCUMENT)
 class KubernetesSettings:
     """What the plan's manifests (``k8s.yaml``) need beyond the plan: ``k8s render``'s options."""
@@ -144,16 +150,28 @@ class KubernetesSettings:
     """The PersistentVolumeClaim holding the models' files."""
     runtime_class: Text | None = None
     """The pods' RuntimeClass (e.g. nvidia); none: the cluster's default."""
-    replicas_per_gpu: PositiveWhole | None = None
-    """vGPUs per GPU, the allocator's ``--vgpus-per-gpu``."""
+    vgpus_per_gpu: PositiveWhole | None = None
+    """vGPUs per GPU, the allocator's ``--vgpus-per-gpu``. Read from ``replicas_per_gpu`` too, its
+    name before the allocator's flag was renamed (with a warning): "replicas" are processes on
+    ``pack`` and pods on ``k8s render``."""
     vgpu_memory_mib: PositiveWhole | None = None
     """MiB per vGPU, the allocator's ``--vgpu-memory-mib``. Neither: the plan picks the coarsest
     ``--vgpus-per-gpu`` that every planned GPU's share fits."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and _OLD_VGPUS in data:
+            if "vgpus_per_gpu" in data:
+                raise refuse(f"give vgpus_per_gpu, not both it and {_OLD_VGPUS} (its old name)")
+            log.warning("kubernetes.%s is deprecated: call it vgpus_per_gpu", _OLD_VGPUS)
+            data = {("vgpus_per_gpu" if k == _OLD_VGPUS else k): v for k, v in data.items()}
+        return data
+
     @model_validator(mode="after")
     def _one_cut(self) -> KubernetesSettings:
-        if self.replicas_per_gpu is not None and self.vgpu_memory_mib is not None:
-            raise refuse("give replicas_per_gpu or vgpu_memory_mib, not both")
+        if self.vgpus_per_gpu is not None and self.vgpu_memory_mib is not None:
+            raise refuse("give vgpus_per_gpu or vgpu_memory_mib, not both")
         return self
 
 

@@ -5,7 +5,7 @@ profile was measured under (``k8s render``'s default where it had none), and the
 its planned GPU memory plus the context reserve (``sharedserve.k8s.mix``).
 
 The allocator cuts every GPU into equal vGPUs. The cut is the fleet file's
-``kubernetes.replicas_per_gpu`` or ``vgpu_memory_mib``, else the coarsest ``--vgpus-per-gpu``
+``kubernetes.vgpus_per_gpu`` or ``vgpu_memory_mib``, else the coarsest ``--vgpus-per-gpu``
 under which every planned GPU's share fits its GPU's vGPUs: then a scheduler packing pods as the
 plan does needs no more GPUs than the plan, and no GPU takes many more pods than the plan's fullest.
 The scheduler places pods by their vGPUs, not by the plan's GPU numbers: the plan's GPU count
@@ -29,7 +29,7 @@ from sharedserve.size.vgpus import vgpu_cut
 __all__ = ["PlanManifests", "plan_manifests"]
 
 # The fleet file's names for the allocator's cut, which its refusals name.
-_FLEET_NAMES = ("kubernetes.replicas_per_gpu", "kubernetes.vgpu_memory_mib")
+_FLEET_NAMES = ("kubernetes.vgpus_per_gpu", "kubernetes.vgpu_memory_mib")
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ def plan_manifests(plan: Plan, fleet: Fleet, directories: Mapping[str, str]) -> 
     memory = fleet.gpu.memory_mib
     need = {m.name: math.ceil(m.gpu_memory_mib) for m in plan.models}
     shares = [[need[r.model] + reserve for r in g.replicas] for g in plan.gpus]
-    if kube.replicas_per_gpu is not None:
-        size = _cut(memory, Sizing(vgpus_per_gpu=kube.replicas_per_gpu))
+    if kube.vgpus_per_gpu is not None:
+        size = _cut(memory, Sizing(vgpus_per_gpu=kube.vgpus_per_gpu))
     elif kube.vgpu_memory_mib is not None:
         size = _cut(memory, Sizing(vgpu_memory_mib=kube.vgpu_memory_mib))
     else:

@@ -65,7 +65,7 @@ def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_
             f"k8s.yaml: with the allocator's {size.allocator_flag} ({size.per_gpu} vGPUs a GPU), "
             f"{listed(manifests.unfit)} "
             "would need more vGPUs than a GPU has: the cluster needs more GPUs than the plan; "
-            "cut GPUs finer (kubernetes.replicas_per_gpu)"
+            "cut GPUs finer (kubernetes.vgpus_per_gpu)"
         )
     return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
 

@@ -74,8 +74,8 @@ def base(**models: Any) -> dict[str, Any]:
         (lambda d: d["models"].append(dict(d["models"][0])), "repeated: m"),
         (lambda d: d.update(context_reserve_mib=-1), "context_reserve_mib must be"),
         (
-            lambda d: d.update(kubernetes={"replicas_per_gpu": 4, "vgpu_memory_mib": 1024}),
-            "kubernetes: give replicas_per_gpu or vgpu_memory_mib, not both",
+            lambda d: d.update(kubernetes={"vgpus_per_gpu": 4, "vgpu_memory_mib": 1024}),
+            "kubernetes: give vgpus_per_gpu or vgpu_memory_mib, not both",
         ),
         (lambda d: d.update(kubernetes={"imag": "x"}), "did you mean 'image'"),
         (lambda d: d.update(kubernetes={"image": ""}), "kubernetes: image must be a non-empty"),
@@ -95,3 +95,15 @@ def test_a_file_that_does_not_parse_says_so(tmp_path: Path) -> None:
         load_fleet(path)
     with pytest.raises(ConfigError, match="cannot read fleet file"):
         load_fleet(tmp_path / "missing.yaml")
+
+
+def test_the_old_name_of_vgpus_per_gpu_is_read_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Fleet files written before the allocator's --replicas became --vgpus-per-gpu still plan.
+    old = parse_fleet(base() | {"kubernetes": {"replicas_per_gpu": 4}}, base_dir=Path("."))
+    assert old.kubernetes.vgpus_per_gpu == 4
+    assert "kubernetes.replicas_per_gpu is deprecated" in caplog.text
+    both = base() | {"kubernetes": {"replicas_per_gpu": 4, "vgpus_per_gpu": 4}}
+    with pytest.raises(ConfigError, match="give vgpus_per_gpu, not both"):
+        parse_fleet(both, base_dir=Path("."))
