@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -91,6 +91,22 @@ def refuse_flags(flags: Mapping[str, object], why: str, *, beside: str = "") -> 
     if given:
         lead = f"{beside} with " if beside else ""
         raise ConfigError(f"{lead}{', '.join(given)}: {why}")
+
+
+T = TypeVar("T")
+
+
+def renamed_flag(new: str, value: T | None, old: str, old_value: T | None) -> tuple[str, T | None]:
+    """A renamed flag's value and the name it came under: the old name still works and warns
+    that it is deprecated; ConfigError when both are given."""
+    if old_value is None:
+        return new, value
+    if value is not None:
+        raise ConfigError(f"give {new}, not {old} too (its deprecated name)")
+    logging.getLogger(__name__).warning(
+        "%s is deprecated: use %s %s (the same value)", old, new, old_value
+    )
+    return old, old_value
 
 
 @contextmanager

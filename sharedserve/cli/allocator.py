@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -20,13 +19,12 @@ from sharedserve.allocator.settings import (
     format_xids,
     parse_xids,
 )
-from sharedserve.cli._app import app
+from sharedserve.cli._app import app, renamed_flag
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
 
-log = logging.getLogger(__name__)
 
 _DEFAULT_IGNORED_XIDS = format_xids(AllocatorSettings.ignored_xids)
 _FAKE_GPUS = "Simulated GPU inventory (JSON) instead of NVML, for tests."
@@ -223,16 +221,6 @@ def allocator(
     raise typer.Exit(run(settings))
 
 
-def _vgpus_per_gpu(vgpus_per_gpu: int | None, replicas: int | None) -> tuple[str, int | None]:
-    """The vGPUs per GPU asked for, and the flag that asked (the deprecated one warns once)."""
-    if replicas is None:
-        return "--vgpus-per-gpu", vgpus_per_gpu
-    if vgpus_per_gpu is not None:
-        raise ConfigError("give --vgpus-per-gpu, not --replicas too (its deprecated name)")
-    log.warning("--replicas is deprecated: use --vgpus-per-gpu %d (the same number)", replicas)
-    return "--replicas", replicas
-
-
 def _settings(
     *,
     api: Api,
@@ -262,7 +250,7 @@ def _settings(
     fake_gpus: Path | None,
 ) -> AllocatorSettings:
     """The flags as settings; ConfigError for a flag of the other mode, or two that clash."""
-    per_gpu_flag, per_gpu = _vgpus_per_gpu(vgpus_per_gpu, replicas)
+    per_gpu_flag, per_gpu = renamed_flag("--vgpus-per-gpu", vgpus_per_gpu, "--replicas", replicas)
     _check_mode(
         api,
         {

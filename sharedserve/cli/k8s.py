@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from sharedserve.cli._app import app, refuse_flags
+from sharedserve.cli._app import app, refuse_flags, renamed_flag
 from sharedserve.cli._replicas import check_server_args
 from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError
@@ -16,7 +15,6 @@ from sharedserve.k8s.render import ModelDeployment
 
 __all__: list[str] = []
 
-log = logging.getLogger(__name__)
 
 k8s_app = typer.Typer(
     help="Kubernetes manifests (the allocator, bench and examples are in k8s/ as kustomize).",
@@ -188,7 +186,9 @@ def render(
     with it; weight and slo_p99_ms are bench's; an entry's gpu is refused (the scheduler
     places pods).
     """
-    per_gpu_flag, per_gpu = _vgpus_per_gpu(vgpus_per_gpu, replicas_per_gpu)
+    per_gpu_flag, per_gpu = renamed_flag(
+        "--vgpus-per-gpu", vgpus_per_gpu, "--replicas-per-gpu", replicas_per_gpu
+    )
     if gpu_memory is not None and not dra:
         raise ConfigError(
             "--gpu-memory is what a pod claims from the DRA driver: give --dra with it (the "
@@ -228,18 +228,6 @@ def render(
         )
         text = _render_model(model, name, vgpu, cpu, replicas, gpu_memory, common, dra=dra)
     _write(text, out)
-
-
-def _vgpus_per_gpu(
-    vgpus_per_gpu: int | None, replicas_per_gpu: int | None
-) -> tuple[str, int | None]:
-    """The vGPUs per GPU given, and the flag that gave them (the deprecated one warns)."""
-    if replicas_per_gpu is None:
-        return "--vgpus-per-gpu", vgpus_per_gpu
-    if vgpus_per_gpu is not None:
-        raise ConfigError("give --vgpus-per-gpu, not --replicas-per-gpu too (its deprecated name)")
-    log.warning("--replicas-per-gpu is deprecated: use --vgpus-per-gpu %d", replicas_per_gpu)
-    return "--replicas-per-gpu", replicas_per_gpu
 
 
 def _render_spec(
