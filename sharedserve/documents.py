@@ -126,11 +126,15 @@ def read_document(path: Path, what: str) -> Any:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"cannot read {what} {path}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {path} is not UTF-8 text: {e}") from None
     if path.suffix.lower() == ".json":
         try:
             return json.loads(text)
         except ValueError as e:
             raise ConfigError(f"{what} {path} is not valid JSON: {e}") from e
+        except RecursionError:  # the parser recurses per level; libyaml has its own bound
+            raise ConfigError(f"{what} {path} is nested too deeply to be read") from None
     try:
         return yaml.load(text, Loader=_LOADER)  # a safe loader, C or Python
     except yaml.YAMLError as e:

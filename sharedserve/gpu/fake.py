@@ -3,57 +3,112 @@
 The file is re-read on every ``list_gpus`` and ``probe`` call so a test can flip a GPU's health by
 rewriting it.
 Construction logs loudly: nothing downstream may mistake these GPUs for real ones.
+
+The file is read as every other file a user writes is (``documents.read_document``: one set of
+messages, and a file nested too deeply for the parser is a ConfigError, not a RecursionError);
+its entries are checked here, by hand, because the probe re-reads it every second and its
+fields are six. Every value is bounded: an inventory feeds vGPU counts, byte figures and device
+IDs, and a ``memory_mib`` of 2**80 is a typo (or an attack), never a GPU.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sharedserve.documents import read_document
 from sharedserve.errors import ConfigError, GpuError
 from sharedserve.gpu.backend import GpuInfo, XidWatch
 
-__all__ = ["FakeGpuBackend", "parse_inventory"]
+__all__ = ["MAX_GPUS", "MAX_MEMORY_MIB", "MAX_TEXT", "FakeGpuBackend", "parse_inventory"]
 
 log = logging.getLogger(__name__)
 
+MAX_MEMORY_MIB = 1 << 24
+"""16 TiB: some eighty times the largest GPU sold; more is no GPU's memory."""
+MAX_GPUS = 1024
+"""More GPUs than any node holds; also the bound on ``index`` and ``numa_node``."""
+MAX_TEXT = 96
+"""NVML's UUID and name buffers are 96 bytes (``NVML_DEVICE_UUID_V2_BUFFER_SIZE``)."""
+
 
 def parse_inventory(data: Any, origin: str = "inventory") -> list[GpuInfo]:
-    """``{"gpus": [{"uuid", "index", "name", "memory_mib", "numa_node"?, "healthy"?}]}``."""
+    """``{"gpus": [{"uuid", "index"?, "name"?, "memory_mib", "numa_node"?, "healthy"?}]}``;
+    ConfigError names ``origin`` and the field (``gpus[1].memory_mib: ...``)."""
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
         raise ConfigError(f'{origin}: expected an object with a "gpus" list')
-    return [_entry(entry, i, origin) for i, entry in enumerate(data["gpus"])]
+    if len(data["gpus"]) > MAX_GPUS:
+        raise ConfigError(f"{origin}: gpus: at most {MAX_GPUS} GPUs, got {len(data['gpus'])}")
+    gpus = [_entry(entry, i, origin) for i, entry in enumerate(data["gpus"])]
+    _unique(gpus, origin)
+    return gpus
 
 
-def _typed(entry: dict[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
+def _unique(gpus: list[GpuInfo], origin: str) -> None:
+    """A UUID names a GPU's vGPUs and an index its place: two GPUs may share neither."""
+    for field in ("uuid", "index"):
+        first: dict[Any, int] = {}
+        for i, gpu in enumerate(gpus):
+            value = getattr(gpu, field)
+            if value in first:
+                raise ConfigError(
+                    f"{origin}: gpus[{i}].{field}: {value!r} is also gpus[{first[value]}]'s"
+                )
+            first[value] = i
+
+
+def _whole(
+    entry: dict[str, Any], key: str, where: str, *, default: Any, low: int, high: int
+) -> Any:
     value = entry.get(key, default)
     # bool is an int subclass in Python; a JSON true is no GPU index or size.
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{where}.{key} must be {kind.__name__}, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: must be a whole number, got {_shown(value)}")
+    if not low <= value <= high:
+        raise ConfigError(f"{where}.{key}: must be in {low}..{high}, got {_shown(value)}")
     return value
+
+
+def _text(entry: dict[str, Any], key: str, default: Any, where: str) -> Any:
+    value = entry.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}.{key}: must be a non-empty string, got {_shown(value)}")
+    if len(value) > MAX_TEXT:
+        raise ConfigError(f"{where}.{key}: at most {MAX_TEXT} characters, got {len(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    """The value as the message shows it: never a megabyte of it, nor a nested one whole."""
+    if isinstance(value, (dict, list)):
+        return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _entry(entry: Any, i: int, origin: str) -> GpuInfo:
     where = f"{origin}: gpus[{i}]"
     if not isinstance(entry, dict):
-        raise ConfigError(f"{where} must be an object")
+        raise ConfigError(f"{where}: must be an object, got {_shown(entry)}")
     for key in ("uuid", "memory_mib"):
         if key not in entry:
-            raise ConfigError(f"{where} has no {key!r}")
-    memory = _typed(entry, "memory_mib", int, None, where)
-    if memory <= 0:
-        raise ConfigError(f"{where}.memory_mib must be positive, got {memory}")
+            raise ConfigError(f"{where}.{key}: required")
+    memory = _whole(entry, "memory_mib", where, default=None, low=1, high=MAX_MEMORY_MIB)
+    healthy = entry.get("healthy", True)
+    if not isinstance(healthy, bool):
+        raise ConfigError(f"{where}.healthy: must be true or false, got {_shown(healthy)}")
     numa = entry.get("numa_node")
     return GpuInfo(
-        uuid=_typed(entry, "uuid", str, None, where),
-        index=_typed(entry, "index", int, i, where),
-        name=_typed(entry, "name", str, "Simulated GPU", where),
+        uuid=_text(entry, "uuid", None, where),
+        index=_whole(entry, "index", where, default=i, low=0, high=MAX_GPUS - 1),
+        name=_text(entry, "name", "Simulated GPU", where),
         memory_mib=memory,
-        numa_node=None if numa is None else _typed(entry, "numa_node", int, None, where),
-        healthy=_typed(entry, "healthy", bool, True, where),
+        numa_node=None
+        if numa is None
+        else _whole(entry, "numa_node", where, default=None, low=0, high=MAX_GPUS),
+        healthy=healthy,
     )
 
 
@@ -77,12 +132,7 @@ class FakeGpuBackend:
         return True
 
     def list_gpus(self) -> list[GpuInfo]:
-        try:
-            data = json.loads(self._path.read_text())
-        except OSError as e:
-            raise GpuError(f"cannot read fake GPU inventory {self._path}: {e}") from e
-        except ValueError as e:  # invalid JSON or not UTF-8
-            raise ConfigError(f"fake GPU inventory {self._path} is not valid JSON: {e}") from e
+        data = read_document(self._path, "fake GPU inventory")
         return parse_inventory(data, str(self._path))
 
     def process_memory_mib(self, gpu_uuid: str, pid: int) -> int | None:
