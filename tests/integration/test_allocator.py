@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from tests.support.allocator import A100, GPUS, T4, Node, allocate, ids, prefer
 from tests.support.cli import invoke
 from tests.support.gpus import write_inventory
-from tests.support.servers import free_port
+from tests.support.servers import SHAREDSERVE, clean_env, free_port
 
 
 def health(response: pb.ListAndWatchResponse) -> dict[str, str]:
@@ -222,6 +223,30 @@ def test_health_unhealthy_and_recovery(node: Node) -> None:
     assert "is now Unhealthy" in node.log()
 
 
+DEEP = '{"gpus": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+def test_inventory_nested_too_deeply_at_a_probe_is_a_warning(node: Node) -> None:
+    """The file turned bad while serving: a warning naming it, every GPU Unhealthy (as for any
+    unreadable file), no traceback, and the same vGPUs back once it is mended."""
+    plugin = node.current()
+    try:
+        seen = len(plugin.responses)
+        node.set_gpus(DEEP)
+        response = plugin.wait_for(
+            lambda r: set(health(r).values()) == {"Unhealthy"}, timeout=30, after=seen
+        )
+        assert len(response.devices) == 8  # the inventory read at start is kept
+    finally:
+        seen = len(plugin.responses)
+        node.set_gpus(GPUS)
+    plugin.wait_for(lambda r: set(health(r).values()) == {"Healthy"}, timeout=30, after=seen)
+    log = node.log()
+    assert f"fake GPU inventory {node.gpus_file} is nested too deeply to be read" in log, log
+    assert "Traceback" not in log and "RecursionError" not in log, log
+    assert node.process.poll() is None
+
+
 def test_kubelet_restarts(node: Node) -> None:
     for _ in range(3):
         before = len(node.kubelet.registrations)
@@ -322,3 +347,17 @@ def test_bad_flags(tmp_path: Path, args: list[str], fragment: str) -> None:
     result = invoke("allocator", "--fake-gpus", str(gpus), *args)
     assert result.exit_code == 2, result.output
     assert fragment in result.stderr
+
+
+def test_inventory_nested_too_deeply_at_start_is_a_clear_error(tmp_path: Path) -> None:
+    # The real process: a RecursionError would have been a traceback from the interpreter.
+    gpus = write_inventory(tmp_path / "gpus.json", DEEP)
+    command = [*SHAREDSERVE, "allocator", "--fake-gpus", str(gpus)]
+    command += ["--device-plugin-dir", str(tmp_path)]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=clean_env(), timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    expected = f"error: fake GPU inventory {gpus} is nested too deeply to be read"
+    assert result.stderr.strip().splitlines()[-1] == expected, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
