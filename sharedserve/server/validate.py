@@ -5,17 +5,42 @@ Every wire format first decodes its bytes into arrays (``codec`` for TF Serving'
 judging them; then the predictor calls ``check_inputs`` once, on the shared predict path,
 whatever the protocol and the backend. So a bad request gets the same answer over every
 protocol, and backends take their inputs as given. Limits a request must stay within (sizes,
-element counts) belong here too.
+element counts) belong here too, and so does ``check_shape``: the one judgement of a declared
+shape that every decoder makes before numpy sees it (numpy refuses some shapes with errors that
+are no client's fault to read, others by trying to allocate them).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from sharedserve.errors import InvalidInput, PayloadTooLarge, quoted
 from sharedserve.server.signature import Signature, TensorSpec, numeric_dtype_name, shape_matches
 
-__all__ = ["check_inputs", "dtype_name"]
+__all__ = ["MAX_DIMS", "check_inputs", "check_shape", "dtype_name"]
+
+#: numpy's most dimensions (TensorFlow and torch take no more): one past it, reshape fails.
+MAX_DIMS = 64
+# No numpy array may hold more bytes than an intp counts (the widest dtype is 8 bytes; halved
+# again for room): a declared shape past this is refused before numpy sees it.
+_MAX_ELEMENTS = (2**63 - 1) // 16
+
+
+def check_shape(what: str, shape: list[int] | tuple[int, ...]) -> tuple[int, ...]:
+    """A declared shape (already a sequence of integers) that numpy can hold; InvalidInput
+    naming ``what`` (say ``input 'x': 'shape'``) otherwise."""
+    if len(shape) > MAX_DIMS:
+        raise InvalidInput(f"{what} has {len(shape)} dimensions, more than {MAX_DIMS}")
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"{what} has a negative dimension {list(shape)}")
+    size = math.prod(shape)  # Python's integers: no int64 overflow on a hostile shape
+    if size > _MAX_ELEMENTS:
+        raise InvalidInput(
+            f"{what} {list(shape)} has {size} elements, more than any tensor can hold"
+        )
+    return tuple(shape)
 
 
 def check_inputs(

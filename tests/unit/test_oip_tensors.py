@@ -224,7 +224,8 @@ def test_shape_accepted(shape: Any, expected: tuple[int, ...]) -> None:
         ("2", "'shape' must be a list of integers"),
         (None, "'shape' must be a list of integers"),
         ({"0": 1}, "'shape' must be a list of integers"),
-        ([2**62, 2**62], "has more elements than fit"),
+        ([2**62, 2**62], "more than any tensor can hold"),
+        ([1] * 65, "'shape' has 65 dimensions, more than 64"),
     ],
 )
 def test_shape_refused(shape: Any, message: str) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 from sharedserve.errors import InvalidInput, SharedServeError, quoted
 from sharedserve.server.json_values import json_type, numeric_array
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec, numeric_dtype_name
+from sharedserve.server.validate import check_shape
 
 __all__ = [
     "DATATYPE_OF_DT",
@@ -51,10 +52,7 @@ DATATYPE_OF_DT = {
     "DT_STRING": "BYTES",
 }
 _NUMPY = {DATATYPE_OF_DT[dt]: DTYPE_TO_NUMPY[dt] for dt in DATATYPE_OF_DT if dt != "DT_STRING"}
-# Past this no array can be addressed (8-byte elements, halved for room): refused before numpy.
-_MAX_ELEMENTS = (2**63 - 1) // 16
 _LENGTH = struct.Struct("<I")
-_MAX_DIMS = 64  # numpy's most; TensorFlow and torch take no more
 
 
 def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
@@ -100,16 +98,10 @@ def parse_shape(name: str, shape: Any) -> tuple[int, ...]:
     if not isinstance(shape, (list, tuple)) or not all(
         isinstance(d, int) and not isinstance(d, bool) for d in shape
     ):
-        raise InvalidInput(f"input {name!r}: 'shape' must be a list of integers, got {shape!r}")
-    if len(shape) > _MAX_DIMS:
         raise InvalidInput(
-            f"input {name!r}: 'shape' has {len(shape)} dimensions, more than {_MAX_DIMS}"
+            f"input {name!r}: 'shape' must be a list of integers, got {quoted(shape)}"
         )
-    if any(d < 0 for d in shape):
-        raise InvalidInput(f"input {name!r}: 'shape' has a negative dimension {list(shape)}")
-    if math.prod(shape) > _MAX_ELEMENTS:  # Python's integers: no overflow on a hostile shape
-        raise InvalidInput(f"input {name!r}: shape {list(shape)} has more elements than fit")
-    return tuple(shape)
+    return check_shape(f"input {name!r}: 'shape'", shape)
 
 
 def from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:

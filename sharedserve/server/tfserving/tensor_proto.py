@@ -18,16 +18,13 @@ import numpy as np
 from sharedserve.errors import InvalidInput, SharedServeError
 from sharedserve.server.signature import DTYPE_TO_NUMPY, numeric_dtype_name
 from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
+from sharedserve.server.validate import check_shape
 
 __all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
 
 #: DT_* name -> DataType enum value.
 DTYPE_ENUM: dict[str, int] = {name: pb.DataType.Value(name) for name in DTYPE_TO_NUMPY}
 _ENUM_NAME = {value: name for name, value in DTYPE_ENUM.items()}
-
-# No numpy array may hold more bytes than an intp counts (the widest dtype is 8 bytes; halved
-# again for room): a declared shape past this is refused before numpy sees it.
-_MAX_ELEMENTS = (2**63 - 1) // 16
 
 # The repeated field a dtype's values live in when not sent as tensor_content.
 _VALUE_FIELD = {
@@ -61,14 +58,9 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
     name = dtype_name(proto)
     if proto.tensor_shape.unknown_rank:
         raise InvalidInput(f"{what}: tensor_shape has unknown rank")
-    shape = tuple(int(d.size) for d in proto.tensor_shape.dim)
-    if any(d < 0 for d in shape):
-        raise InvalidInput(f"{what}: tensor_shape has a negative dimension {list(shape)}")
-    size = math.prod(shape)  # Python's integers: no int64 overflow on a hostile shape
-    if size > _MAX_ELEMENTS:
-        raise InvalidInput(
-            f"{what}: tensor_shape {list(shape)} has {size} elements, more than any tensor can hold"
-        )
+    # The same judgement as the OIP's (too many dimensions, negative, too many elements).
+    shape = check_shape(f"{what}: tensor_shape", [int(d.size) for d in proto.tensor_shape.dim])
+    size = math.prod(shape)
     dtype = DTYPE_TO_NUMPY[name]
     # Read once: each access to a bytes field copies it out of the message (upb).
     content = proto.tensor_content if name != "DT_STRING" else b""
