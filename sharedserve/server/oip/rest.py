@@ -133,6 +133,8 @@ def _requested_outputs(requested: Any, signature: Signature) -> dict[str, bool |
     for i, item in enumerate(requested):
         entry = _object(item, f"outputs[{i}]")
         name = entry.get("name")
+        if not isinstance(name, str):  # a list or object is no dict key: was a TypeError, 500
+            raise InvalidInput(f"outputs[{i}] has no 'name' string (got {json_type(name)})")
         if name not in signature.outputs:
             raise InvalidInput(
                 f"outputs[{i}] names unknown output {quoted(name)}; the model's outputs are "
