@@ -12,7 +12,8 @@ indefinitely (slowloris). This protocol, uvicorn's httptools protocol plus three
   the connection is closed (nginx's ``limit_conn``, answered once the request is read, so the
   client sees the answer instead of a reset);
 * a response sent before its request's body was fully read closes the connection, so a body
-  nobody reads cannot be trickled forever to keep it open.
+  nobody reads cannot be trickled forever to keep it open; its head says ``connection: close``,
+  so a pooled client does not send its next request on it (and get reset).
 
 A body the app does read is timed by the app (``rest._read_body``), which answers 408 itself and
 counts it. Closed and refused connections are counted by the ``on_refused`` callback.
@@ -22,11 +23,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from sharedserve.config import ConnectionSettings
+
+if TYPE_CHECKING:
+    from uvicorn._types import (
+        ASGI3Application,
+        ASGIReceiveCallable,
+        ASGISendCallable,
+        ASGISendEvent,
+        Scope,
+    )
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 __all__ = ["HEADER_TIMEOUT", "OVER_CAPACITY", "protocol_class"]
 
@@ -94,13 +106,21 @@ def protocol_class(
             if not self._refused:
                 super().on_message_complete()
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            # Answered before its body was read (a 404, a 413): close rather than read on.
-            cycle = self.cycle
-            done = not self.pipeline and cycle is not None and cycle.response_complete
-            if done and cycle.more_body:
-                self.transport.close()
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+            async def closing_when_unread(
+                scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+            ) -> None:
+                async def send_saying_close(message: ASGISendEvent) -> None:
+                    # Answered before its body was read (a 404, a 413): close rather than read
+                    # on, and say so in the answer's head, or a pooled client sends its next
+                    # request on a connection being closed and is reset.
+                    if not cycle.response_started and cycle.more_body:
+                        cycle.keep_alive = False  # uvicorn writes "connection: close", closes
+                    await send(message)
+
+                await app(scope, receive, send_saying_close)
+
+            super()._start_asgi_task(cycle, closing_when_unread)
 
         def _arm(self) -> None:
             self._deadline = self.loop.call_later(limits.header_timeout_s, self._headers_late)
