@@ -14,7 +14,12 @@ from typing import Any
 import grpc
 import pytest
 from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
 from sharedserve.server.oip.api import MODEL_INFER_METHOD
 from sharedserve.server.oip.api import grpc_predict_v2_pb2 as oip
@@ -23,6 +28,15 @@ from tests.support.servers import Server
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 OIP = "/v2/models/tiny/infer"
 TFS = "/v1/models/tiny:predict"
+
+
+def deep(value: Any, levels: int) -> Any:
+    """``value`` inside ``levels`` one-element lists (JSON parsers stop at some depth)."""
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 X = {"name": "x", "datatype": "FP32", "shape": [1, 8], "data": ROW}
 
 # (path, JSON body or raw bytes): every typed field given a value of the wrong JSON type.
@@ -65,6 +79,24 @@ REST_CASES = [
     (OIP, []),
     (OIP, b"\xff\xfe"),
     (OIP, b"[" * 100_000),
+    (OIP, {"inputs": [X | {"data": deep(ROW, 600)}]}),
+    (OIP, {"inputs": [X | {"datatype": "BYTES", "data": deep(["a"], 600)}]}),
+    (OIP, {"inputs": [X | {"datatype": "BYTES", "data": ["a"] * 8}]}),
+    (OIP, {"inputs": [X | {"shape": [8], "data": ROW}]}),
+    (OIP, {"inputs": [X | {"shape": [], "data": 1.0}]}),
+    ("/v2/models/tiny/versions/abc/infer", {"inputs": [X]}),
+    ("/v2/models/tiny/versions/-1/infer", {"inputs": [X]}),
+    ("/v2/models/tiny/versions/99999999999999999999999999/infer", {"inputs": [X]}),
+    ("/v2/models/tiny/versions/1e3/infer", {"inputs": [X]}),
+    ("/v1/models/tiny/versions/99999999999999999999999999:predict", {"instances": [ROW]}),
+    ("/v1/models/tiny/versions/-1:predict", {"instances": [ROW]}),
+    ("/v1/models/tiny/labels/x:predict", {"instances": [ROW]}),
+    (TFS, {"instances": [[]]}),
+    (TFS, {"inputs": {"x": []}}),
+    (TFS, {"inputs": {"x": [[]]}}),
+    (TFS, {"inputs": deep(ROW, 600)}),
+    (TFS, {"instances": deep(ROW, 600)}),
+    (TFS, {"inputs": {"x": [ROW, ROW[:4]]}}),
     (TFS, {"instances": [ROW], "signature_name": 5}),
     (TFS, {"instances": [ROW], "signature_name": ["serving_default"]}),
     (TFS, {"instances": [ROW], "signature_name": "nope"}),
@@ -135,8 +167,29 @@ def _tf_cases() -> list[predict_pb2.PredictRequest]:
     label.model_spec.version.value = 1
     filtered = _tf_predict()
     filtered.output_filter.append("nope")
-    return [*cases, unknown_rank, both, short, strings, bad_enum, variant, empty_name, no_inputs,
-            label, filtered]  # fmt: skip
+    half = _tf_predict()
+    half.inputs["x"].dtype = types_pb2.DT_HALF
+    half.inputs["x"].half_val.extend([70000] * 8)  # past 16 bits
+    version = _tf_predict()
+    version.model_spec.version.value = -1
+    far = _tf_predict()
+    far.model_spec.version.value = 2**63 - 1
+    return [
+        *cases,
+        half,
+        version,
+        far,
+        unknown_rank,
+        both,
+        short,
+        strings,
+        bad_enum,
+        variant,
+        empty_name,
+        no_inputs,
+        label,
+        filtered,
+    ]
 
 
 def _oip_infer(**fields: Any) -> oip.ModelInferRequest:
@@ -166,8 +219,36 @@ def _oip_cases() -> list[oip.ModelInferRequest]:
     signature.parameters["signature_name"].int64_param = 5
     unnamed = _oip_infer()
     unnamed.inputs[0].name = ""
-    return [deep, negative, huge, raw_and_contents, too_many_raw, fp16_typed, odd_type, twice,
-            output, signature, unnamed]  # fmt: skip
+    version = _oip_infer(model_version="99999999999999999999999")
+    bad_version = _oip_infer(model_version="abc")
+    empty = _oip_infer()
+    empty.inputs[0].shape[0] = 0
+    raw_short = _oip_infer(raw_input_contents=[b"\x00" * 31])
+    raw_short.inputs[0].ClearField("contents")
+    big_int = _oip_infer()
+    big_int.inputs[0].datatype = "UINT8"
+    big_int.inputs[0].ClearField("contents")
+    big_int.inputs[0].contents.uint_contents.extend([300] * 8)
+    unnamed_output = _oip_infer(outputs=[oip.ModelInferRequest.InferRequestedOutputTensor()])
+    return [
+        version,
+        bad_version,
+        empty,
+        raw_short,
+        big_int,
+        unnamed_output,
+        deep,
+        negative,
+        huge,
+        raw_and_contents,
+        too_many_raw,
+        fp16_typed,
+        odd_type,
+        twice,
+        output,
+        signature,
+        unnamed,
+    ]
 
 
 SERVER_FAULTS = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
@@ -206,6 +287,28 @@ def _assert_not_a_fault(send: Callable[[], object]) -> None:
     except grpc.RpcError as e:
         assert e.code() not in SERVER_FAULTS, f"{e.code()}: {e.details()}"
         assert "Traceback" not in (e.details() or "")
+
+
+OIP_SERVICE = "/inference.GRPCInferenceService"
+TFS_MODEL = "/tensorflow.serving.ModelService/GetModelStatus"
+TFS_METADATA = "/tensorflow.serving.PredictionService/GetModelMetadata"
+OTHER_CALLS = [
+    (f"{OIP_SERVICE}/ModelReady", oip.ModelReadyRequest(name="tiny", version="abc")),
+    (f"{OIP_SERVICE}/ModelReady", oip.ModelReadyRequest(name="tiny", version="9" * 30)),
+    (f"{OIP_SERVICE}/ModelReady", oip.ModelReadyRequest(name="x" * 100_000)),
+    (f"{OIP_SERVICE}/ModelMetadata", oip.ModelMetadataRequest(name="tiny", version="-1")),
+    (f"{OIP_SERVICE}/ModelMetadata", oip.ModelMetadataRequest(name="", version="")),
+    (TFS_MODEL, get_model_status_pb2.GetModelStatusRequest()),
+    (TFS_METADATA, get_model_metadata_pb2.GetModelMetadataRequest()),
+]
+
+
+@pytest.mark.parametrize(("method", "request_"), OTHER_CALLS, ids=lambda v: str(v)[:60])
+def test_odd_names_and_versions_are_not_server_faults(
+    channel: grpc.Channel, method: str, request_: Any
+) -> None:
+    call = channel.unary_unary(method, request_serializer=type(request_).SerializeToString)
+    _assert_not_a_fault(lambda: call(request_, timeout=30))
 
 
 def test_the_corpus_left_no_traceback_and_no_server_fault(tiny_server: Server) -> None:
