@@ -8,6 +8,7 @@ Table-driven so a new finding is one more row; the session's ``tiny`` server ans
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -295,7 +296,7 @@ TFS_METADATA = "/tensorflow.serving.PredictionService/GetModelMetadata"
 OTHER_CALLS = [
     (f"{OIP_SERVICE}/ModelReady", oip.ModelReadyRequest(name="tiny", version="abc")),
     (f"{OIP_SERVICE}/ModelReady", oip.ModelReadyRequest(name="tiny", version="9" * 30)),
-    (f"{OIP_SERVICE}/ModelReady", oip.ModelReadyRequest(name="x" * 100_000)),
+    (f"{OIP_SERVICE}/ModelReady", oip.ModelReadyRequest(name="x" * 10_000)),
     (f"{OIP_SERVICE}/ModelMetadata", oip.ModelMetadataRequest(name="tiny", version="-1")),
     (f"{OIP_SERVICE}/ModelMetadata", oip.ModelMetadataRequest(name="", version="")),
     (TFS_MODEL, get_model_status_pb2.GetModelStatusRequest()),
@@ -309,6 +310,37 @@ def test_odd_names_and_versions_are_not_server_faults(
 ) -> None:
     call = channel.unary_unary(method, request_serializer=type(request_).SerializeToString)
     _assert_not_a_fault(lambda: call(request_, timeout=30))
+
+
+RAW_REQUESTS = [
+    b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+    b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n",
+    b"POST /v1/models/tiny:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+    b"Content-Length: 3\r\n\r\n{}",
+    b"POST /v1/models/tiny:predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+    b"\r\nzz\r\n{}\r\n0\r\n\r\n",
+    b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: "
+    b"99999999999999999999999\r\nContent-Length: 2\r\n\r\n{}",
+    b"POST /v2/models/tiny/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: "
+    b"\xd9\xa3\r\nContent-Length: 2\r\n\r\n{}",  # an Arabic-Indic digit: isdigit() is True
+    b"GET /v1/models/%ff%fe HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /v2/models/tiny/versions/%00/ready HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"BREW /v2 HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(32),  # a TLS hello
+]
+
+
+@pytest.mark.parametrize("raw", RAW_REQUESTS, ids=lambda r: repr(r)[:50])
+def test_malformed_http_requests_get_no_5xx(tiny_server: Server, raw: bytes) -> None:
+    # The server may answer 4xx or close; what it must not say is that it failed itself.
+    with socket.create_connection(("127.0.0.1", tiny_server.port), timeout=10) as sock:
+        sock.sendall(raw)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status = answer.split(b"\r\n", 1)[0]
+    assert not status.startswith((b"HTTP/1.1 5", b"HTTP/1.0 5")), answer[:300]
 
 
 def test_the_corpus_left_no_traceback_and_no_server_fault(tiny_server: Server) -> None:
