@@ -13,7 +13,9 @@ indefinitely (slowloris). This protocol, uvicorn's httptools protocol plus three
   client sees the answer instead of a reset);
 * a response sent before its request's body was fully read closes the connection, so a body
   nobody reads cannot be trickled forever to keep it open; its head says ``connection: close``,
-  so a pooled client does not send its next request on it (and get reset).
+  so a pooled client does not send its next request on it (and get reset), and what the client
+  still sends is drained for a few seconds first, so the close is not a reset that loses the
+  answer (nginx's lingering close).
 
 A body the app does read is timed by the app (``rest._read_body``), which answers 408 itself and
 counts it. Closed and refused connections are counted by the ``on_refused`` callback.
@@ -44,6 +46,11 @@ __all__ = ["HEADER_TIMEOUT", "OVER_CAPACITY", "protocol_class"]
 
 HEADER_TIMEOUT, OVER_CAPACITY = "header_timeout", "over_capacity"
 
+# How long an answered request's unread body is drained before the connection is closed anyway
+# (nginx's lingering_timeout; never longer than the header timeout): long enough for a client to
+# finish writing a body of megabytes, short enough that trickling one holds nothing.
+_LINGER_S = 5.0
+
 
 def _answer(status: int, reason: str, message: str) -> bytes:
     body = orjson.dumps({"error": message})
@@ -69,10 +76,14 @@ def protocol_class(
         f"too many connections (at most {limits.max_connections}); retry later",
     )
 
+    linger_s = min(_LINGER_S, limits.header_timeout_s)
+
     class LimitedProtocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
         _request_started = False
         _refused = False
+        _draining = False  # answered with its body unread: what comes is dropped, then closed
+        _linger: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -81,6 +92,8 @@ def protocol_class(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._linger is not None:
+                self._linger.cancel()
             super().connection_lost(exc)
 
         def on_message_begin(self) -> None:
@@ -114,13 +127,36 @@ def protocol_class(
                     # Answered before its body was read (a 404, a 413): close rather than read
                     # on, and say so in the answer's head, or a pooled client sends its next
                     # request on a connection being closed and is reset.
-                    if not cycle.response_started and cycle.more_body:
-                        cycle.keep_alive = False  # uvicorn writes "connection: close", closes
+                    if cycle.response_started or not cycle.more_body:
+                        await send(message)
+                        return
+                    cycle.keep_alive = False  # uvicorn writes "connection: close"...
                     await send(message)
+                    # ...and would close once the answer is sent; on_response_complete does,
+                    # after draining what the client is still sending.
+                    cycle.keep_alive, self._draining = True, True
 
                 await app(scope, receive, send_saying_close)
 
             super()._start_asgi_task(cycle, closing_when_unread)
+
+        def data_received(self, data: bytes) -> None:
+            if not self._draining:
+                super().data_received(data)  # else the rest of an answered request: dropped
+
+        def on_response_complete(self) -> None:
+            if not self._draining:
+                super().on_response_complete()
+                return
+            # Closed with bytes unread, a socket sends a reset, and a client still writing its
+            # body (as most do before reading) loses the answer to it. So, as nginx's lingering
+            # close: end our side, read and drop what still comes, close when the client does
+            # or after linger_s.
+            self.server_state.total_requests += 1
+            if not self.transport.is_closing():
+                self.transport.write_eof()
+                self.flow.resume_reading()
+                self._linger = self.loop.call_later(linger_s, self.transport.close)
 
         def _arm(self) -> None:
             self._deadline = self.loop.call_later(limits.header_timeout_s, self._headers_late)
