@@ -19,7 +19,7 @@ import numpy as np
 from sharedserve.errors import InvalidInput, PayloadTooLarge, quoted
 from sharedserve.server.signature import Signature, TensorSpec, numeric_dtype_name, shape_matches
 
-__all__ = ["MAX_DIMS", "check_inputs", "check_shape", "dtype_name"]
+__all__ = ["MAX_DIMS", "check_inputs", "check_rank", "check_shape", "dtype_name"]
 
 #: numpy's most dimensions (TensorFlow and torch take no more): one past it, reshape fails.
 MAX_DIMS = 64
@@ -28,11 +28,17 @@ MAX_DIMS = 64
 _MAX_ELEMENTS = (2**63 - 1) // 16
 
 
+def check_rank(what: str, rank: int) -> None:
+    """InvalidInput unless a shape of ``rank`` dimensions fits numpy; a decoder may ask before
+    it turns a million declared dimensions into a list."""
+    if rank > MAX_DIMS:
+        raise InvalidInput(f"{what} has {rank} dimensions, more than {MAX_DIMS}")
+
+
 def check_shape(what: str, shape: list[int] | tuple[int, ...]) -> tuple[int, ...]:
     """A declared shape (already a sequence of integers) that numpy can hold; InvalidInput
     naming ``what`` (say ``input 'x': 'shape'``) otherwise."""
-    if len(shape) > MAX_DIMS:
-        raise InvalidInput(f"{what} has {len(shape)} dimensions, more than {MAX_DIMS}")
+    check_rank(what, len(shape))
     if any(d < 0 for d in shape):
         raise InvalidInput(f"{what} has a negative dimension {list(shape)}")
     size = math.prod(shape)  # Python's integers: no int64 overflow on a hostile shape

@@ -18,7 +18,7 @@ import numpy as np
 from sharedserve.errors import InvalidInput, SharedServeError
 from sharedserve.server.signature import DTYPE_TO_NUMPY, numeric_dtype_name
 from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
-from sharedserve.server.validate import check_shape
+from sharedserve.server.validate import check_rank, check_shape
 
 __all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
 
@@ -58,8 +58,11 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
     name = dtype_name(proto)
     if proto.tensor_shape.unknown_rank:
         raise InvalidInput(f"{what}: tensor_shape has unknown rank")
-    # The same judgement as the OIP's (too many dimensions, negative, too many elements).
-    shape = check_shape(f"{what}: tensor_shape", [int(d.size) for d in proto.tensor_shape.dim])
+    # The same judgement as the OIP's (too many dimensions, negative, too many elements); the
+    # rank first: a 5 MB message of a million dimensions took 0.3 s to list, on the event loop.
+    dims = proto.tensor_shape.dim
+    check_rank(f"{what}: tensor_shape", len(dims))
+    shape = check_shape(f"{what}: tensor_shape", [int(d.size) for d in dims])
     size = math.prod(shape)
     dtype = DTYPE_TO_NUMPY[name]
     # Read once: each access to a bytes field copies it out of the message (upb).
