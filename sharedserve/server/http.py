@@ -58,7 +58,9 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _routing(_: Request, exc: StarletteHTTPException) -> Response:
-        return error(exc.status_code, str(exc.detail))
+        response = error(exc.status_code, str(exc.detail))
+        response.headers.update(exc.headers or {})  # a 405's Allow (RFC 9110 requires it)
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -178,7 +178,8 @@ def test_body_just_under_limit_is_served(tiny_server: Server) -> None:
 def test_unsupported_verbs(tiny_server: Server) -> None:
     assert tiny_server.client.post("/v1/models/tiny:classify", json={}).status_code == 501
     assert tiny_server.client.post("/v1/models/tiny:explode", json={}).status_code == 400
-    assert tiny_server.client.get("/v1/models/tiny:predict").status_code == 400
+    wrong_method = tiny_server.client.get("/v1/models/tiny:predict")
+    assert (wrong_method.status_code, wrong_method.headers["allow"]) == (405, "POST")
     assert_still_serving(tiny_server)
 
 

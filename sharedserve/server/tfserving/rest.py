@@ -15,6 +15,7 @@ import re
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, NotFound, Unimplemented, quoted
@@ -34,11 +35,21 @@ _PATH = re.compile(
 )
 
 
-def _parse(path: str) -> tuple[str, int | None, bool, str | None]:
+def _parse(path: str, method: str) -> tuple[str, int | None, bool, str | None]:
     """-> (model name, version or None for latest, is metadata, verb or None)."""
     match = _PATH.match(path)
     if match is None:
         raise NotFound(f"Malformed request: no such path /v1/models/{quoted(path)}")
+    # 405 with Allow, as HTTP wants and the OpenAPI document says (TF Serving answers 400): a
+    # path with a verb takes POST alone, any other GET alone; before the label's 404, as the
+    # method is wrong whatever the label.
+    allowed = "GET" if match["verb"] is None else "POST"
+    if method != allowed:
+        raise StarletteHTTPException(
+            405,
+            f"Malformed request: {method} /v1/models/{quoted(path)}; use {allowed}",
+            headers={"Allow": allowed},
+        )
     if match["label"] is not None:
         # sharedserve serves one version per process; labels would always be unassigned.
         raise NotFound(f"Unrecognized servable version label: {quoted(match['label'])}")
@@ -82,17 +93,20 @@ def add_routes(
 
     @app.get("/v1/models/{path:path}")
     async def get_model(path: str) -> Response:
-        name, version, metadata, verb = _parse(path)
-        if verb is not None:
-            raise InvalidInput(f"Malformed request: GET with verb {quoted(verb)}; use POST")
+        name, version, metadata, _ = _parse(path, "GET")
         model.check(name, version)
         return json_response(model.metadata_json() if metadata else model.status_json())
 
+    # Every other method reaches _parse too, for the 405's Allow: Starlette's own would name
+    # the GET route's method, the first route that matched the path.
+    @app.api_route("/v1/models/{path:path}", methods=["DELETE", "OPTIONS", "PATCH", "PUT", "TRACE"])
+    async def other_method(path: str, request: Request) -> Response:
+        _parse(path, request.method)
+        raise AssertionError("unreachable: _parse refuses every method but GET and POST")
+
     @app.post("/v1/models/{path:path}")
     async def post_model(path: str, request: Request) -> Response:
-        name, version, metadata, verb = _parse(path)
-        if metadata or verb is None:
-            raise InvalidInput(f"Malformed request: POST /v1/models/{quoted(path)} names no verb")
+        name, version, _, verb = _parse(path, "POST")
         if verb in ("classify", "regress"):
             raise Unimplemented(f":{verb} is not supported by sharedserve; use :predict")
         if verb != "predict":
