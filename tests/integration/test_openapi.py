@@ -1,8 +1,11 @@
-"""The REST API's OpenAPI document (``/openapi.json``) against a real ``sharedserve serve``.
+"""The REST API's OpenAPI document (``/openapi.json``) against a real ``sharedserve serve``:
+TF Serving's ``/v1`` paths, the Open Inference Protocol's ``/v2`` ones and sharedserve's own.
 
 It must be valid OpenAPI 3.1, every operation in it must answer as documented, and a bounded,
 seeded schemathesis run over all of them must get only documented statuses, content types and
-bodies: no 500 anywhere, and no 5xx but a documented 501 (``:classify``) or 503.
+bodies: no 500 anywhere, and no 5xx but a documented 501 (``:classify``) or 503. Every check
+schemathesis has is on: a method a path does not take is 405 with ``Allow``, a schema-valid
+request is accepted and a broken one refused.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from tests.support.servers import Server
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 MAX_BODY_BYTES = 65536  # tiny_server's --max-body-bytes
 PATH_PARAMETERS = {"name": "tiny", "version": 1, "label": "stable"}
+OIP_BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": ROW}]}
 
 # Deterministic: a fixed seed, derandomized generation and no example database, so every run
-# sends the same ~2,000 requests. Bounded: ~25 s on a 2-core machine.
+# sends the same requests. Bounded: at most 100 examples an operation, ~30 s on a 2-core machine.
 FUZZ = {
     "seed": 15011,
     "suppress-health-check": ["all"],  # they time generation: a busy machine would fail them
@@ -36,16 +40,28 @@ FUZZ = {
         "database": "none",
     },
     "phases": {"stateful": {"enabled": False}},  # one model: nothing to create, nothing to chain
+    # Every check schemathesis has, with its defaults, so that a new mismatch between the
+    # document and the server (an undocumented status, a 405 without Allow) fails this file.
     "checks": {
-        "enabled": False,
         # 501 and 503 are the documented 5xx, and status_code_conformance holds each to the
         # operations that document it. Anything else, 500 above all, is a bug.
-        "not_a_server_error": {"enabled": True, "expected-statuses": ["2XX", "4XX", 501, 503]},
-        "status_code_conformance": {"enabled": True},
-        "content_type_conformance": {"enabled": True},
-        "response_schema_conformance": {"enabled": True},
-        "response_headers_conformance": {"enabled": True},
+        "not_a_server_error": {"expected-statuses": ["2XX", "4XX", 501, 503]},
     },
+    # A schema-valid request must get a 2XX, but where the document cannot say more: the
+    # predict and infer bodies are the protocols' generic shapes, not tiny's tensors (400, or
+    # 404 for a signature or output it lacks), a label is never assigned, and :classify and
+    # :regress are not offered.
+    "operations": [
+        {
+            "include-path-regex": regex,
+            "checks": {"positive_data_acceptance": {"expected-statuses": statuses}},
+        }
+        for regex, statuses in [
+            (r"(:predict|/infer)$", ["2XX", 400, 404]),
+            (r"/labels/", [404]),
+            (r"(:classify|:regress)$", [501]),
+        ]
+    ],
 }
 
 # Built at collection, as schemathesis makes one test per operation from a schema it has then
@@ -90,6 +106,15 @@ EXPECTED = {
     ("get", "/metrics"): 200,
     ("get", "/sharedserve/v1/limits"): 200,
     ("get", "/openapi.json"): 200,
+    ("get", "/v2"): 200,
+    ("get", "/v2/health/live"): 200,
+    ("get", "/v2/health/ready"): 200,
+    ("get", "/v2/models/{name}"): 200,
+    ("get", "/v2/models/{name}/ready"): 200,
+    ("post", "/v2/models/{name}/infer"): 200,
+    ("get", "/v2/models/{name}/versions/{version}"): 200,
+    ("get", "/v2/models/{name}/versions/{version}/ready"): 200,
+    ("post", "/v2/models/{name}/versions/{version}/infer"): 200,
 }
 
 
@@ -107,11 +132,15 @@ def test_every_documented_operation_answers_as_documented(tiny_server: Server) -
     assert documented - {("parameters", path) for path in paths} == set(EXPECTED)
     for (method, path), status in EXPECTED.items():
         body = {"instances": [ROW]} if path.endswith(":predict") else None
+        body = OIP_BODY if path.endswith("/infer") else body
         assert call(tiny_server, method, path, body) == status, (method, path)
 
 
 PREDICT = "/v1/models/{name}:predict"
 PREDICT_VERSION = "/v1/models/{name}/versions/{version}:predict"
+INFER = "/v2/models/{name}/infer"
+INFER_VERSION = "/v2/models/{name}/versions/{version}/infer"
+SHORT = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3], "data": ROW[:3]}]}
 
 
 @pytest.mark.parametrize(
@@ -124,13 +153,51 @@ PREDICT_VERSION = "/v1/models/{name}/versions/{version}:predict"
         (PREDICT, {"name": "other"}, {"inputs": [ROW]}, 404),
         (PREDICT_VERSION, {"version": 2}, {"inputs": [ROW]}, 404),
         (PREDICT, {}, {"instances": [ROW] * 2000}, 413),  # over MAX_BODY_BYTES
+        (INFER, {}, SHORT, 400),
+        (INFER_VERSION, {"version": "x"}, OIP_BODY, 400),
+        (INFER, {"name": "other"}, OIP_BODY, 404),
+        (INFER_VERSION, {"version": "2"}, OIP_BODY, 404),
+        (INFER, {}, {"inputs": [OIP_BODY["inputs"][0] | {"data": ROW * 2000}]}, 413),
     ],
-    ids=["columnar", "shape", "version", "4301-digits", "other-model", "other-version", "large"],
+    ids=[
+        "columnar",
+        "shape",
+        "version",
+        "4301-digits",
+        "other-model",
+        "other-version",
+        "large",
+        "oip-shape",
+        "oip-version",
+        "oip-other-model",
+        "oip-other-version",
+        "oip-large",
+    ],
 )
 def test_answers_conform(
     tiny_server: Server, path: str, params: dict[str, Any], body: Any, status: int
 ) -> None:
     assert call(tiny_server, "post", path, body, **params) == status
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        # TF Serving's catch-all routes: the path's verb, not the route, decides what it takes.
+        ("PUT", "/v1/models/tiny:predict", "POST"),
+        ("POST", "/v1/models/tiny/labels/stable/metadata", "GET"),  # not the label's 404
+        ("DELETE", "/v2/models/tiny/versions/1/infer", "POST"),
+        ("POST", "/v2/health/live", "GET"),
+        ("PATCH", "/openapi.json", "GET"),
+    ],
+)
+def test_a_method_not_taken_is_405_with_allow(
+    tiny_server: Server, method: str, path: str, allow: str
+) -> None:
+    response = tiny_server.client.request(method, path)
+    assert response.status_code == 405
+    assert response.headers["allow"] == allow
+    assert list(response.json()) == ["error"]
 
 
 @schema.parametrize()

@@ -11,6 +11,9 @@ The predict body is TF Serving's generic shape, not the model's own tensors: the
 built with the app, before the model has loaded, and TF Serving's way to learn the tensors is
 the metadata endpoint. The served name and version are ``enum`` values so that a fuzzer reaches
 the model; the descriptions say what any other value gets.
+
+The Open Inference Protocol's ``/v2`` part is ``oip/openapi.py``, and the building blocks both
+share are ``server/openapi_parts.py``; this module assembles the whole document.
 """
 
 from __future__ import annotations
@@ -22,91 +25,85 @@ from sharedserve import __version__
 from sharedserve.config import BatchingSettings, CapSource
 from sharedserve.limits.cpu import CpuLimitSource
 from sharedserve.server.model import ModelState
+from sharedserve.server.oip.openapi import oip_paths, oip_schemas
+from sharedserve.server.openapi_parts import (
+    BAD,
+    JSON,
+    MISSING,
+    Schema,
+    Status,
+    content,
+    json_body,
+    map_of,
+    object_of,
+    operation,
+    path_param,
+    ref,
+    string,
+)
 from sharedserve.server.signature import DTYPE_TO_NUMPY
 
 __all__ = ["build_openapi"]
 
-Schema = dict[str, Any]
-Status = tuple[int, str]
-
-_JSON = "application/json"
 _INT64 = {"type": "string", "pattern": "^-?[0-9]+$"}  # proto3 JSON writes int64 as a string
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _object(properties: dict[str, Schema], **extra: Any) -> Schema:
-    """An object with all of ``properties`` and nothing else: a body sharedserve writes."""
-    schema = {"type": "object", "properties": properties, "required": list(properties)}
-    return schema | {"additionalProperties": False} | extra
-
-
-def _map(values: Schema, **extra: Any) -> Schema:
-    return {"type": "object", "additionalProperties": values} | extra
-
-
-def _string() -> Schema:
-    return {"type": "string"}
 
 
 def _tensors(tensor: str) -> Schema:
     """A whole tensor, or an object of them by name (several inputs or outputs)."""
-    return {"anyOf": [_ref(tensor), _map(_ref(tensor), minProperties=1)]}
+    return {"anyOf": [ref(tensor), map_of(ref(tensor), minProperties=1)]}
 
 
 def _schemas() -> dict[str, Schema]:
     # A function, not a constant: each document is its own, for whoever mutates it.
     return {
-        "Error": _object({"error": _string()}),
-        "ModelStatus": _object(
-            {"model_version_status": {"type": "array", "items": _ref("VersionStatus")}}
+        "Error": object_of({"error": string()}),
+        "ModelStatus": object_of(
+            {"model_version_status": {"type": "array", "items": ref("VersionStatus")}}
         ),
-        "VersionStatus": _object(
+        "VersionStatus": object_of(
             {
                 "version": _INT64,
                 "state": {"enum": [state.value for state in ModelState]},
                 # UNKNOWN, with the reason, once the model has failed to load.
-                "status": _object(
-                    {"error_code": {"enum": ["OK", "UNKNOWN"]}, "error_message": _string()}
+                "status": object_of(
+                    {"error_code": {"enum": ["OK", "UNKNOWN"]}, "error_message": string()}
                 ),
             }
         ),
-        "ModelMetadata": _object(
+        "ModelMetadata": object_of(
             {
-                "model_spec": _object(
-                    {"name": _string(), "signature_name": _string(), "version": _INT64}
+                "model_spec": object_of(
+                    {"name": string(), "signature_name": string(), "version": _INT64}
                 ),
-                "metadata": _object(
-                    {"signature_def": _object({"signature_def": _map(_ref("SignatureDef"))})}
+                "metadata": object_of(
+                    {"signature_def": object_of({"signature_def": map_of(ref("SignatureDef"))})}
                 ),
             }
         ),
-        "SignatureDef": _object(
+        "SignatureDef": object_of(
             {
-                "inputs": _map(_ref("TensorInfo")),
-                "outputs": _map(_ref("TensorInfo")),
-                "method_name": _string(),
+                "inputs": map_of(ref("TensorInfo")),
+                "outputs": map_of(ref("TensorInfo")),
+                "method_name": string(),
                 "defaults": {"type": "object"},
             }
         ),
-        "TensorInfo": _object(
+        "TensorInfo": object_of(
             {
                 "dtype": {"enum": sorted(DTYPE_TO_NUMPY)},
-                "tensor_shape": _object(
+                "tensor_shape": object_of(
                     {
                         "dim": {
                             "type": "array",
-                            "items": _object({"size": _INT64, "name": _string()}),
+                            "items": object_of({"size": _INT64, "name": string()}),
                         },
                         "unknown_rank": {"type": "boolean"},
                     }
                 ),
-                "name": _string(),
+                "name": string(),
             }
         ),
-        "Binary": _object(
+        "Binary": object_of(
             {"b64": {"type": "string", "contentEncoding": "base64"}},
             description="A DT_STRING value: binary in; non-UTF-8, or output *_bytes, out.",
         ),
@@ -114,8 +111,8 @@ def _schemas() -> dict[str, Schema]:
             "description": "A scalar or nested lists; the input's dtype and shape decide the rest.",
             "anyOf": [
                 {"type": ["boolean", "number", "string"]},
-                _ref("Binary"),
-                {"type": "array", "items": _ref("Tensor")},
+                ref("Binary"),
+                {"type": "array", "items": ref("Tensor")},
             ],
         },
         "PredictRequest": {
@@ -135,9 +132,9 @@ def _schemas() -> dict[str, Schema]:
         # null stands for a non-finite float, which JSON cannot carry.
         "OutputTensor": {
             "anyOf": [
-                _ref("Tensor"),
+                ref("Tensor"),
                 {"type": "null"},
-                {"type": "array", "items": _ref("OutputTensor")},
+                {"type": "array", "items": ref("OutputTensor")},
             ]
         },
         "PredictResponse": {
@@ -153,7 +150,7 @@ def _schemas() -> dict[str, Schema]:
             "additionalProperties": False,
             "oneOf": [{"required": ["predictions"]}, {"required": ["outputs"]}],
         },
-        "Limits": _object(
+        "Limits": object_of(
             {
                 "device": {"type": "string", "description": "'cpu' unless a GPU cap is enforced."},
                 "gpu_memory_fraction": {"type": ["number", "null"]},
@@ -180,71 +177,34 @@ def _schemas() -> dict[str, Schema]:
     }
 
 
-def _content(description: str, media_type: str, schema: Schema) -> dict[str, Any]:
-    return {"description": description, "content": {media_type: {"schema": schema}}}
-
-
-def _json(description: str, schema: str) -> dict[str, Any]:
-    return _content(description, _JSON, _ref(schema))
-
-
-# Answered by the listener to any request on any path, before the app sees it
-# (server/connections.py): headers that do not arrive in time, too many open connections.
-_ANY: tuple[Status, ...] = (
-    (408, "The request's headers did not arrive in time."),
-    (503, "Too many open connections; retry later."),
-)
-_BAD = (400, "Malformed path or version (not an int64), or a body that cannot be decoded.")
-_MISSING = (404, "No such model, version or path.")
-
-
-def _operation(
-    operation_id: str, tag: str, ok: dict[str, Any] | None, *errors: Status, **extra: Any
-) -> dict[str, Any]:
-    """An operation: its 200 (if it has one) and its errors with the listener's; a status
-    given in ``errors`` replaces the listener's description with one that covers both."""
-    described = dict(_ANY) | dict(errors)
-    responses = {} if ok is None else {"200": ok}
-    responses |= {str(code): _json(text, "Error") for code, text in sorted(described.items())}
-    return {"operationId": operation_id, "tags": [tag], **extra, "responses": responses}
-
-
-def _param(name: str, schema: Schema, description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "schema": schema,
-        "description": description,
-    }
-
-
 def _model_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
     params = {
-        "name": _param(
+        "name": path_param(
             "name", {"type": "string", "enum": [name]}, "The served model; any other answers 404."
         ),
-        "version": _param(
+        "version": path_param(
             "version",
             {"type": "integer", "enum": [version]},
             "The served version; any other answers 404, one not an int64 400.",
         ),
-        "label": _param("label", _string(), "Always 404: one version is served, never labelled."),
+        "label": path_param(
+            "label", string(), "Always 404: one version is served, never labelled."
+        ),
     }
-    body = {"required": True, "content": {_JSON: {"schema": _ref("PredictRequest")}}}
+    body = {"required": True, "content": {JSON: {"schema": ref("PredictRequest")}}}
     not_offered = [(501, "Not offered by sharedserve; use :predict.")]
     # path suffix -> (method, 200 response, errors besides 400 and 404, more fields)
     verbs: dict[str, tuple[str, dict[str, Any] | None, list[Status], dict[str, Any]]] = {
-        "": ("get", _json("The version's state.", "ModelStatus"), [], {}),
+        "": ("get", json_body("The version's state.", "ModelStatus"), [], {}),
         "/metadata": (
             "get",
-            _json("The model's signatures.", "ModelMetadata"),
+            json_body("The model's signatures.", "ModelMetadata"),
             [(503, "Too many connections, or the model is not AVAILABLE; retry later.")],
             {},
         ),
         ":predict": (
             "post",
-            _json("The model's outputs.", "PredictResponse"),
+            json_body("The model's outputs.", "PredictResponse"),
             [
                 (404, "No such model, version, signature or path."),
                 (408, "The request's headers or body did not arrive in time."),
@@ -270,23 +230,21 @@ def _model_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]
         for suffix, (method, ok, errors, extra) in verbs.items():
             operation_id = f"{method}{suffix.strip('/:').capitalize() or 'Status'}{kind}"
             if kind == "Label":  # refused before the model, the verb or the body is looked at
-                operation = _operation(
+                answers = operation(
                     operation_id, "TF Serving", None, (404, "Labels are never assigned.")
                 )
             else:
-                operation = _operation(
-                    operation_id, "TF Serving", ok, _BAD, _MISSING, *errors, **extra
-                )
-            paths[prefix + suffix] = {"parameters": in_path, method: operation}
+                answers = operation(operation_id, "TF Serving", ok, BAD, MISSING, *errors, **extra)
+            paths[prefix + suffix] = {"parameters": in_path, method: answers}
     return paths
 
 
 def build_openapi(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
     """The document for the model served as ``name`` version ``version``."""
     own = {
-        "/metrics": ("getMetrics", _content("Prometheus text format.", "text/plain", _string())),
-        "/sharedserve/v1/limits": ("getLimits", _json("The limits in force.", "Limits")),
-        "/openapi.json": ("getOpenApi", _content("This document.", _JSON, {"type": "object"})),
+        "/metrics": ("getMetrics", content("Prometheus text format.", "text/plain", string())),
+        "/sharedserve/v1/limits": ("getLimits", json_body("The limits in force.", "Limits")),
+        "/openapi.json": ("getOpenApi", content("This document.", JSON, {"type": "object"})),
     }
     return {
         "openapi": "3.1.0",
@@ -294,11 +252,13 @@ def build_openapi(name: str, version: int, max_body_bytes: int) -> dict[str, Any
             "title": "sharedserve",
             "version": __version__,
             "description": (
-                f"TensorFlow Serving's REST API for model {name!r} version {version}, and "
-                "sharedserve's own endpoints. Every error is a JSON object {'error': message}."
+                f"TensorFlow Serving's REST API and the Open Inference Protocol's (/v2) for "
+                f"model {name!r} version {version}, and sharedserve's own endpoints. "
+                "Every error is a JSON object {'error': message}."
             ),
         },
         "paths": _model_paths(name, version, max_body_bytes)
-        | {path: {"get": _operation(op, "sharedserve", ok)} for path, (op, ok) in own.items()},
-        "components": {"schemas": _schemas()},
+        | oip_paths(name, version, max_body_bytes)
+        | {path: {"get": operation(op, "sharedserve", ok)} for path, (op, ok) in own.items()},
+        "components": {"schemas": _schemas() | oip_schemas()},
     }
