@@ -109,6 +109,17 @@ def renamed_flag(new: str, value: T | None, old: str, old_value: T | None) -> tu
     return old, old_value
 
 
+# The deprecated names of --vgpus-per-gpu (allocator's --replicas, k8s render's
+# --replicas-per-gpu), whose values renamed_flag takes.
+DeprecatedVgpusPerGpu = Annotated[
+    int | None,
+    typer.Option(
+        help="Deprecated: use --vgpus-per-gpu (the same number).",
+        show_default="none: --vgpus-per-gpu",
+    ),
+]
+
+
 @contextmanager
 def exit_when_stopped() -> Iterator[None]:
     """A run stopped in order by SIGINT or SIGTERM exits 128 + the signal, as a shell reports a

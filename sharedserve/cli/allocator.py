@@ -19,7 +19,7 @@ from sharedserve.allocator.settings import (
     format_xids,
     parse_xids,
 )
-from sharedserve.cli._app import app, renamed_flag
+from sharedserve.cli._app import DeprecatedVgpusPerGpu, app, renamed_flag
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 
@@ -55,16 +55,6 @@ _VgpusPerGpu = Annotated[
     typer.Option(
         help=f"vGPUs per GPU, 1-{MAX_REPLICAS}.",
         show_default=f"{Sizing.vgpus_per_gpu}, unless --vgpu-memory-mib",
-    ),
-]
-# The flag's name until vGPUs per GPU had a name of their own (``--replicas`` also means
-# processes on `pack` and pods on `k8s render`). Still accepted, so DaemonSets written for it
-# keep working, with a warning.
-_Replicas = Annotated[
-    int | None,
-    typer.Option(
-        help="Deprecated: use --vgpus-per-gpu (the same number).",
-        show_default="none: --vgpus-per-gpu",
     ),
 ]
 _VgpuMemoryMib = Annotated[
@@ -176,7 +166,8 @@ _FakeGpus = Annotated[
 def allocator(
     api: _ApiOpt = AllocatorSettings.api,
     vgpus_per_gpu: _VgpusPerGpu = None,
-    replicas: _Replicas = None,
+    # --vgpus-per-gpu's old name, kept so DaemonSets written for it work, with a warning.
+    replicas: DeprecatedVgpusPerGpu = None,
     vgpu_memory_mib: _VgpuMemoryMib = None,
     policy: _Policy = AllocatorSettings.policy,
     allow_multi_gpu: _AllowMultiGpu = GrantOptions.allow_multi_gpu,

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sharedserve.cli._app import app, refuse_flags, renamed_flag
+from sharedserve.cli._app import DeprecatedVgpusPerGpu, app, refuse_flags, renamed_flag
 from sharedserve.cli._replicas import check_server_args
 from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError
@@ -53,14 +53,6 @@ _VgpusPerGpu = Annotated[
     typer.Option(
         help="With --spec: vGPUs per GPU, the allocator's --vgpus-per-gpu.",
         show_default="none: this or --vgpu-memory-mib with --spec",
-    ),
-]
-# This flag's name while the allocator's was --replicas; still accepted, with a warning.
-_ReplicasPerGpu = Annotated[
-    int | None,
-    typer.Option(
-        help="Deprecated: use --vgpus-per-gpu (the same number).",
-        show_default="none: --vgpus-per-gpu",
     ),
 ]
 _VgpuMemoryMib = Annotated[
@@ -148,7 +140,7 @@ def render(
     spec: _Spec = None,
     gpu_memory_mib: _GpuMemoryMib = None,
     vgpus_per_gpu: _VgpusPerGpu = None,
-    replicas_per_gpu: _ReplicasPerGpu = None,
+    replicas_per_gpu: DeprecatedVgpusPerGpu = None,
     vgpu_memory_mib: _VgpuMemoryMib = None,
     context_reserve_mib: _ContextReserveMib = None,
     vgpu: _Vgpu = None,
