@@ -80,9 +80,13 @@ class Demand:
     def placed_as(self) -> Replicas:
         """What the placement routine places: its replicas, memory, time, density and spread."""
         return Replicas(
-            self.model, self.replicas, self.memory_mib, self.busy_share, self.max_density,
-            self.spread,
-        )  # fmt: skip
+            self.model,
+            self.replicas,
+            self.memory_mib,
+            busy_share=self.busy_share,
+            max_density=self.max_density,
+            spread=self.spread,
+        )
 
 
 def _tokens(name: str) -> set[str]:

@@ -100,8 +100,9 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     else:
         for index, spec in enumerate(gpu_specs(plan, fleet, out_dir)):
             specs.append(write_spec(spec, out_dir / spec_name(index)).name)
-    plan = _write_manifests(dataclasses.replace(plan, pack_specs=specs), fleet, directories,
-                            out_dir)  # fmt: skip
+    plan = _write_manifests(
+        dataclasses.replace(plan, pack_specs=specs), fleet, directories, out_dir
+    )
     write_plan(plan, out_dir / "plan.json")
     write_atomic(out_dir / "plan.md", plan_markdown(plan, specs).encode())
     write_atomic(out_dir / "plan.html", plan_html(plan).encode())
