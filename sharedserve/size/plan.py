@@ -73,6 +73,11 @@ class PlanGpu:
     replica_limit: int
     """The most replicas it may hold: its models' least measured density."""
 
+    def held(self) -> str:
+        """Its replicas by model, in words: ``fraud x2, ranker`` (plan.md's and plan.html's)."""
+        models = Counter(r.model for r in self.replicas)
+        return ", ".join(f"{m} x{n}" if n > 1 else m for m, n in models.items())
+
 
 @dataclass(frozen=True, config=DOCUMENT)
 class PlanModel:

@@ -7,7 +7,6 @@ sees at a glance which resource fills the GPUs. Styles are ``report.html``'s, in
 
 from __future__ import annotations
 
-from collections import Counter
 from html import escape
 
 from sharedserve.bench.report_css import CSS
@@ -92,8 +91,7 @@ def plan_html(plan: Plan) -> str:
         ["GPU", "node", "replicas", "memory", "", "busy", ""],
         [
             [str(g.index), str(g.node),
-             escape(", ".join(f"{m} x{n}" if n > 1 else m
-                              for m, n in Counter(r.model for r in g.replicas).items())),
+             escape(g.held()),
              f"{g.memory_used_mib:,.0f} MiB", _meter(g.memory_used_mib / memory, None, "mem"),
              f"{g.busy_share:.1%}", _meter(g.busy_share, target, "busy")]
             for g in plan.gpus

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from sharedserve.size.plan import Plan
 
 __all__ = ["plan_markdown"]
@@ -68,11 +66,9 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for g in plan.gpus:
-        models = Counter(r.model for r in g.replicas)
-        held = ", ".join(f"{m} x{n}" if n > 1 else m for m, n in models.items())
         spec = specs[g.index] if g.index < len(specs) else "-"
         lines.append(
-            f"| {g.index} | {g.node} | {held} | {g.memory_used_mib:,.0f} / "
+            f"| {g.index} | {g.node} | {g.held()} | {g.memory_used_mib:,.0f} / "
             f"{gpu.memory_mib:,} | {g.busy_share:.1%} | {spec} |"
         )
     return "\n".join(lines) + "\n"
