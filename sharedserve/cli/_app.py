@@ -8,11 +8,13 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
 
 from sharedserve import framework_output
+from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 from sharedserve.pack.stopping import StoppedBySignal
 
@@ -116,6 +118,24 @@ DeprecatedVgpusPerGpu = Annotated[
     typer.Option(
         help="Deprecated: use --vgpus-per-gpu (the same number).",
         show_default="none: --vgpus-per-gpu",
+    ),
+]
+
+
+# Options that mean the same on every command that takes them.
+FakeGpus = Annotated[
+    Path | None,
+    typer.Option(
+        help="Simulated GPU inventory (JSON), for tests.",
+        show_default="none: real GPUs through NVML",
+    ),
+]
+ProtocolOption = Annotated[
+    Protocol,
+    typer.Option(
+        help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
+        "tensors) or oip-grpc.",
+        case_sensitive=False,
     ),
 ]
 

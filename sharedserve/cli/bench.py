@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import app, exit_when_stopped
+from sharedserve.cli._app import FakeGpus, ProtocolOption, app, exit_when_stopped
 from sharedserve.cli._replicas import check_server_args, replica_environment, spec_entries
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 from sharedserve.enums import PlacementPolicy, Protocol
@@ -127,14 +127,6 @@ _SloP99Ms = Annotated[
         show_default="none: only the spec's objectives",
     ),
 ]
-_ProtocolOpt = Annotated[
-    Protocol,
-    typer.Option(
-        help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
-        "tensors) or oip-grpc.",
-        case_sensitive=False,
-    ),
-]
 _Gpu = Annotated[
     str | None, typer.Option(help="GPU to pack onto: index or UUID.", show_default="lowest index")
 ]
@@ -147,13 +139,6 @@ _GpuMemoryMib = Annotated[
 _CpuLimit = Annotated[
     float | None,
     typer.Option(help="CPU quota per replica in cores.", show_default="none: no quota"),
-]
-_FakeGpus = Annotated[
-    Path | None,
-    typer.Option(
-        help="Simulated GPU inventory (JSON), for tests.",
-        show_default="none: real GPUs through NVML",
-    ),
 ]
 _LoadgenWorkers = Annotated[
     int | None,
@@ -187,12 +172,12 @@ def bench(
     max_duration: _MaxDuration = BenchSettings.max_duration_s,
     warmup: _Warmup = BenchSettings.warmup_s,
     slo_p99_ms: _SloP99Ms = BenchSettings.slo_p99_ms,
-    protocol: _ProtocolOpt = BenchSettings.protocol,
+    protocol: ProtocolOption = BenchSettings.protocol,
     gpu: _Gpu = PackEntry.gpu,
     gpu_memory_fraction: _GpuMemoryFraction = None,
     gpu_memory_mib: _GpuMemoryMib = None,
     cpu_limit: _CpuLimit = PackEntry.cpu_limit_cores,
-    fake_gpus: _FakeGpus = PackSettings.fake_gpus,
+    fake_gpus: FakeGpus = PackSettings.fake_gpus,
     loadgen_workers: _LoadgenWorkers = BenchSettings.loadgen_workers,
     expect_workers: _ExpectWorkers = BenchSettings.external_workers,
     master_bind_port: _MasterBindPort = BenchSettings.master_bind_port,

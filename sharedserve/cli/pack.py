@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import app
+from sharedserve.cli._app import FakeGpus, app
 from sharedserve.cli._replicas import check_server_args, replica_environment, spec_entries
 from sharedserve.config import PackEntry, PackSettings
 from sharedserve.enums import PlacementPolicy
@@ -81,13 +81,6 @@ _LogDir = Annotated[
     Path | None,
     typer.Option(help="Where replica logs go.", show_default="a new temp directory"),
 ]
-_FakeGpus = Annotated[
-    Path | None,
-    typer.Option(
-        help="Simulated GPU inventory (JSON), for tests.",
-        show_default="none: real GPUs through NVML",
-    ),
-]
 _StartTimeout = Annotated[
     float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
 ]
@@ -125,7 +118,7 @@ def pack(
     base_port: _BasePort = PackSettings.base_port,
     targets_out: _TargetsOut = PackSettings.targets_out,
     log_dir: _LogDir = PackSettings.log_dir,
-    fake_gpus: _FakeGpus = PackSettings.fake_gpus,
+    fake_gpus: FakeGpus = PackSettings.fake_gpus,
     start_timeout: _StartTimeout = PackSettings.start_timeout_s,
     stop_grace: _StopGrace = PackSettings.stop_grace_s,
     max_restarts: _MaxRestarts = PackSettings.max_restarts,

@@ -8,10 +8,9 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import app, exit_when_stopped
+from sharedserve.cli._app import FakeGpus, ProtocolOption, app, exit_when_stopped
 from sharedserve.cli._replicas import replica_environment
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
-from sharedserve.enums import Protocol
 
 __all__: list[str] = []
 
@@ -46,21 +45,6 @@ _Gpu = Annotated[
     str | None,
     typer.Option(help="GPU to measure on: index or UUID.", show_default="lowest index"),
 ]
-_ProtocolOpt = Annotated[
-    Protocol,
-    typer.Option(
-        help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
-        "tensors) or oip-grpc.",
-        case_sensitive=False,
-    ),
-]
-_FakeGpus = Annotated[
-    Path | None,
-    typer.Option(
-        help="Simulated GPU inventory (JSON), for tests.",
-        show_default="none: real GPUs through NVML",
-    ),
-]
 
 
 @app.command()
@@ -74,8 +58,8 @@ def profile(
     stability_windows: _StabilityWindows = BenchSettings.stability_windows,
     cpu_limit: _CpuLimit = PackEntry.cpu_limit_cores,
     gpu: _Gpu = PackEntry.gpu,
-    protocol: _ProtocolOpt = BenchSettings.protocol,
-    fake_gpus: _FakeGpus = PackSettings.fake_gpus,
+    protocol: ProtocolOption = BenchSettings.protocol,
+    fake_gpus: FakeGpus = PackSettings.fake_gpus,
 ) -> None:
     """Profile one model for `size`: a sequential and a parallel density sweep with `bench`.
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import ExampleModelName, app, models_app
+from sharedserve.cli._app import ExampleModelName, FakeGpus, app, models_app
 from sharedserve.config import (
     BatchingSettings,
     ConnectionSettings,
@@ -139,13 +139,6 @@ _CpuLimit = Annotated[
     float | None,
     typer.Option(help="CPU limit in cores; sizes thread pools.", show_default="the cgroup quota"),
 ]
-_FakeGpus = Annotated[
-    Path | None,
-    typer.Option(
-        help="Simulated GPU inventory (JSON), for tests.",
-        show_default="none: real GPUs through NVML",
-    ),
-]
 _EnableBatching = Annotated[
     bool, typer.Option(help="Merge concurrent requests into batches (off, as in TF Serving).")
 ]
@@ -183,7 +176,7 @@ def serve(
     gpu_memory_fraction: _GpuMemoryFraction = None,
     gpu_memory_mib: _GpuMemoryMib = None,
     cpu_limit: _CpuLimit = ServerSettings.cpu_limit_cores,
-    fake_gpus: _FakeGpus = GpuSettings.fake_gpus,
+    fake_gpus: FakeGpus = GpuSettings.fake_gpus,
     enable_batching: _EnableBatching = False,
     max_batch_size: _MaxBatchSize = BatchingSettings.max_batch_size,
     batch_timeout_micros: _BatchTimeoutMicros = BatchingSettings.batch_timeout_micros,
