@@ -15,7 +15,8 @@ import dataclasses
 import difflib
 import json
 import typing
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -34,10 +35,13 @@ __all__ = [
     "Text",
     "dump",
     "json_schema",
+    "number",
     "parse",
     "read_document",
     "refuse",
+    "repeated",
     "unknown_key",
+    "whole",
 ]
 
 T = TypeVar("T")
@@ -85,17 +89,25 @@ class Must:
         return value
 
 
-def _number(value: Any) -> bool:
+def number(value: Any) -> bool:
+    """A YAML or JSON number, not a boolean (bool is an int subclass): for a ``Must``."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _whole(value: Any) -> bool:
+def whole(value: Any) -> bool:
+    """A YAML or JSON whole number, not a boolean: for a ``Must``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-Positive = Annotated[float, Field(gt=0), Must("a positive number", lambda v: _number(v) and v > 0)]
+def repeated(names: Iterable[str]) -> list[str]:
+    """The names given more than once, sorted (a document's names must be unique); counted
+    once each, not by list.count: a fleet has thousands."""
+    return sorted(n for n, times in Counter(names).items() if times > 1)
+
+
+Positive = Annotated[float, Field(gt=0), Must("a positive number", lambda v: number(v) and v > 0)]
 PositiveWhole = Annotated[
-    int, Field(gt=0), Must("a positive whole number", lambda v: _whole(v) and v > 0)
+    int, Field(gt=0), Must("a positive whole number", lambda v: whole(v) and v > 0)
 ]
 Text = Annotated[
     str, Field(min_length=1), Must("a non-empty string", lambda v: isinstance(v, str) and v != "")

@@ -23,7 +23,6 @@ applied, paths resolved.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass as plain_dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -41,10 +40,13 @@ from sharedserve.documents import (
     Text,
     dump,
     json_schema,
+    number,
     parse,
     read_document,
     refuse,
+    repeated,
     unknown_key,
+    whole,
 )
 from sharedserve.files import write_atomic
 
@@ -84,13 +86,13 @@ class SpecEntry:
     gpu_memory_mib: Annotated[
         int | None,
         Field(gt=0),
-        Must("a whole number of MiB above 0", lambda v: type(v) is int and v > 0),
+        Must("a whole number of MiB above 0", lambda v: whole(v) and v > 0),
     ] = None
     """Each replica's GPU memory cap in MiB (not with gpu_memory_fraction)."""
     gpu_memory_fraction: Annotated[
         float | None,
         Field(gt=0, le=1),
-        Must("in (0, 1]", lambda v: _plain(v) and not isinstance(v, str) and 0 < v <= 1),
+        Must("in (0, 1]", lambda v: number(v) and 0 < v <= 1),
     ] = None
     """Each replica's GPU memory cap as a share of the GPU (not with gpu_memory_mib)."""
     slo_p99_ms: Positive | None = None
@@ -141,10 +143,9 @@ class PackSpecFile(SpecEntry):
         for i, entry in enumerate(self.models):
             if entry.model is None:
                 raise refuse(f"models[{i}]: 'model' (the model's base path) is required")
-        counts = Counter(e.name for e in self.models if e.name is not None)
-        repeated = sorted(n for n, times in counts.items() if times > 1)
-        if repeated:
-            raise refuse(f"entry names must be unique; repeated: {', '.join(repeated)}")
+        twice = repeated(e.name for e in self.models if e.name is not None)
+        if twice:
+            raise refuse(f"entry names must be unique; repeated: {', '.join(twice)}")
         return self
 
 

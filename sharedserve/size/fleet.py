@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,9 +44,12 @@ from sharedserve.documents import (
     PositiveWhole,
     Text,
     json_schema,
+    number,
     parse,
     read_document,
     refuse,
+    repeated,
+    whole,
 )
 
 __all__ = [
@@ -76,10 +78,6 @@ FilePath = Annotated[
     Must("a non-empty string", lambda v: isinstance(v, Path) or (isinstance(v, str) and v != "")),
     AfterValidator(_beside_file),
 ]
-
-
-def _share(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -120,7 +118,7 @@ class FleetModel:
     slo_p99_ms: Positive
     """Its objective: p99 latency in milliseconds."""
     min_replicas: Annotated[
-        int, Field(ge=1), Must("a whole number >= 1", lambda v: type(v) is int and v >= 1)
+        int, Field(ge=1), Must("a whole number >= 1", lambda v: whole(v) and v >= 1)
     ] = 2
     """At least this many replicas, on different GPUs (and nodes), for availability."""
     max_replicas_per_gpu: PositiveWhole | None = None
@@ -186,10 +184,12 @@ class Fleet:
         Field(min_length=1),
         Must("a non-empty list", lambda v: isinstance(v, (list, tuple)) and len(v) > 0),
     ]
-    utilization_target: Annotated[float, Field(gt=0, le=1), Must("in (0, 1]", _share)] = 0.8
+    utilization_target: Annotated[
+        float, Field(gt=0, le=1), Must("in (0, 1]", lambda v: number(v) and 0 < v <= 1)
+    ] = 0.8
     """Share of a GPU's time the plan may fill."""
     context_reserve_mib: Annotated[
-        int, Field(ge=0), Must("a whole number >= 0", lambda v: type(v) is int and v >= 0)
+        int, Field(ge=0), Must("a whole number >= 0", lambda v: whole(v) and v >= 0)
     ] = 512
     """MiB kept per replica beside its cap (its CUDA context), as pack keeps it."""
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
@@ -205,10 +205,9 @@ class Fleet:
 
     @model_validator(mode="after")
     def _unique_names(self) -> Fleet:
-        counts = Counter(m.name for m in self.models)  # not list.count: a fleet has thousands
-        repeated = sorted(n for n, times in counts.items() if times > 1)
-        if repeated:
-            raise refuse(f"model names must be unique; repeated: {', '.join(repeated)}")
+        twice = repeated(m.name for m in self.models)
+        if twice:
+            raise refuse(f"model names must be unique; repeated: {', '.join(twice)}")
         return self
 
 
