@@ -17,9 +17,11 @@ __all__ = [
     "MISSING",
     "Schema",
     "Status",
+    "body_errors",
     "content",
     "json_body",
     "map_of",
+    "model_params",
     "object_of",
     "operation",
     "path_param",
@@ -87,3 +89,30 @@ def path_param(name: str, schema: Schema, description: str) -> dict[str, Any]:
         "schema": schema,
         "description": description,
     }
+
+
+def model_params(name: str, version: Schema) -> dict[str, dict[str, Any]]:
+    """The ``{name}`` and ``{version}`` path parameters of the served model; ``version`` is the
+    version's schema (an integer in TF Serving's paths, a string in the OIP's)."""
+    return {
+        "name": path_param(
+            "name", {"type": "string", "enum": [name]}, "The served model; any other answers 404."
+        ),
+        "version": path_param(
+            "version", version, "The served version; any other answers 404, one not an int64 400."
+        ),
+    }
+
+
+def body_errors(max_body_bytes: int) -> list[Status]:
+    """The statuses of an operation that reads a tensor body (TF Serving's :predict, OIP's
+    infer) besides 400 and 404."""
+    return [
+        (408, "The request's headers or body did not arrive in time."),
+        (413, f"Body over {max_body_bytes} bytes, or tensors with too many elements."),
+        (
+            503,
+            "Overloaded (connections, bodies being decoded, the batch queue, memory), "
+            "or the model is not AVAILABLE; retry later.",
+        ),
+    ]

@@ -21,11 +21,12 @@ from sharedserve.server.openapi_parts import (
     JSON,
     MISSING,
     Schema,
+    body_errors,
     json_body,
     map_of,
+    model_params,
     object_of,
     operation,
-    path_param,
     ref,
     string,
 )
@@ -135,16 +136,7 @@ def oip_schemas() -> dict[str, Schema]:
 
 def oip_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
     """The ``/v2`` paths for the model served as ``name`` version ``version``."""
-    params = {
-        "name": path_param(
-            "name", {"type": "string", "enum": [name]}, "The served model; any other answers 404."
-        ),
-        "version": path_param(
-            "version",
-            {"type": "string", "enum": [str(version)]},
-            "The served version; any other answers 404, one not an int64 400.",
-        ),
-    }
+    params = model_params(name, {"type": "string", "enum": [str(version)]})
     infer_ok = json_body("The model's outputs.", "OipInferResponse")
     infer_ok["content"]["application/octet-stream"] = {
         "schema": {
@@ -162,13 +154,7 @@ def oip_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
         infer_ok,
         BAD,
         (404, "No such model, version, signature, output or path."),
-        (408, "The request's headers or body did not arrive in time."),
-        (413, f"Body over {max_body_bytes} bytes, or tensors with too many elements."),
-        (
-            503,
-            "Overloaded (connections, bodies being decoded, the batch queue, memory), "
-            "or the model is not AVAILABLE; retry later.",
-        ),
+        *body_errors(max_body_bytes),
         requestBody={"required": True, "content": {JSON: {"schema": ref("OipInferRequest")}}},
     )
     per_model = {

@@ -32,9 +32,11 @@ from sharedserve.server.openapi_parts import (
     MISSING,
     Schema,
     Status,
+    body_errors,
     content,
     json_body,
     map_of,
+    model_params,
     object_of,
     operation,
     path_param,
@@ -178,15 +180,7 @@ def _schemas() -> dict[str, Schema]:
 
 
 def _model_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
-    params = {
-        "name": path_param(
-            "name", {"type": "string", "enum": [name]}, "The served model; any other answers 404."
-        ),
-        "version": path_param(
-            "version",
-            {"type": "integer", "enum": [version]},
-            "The served version; any other answers 404, one not an int64 400.",
-        ),
+    params = model_params(name, {"type": "integer", "enum": [version]}) | {
         "label": path_param(
             "label", string(), "Always 404: one version is served, never labelled."
         ),
@@ -207,13 +201,7 @@ def _model_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]
             json_body("The model's outputs.", "PredictResponse"),
             [
                 (404, "No such model, version, signature or path."),
-                (408, "The request's headers or body did not arrive in time."),
-                (413, f"Body over {max_body_bytes} bytes, or tensors with too many elements."),
-                (
-                    503,
-                    "Overloaded (connections, bodies being decoded, the batch queue, memory), "
-                    "or the model is not AVAILABLE; retry later.",
-                ),
+                *body_errors(max_body_bytes),
             ],
             {"requestBody": body},
         ),
