@@ -125,8 +125,7 @@ class RestSettings:
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work."""
         _check_port("--rest-port", self.port)
-        if self.max_body_bytes <= 0:
-            raise ConfigError(f"--max-body-bytes must be positive, got {self.max_body_bytes}")
+        _check_positive("--max-body-bytes", self.max_body_bytes)
         _check_positive("--max-decoding-bytes", self.max_decoding_bytes)
 
 
