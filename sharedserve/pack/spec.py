@@ -45,7 +45,6 @@ from sharedserve.documents import (
     read_document,
     refuse,
     repeated,
-    unknown_key,
     whole,
 )
 from sharedserve.files import write_atomic
@@ -57,9 +56,7 @@ __all__ = [
     "load_spec",
     "pack_schema",
     "parse_spec",
-    "read_document",
     "spec_yaml",
-    "unknown_key",
     "write_spec",
 ]
 
