@@ -27,7 +27,6 @@ __all__: list[str] = []
 
 
 _DEFAULT_IGNORED_XIDS = format_xids(AllocatorSettings.ignored_xids)
-_FAKE_GPUS = "Simulated GPU inventory (JSON) instead of NVML, for tests."
 
 
 def _check_mode(api: Api, device_plugin_only: dict[str, bool], dra_only: dict[str, bool]) -> None:
@@ -158,7 +157,11 @@ _MemoryStepMib = Annotated[
     ),
 ]
 _FakeGpus = Annotated[
-    Path | None, typer.Option(help=_FAKE_GPUS, show_default="none: real GPUs through NVML")
+    Path | None,
+    typer.Option(
+        help="Simulated GPU inventory (JSON) instead of NVML, for tests.",
+        show_default="none: real GPUs through NVML",
+    ),
 ]
 
 
