@@ -16,7 +16,6 @@ import typer
 from sharedserve import framework_output
 from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
-from sharedserve.pack.stopping import StoppedBySignal
 
 __all__ = [
     "ExampleModelName",
@@ -144,6 +143,10 @@ ProtocolOption = Annotated[
 def exit_when_stopped() -> Iterator[None]:
     """A run stopped in order by SIGINT or SIGTERM exits 128 + the signal, as a shell reports a
     process that signal killed (the work has already cleaned up and said what it kept)."""
+    # Here, not at the top: importing sharedserve.pack loads the packer, its placement and numpy,
+    # which every command (serve, allocator) would otherwise pay for at start.
+    from sharedserve.pack.stopping import StoppedBySignal
+
     try:
         yield
     except StoppedBySignal as e:
