@@ -129,19 +129,19 @@ def caps_on_gpu(
     if gpu is None:
         return _without_gpu(items)
     reserve = context_reserve_mib
-    explicit = {i: _explicit_mib(item.cap, gpu) for i, item in enumerate(items)}
+    explicit = [_explicit_mib(item.cap, gpu) for item in items]
     count = sum(item.replicas for item in items)
     free = gpu.memory_mib - count * reserve
-    free -= sum(item.replicas * m for i, item in enumerate(items) if (m := explicit[i]) is not None)
+    free -= sum(item.replicas * m for item, m in zip(items, explicit, strict=True) if m is not None)
     # Exact arithmetic: equal footprints give exactly (free // N), today's even split.
-    weights = {i: Fraction(max(item.need_mib, 1.0)) for i, item in enumerate(items)}
-    shared = sum(items[i].replicas * weights[i] for i in explicit if explicit[i] is None)
-    caps: list[int] = []
-    for i in range(len(items)):
-        mib = explicit[i]
-        if mib is None:
-            mib = max(0, math.floor(free * weights[i] / shared)) if free > 0 else 0
-        caps.append(mib)
+    weights = [Fraction(max(item.need_mib, 1.0)) for item in items]
+    shared = sum(
+        item.replicas * w for item, w, m in zip(items, weights, explicit, strict=True) if m is None
+    )
+    caps = [
+        (max(0, math.floor(free * w / shared)) if free > 0 else 0) if m is None else m
+        for w, m in zip(weights, explicit, strict=True)
+    ]
     _refuse_unless_fits(gpu, items, caps, explicit, reserve)
     shares = []
     for i, (item, mib) in enumerate(zip(items, caps, strict=True)):
@@ -185,7 +185,7 @@ def _refuse_unless_fits(
     gpu: GpuInfo,
     items: Sequence[EntryOnGpu],
     caps: list[int],
-    explicit: dict[int, int | None],
+    explicit: list[int | None],
     reserve: int,
 ) -> None:
     count = sum(item.replicas for item in items)
