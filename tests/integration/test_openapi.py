@@ -28,7 +28,7 @@ PATH_PARAMETERS = {"name": "tiny", "version": 1, "label": "stable"}
 OIP_BODY = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": ROW}]}
 
 # Deterministic: a fixed seed, derandomized generation and no example database, so every run
-# sends the same requests. Bounded: at most 100 examples an operation, ~30 s on a 2-core machine.
+# sends the same requests. Bounded: at most 100 examples an operation.
 FUZZ = {
     "seed": 15011,
     "suppress-health-check": ["all"],  # they time generation: a busy machine would fail them
