@@ -16,6 +16,7 @@ from sharedserve.enums import PlacementPolicy, Protocol
 from sharedserve.errors import ConfigError
 
 __all__ = [
+    "ARRIVING_BODIES_PER_LIMIT",
     "DEFAULT_MAX_BODY_BYTES",
     "NO_CAP",
     "REPLICA_SERVE_OPTIONS",
@@ -31,10 +32,13 @@ __all__ = [
     "PackSettings",
     "RestSettings",
     "ServerSettings",
+    "ShutdownSettings",
 ]
 
 #: 64 MiB: a batch of 12 Inception v3 images in TF Serving's row JSON format (~5 MB each) fits.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Largest bodies that may be arriving at once by default (``RestSettings.arriving_limit``).
+ARRIVING_BODIES_PER_LIMIT = 4
 
 
 #: The bench's wire formats: TF Serving's REST and gRPC APIs, and the Open Inference Protocol's.
@@ -117,16 +121,28 @@ class RestSettings:
     """Request-body bytes decoded from JSON at once, at most (decoding costs ~18x a body's size
     in memory); a body waits briefly for room, then gets 503. None: ``max_body_bytes``, one
     largest body at a time."""
+    max_arriving_bytes: int | None = None
+    """Bytes held at once by request bodies still arriving, over all connections, at most; a
+    body's memory grows with what arrived, and one that would take the total past this gets 503
+    at once (slow clients declaring large bodies cannot fill memory). None:
+    ``ARRIVING_BODIES_PER_LIMIT`` x ``max_body_bytes``."""
 
     @property
     def decoding_limit(self) -> int:
         return self.max_body_bytes if self.max_decoding_bytes is None else self.max_decoding_bytes
+
+    @property
+    def arriving_limit(self) -> int:
+        if self.max_arriving_bytes is not None:
+            return self.max_arriving_bytes
+        return ARRIVING_BODIES_PER_LIMIT * self.max_body_bytes
 
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work."""
         _check_port("--rest-port", self.port)
         _check_positive("--max-body-bytes", self.max_body_bytes)
         _check_positive("--max-decoding-bytes", self.max_decoding_bytes)
+        _check_positive("--max-arriving-bytes", self.max_arriving_bytes)
 
 
 @dataclass(frozen=True)
@@ -170,6 +186,9 @@ class ConnectionSettings:
     max_connections: int = 1024
     """Open connections per listener (REST and gRPC each) at most; past it a REST request gets
     503 and its connection closes, a gRPC connection is closed at once."""
+    max_header_bytes: int = 64 * 1024
+    """Bytes of a REST request's line and headers, at most; past it 431 and the connection
+    closes (a deadline alone lets a fast client send gigabytes of headers in time)."""
 
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work."""
@@ -178,9 +197,35 @@ class ConnectionSettings:
             ("--header-timeout", self.header_timeout_s),
             ("--body-timeout", self.body_timeout_s),
             ("--max-connections", self.max_connections),
+            ("--max-header-bytes", self.max_header_bytes),
         ):
             if not value > 0:
                 raise ConfigError(f"{flag} must be positive, got {value:g}")
+
+
+@dataclass(frozen=True)
+class ShutdownSettings:
+    """How a server stops on SIGTERM so that a rolling update loses no request: readiness
+    turns not-ready at once, requests are still served for ``drain_delay_s`` (while the
+    endpoints are removed), then both listeners stop accepting, in-flight requests finish, and
+    whatever is left at ``grace_s`` is cut."""
+
+    drain_delay_s: float = 0.0
+    """Seconds between SIGTERM and closing the listeners, serving as usual but answering
+    not-ready. 0 where the pod's ``preStop`` hook already waits (the Deployments here do)."""
+    grace_s: float = 20.0
+    """Seconds from SIGTERM to exit, at most (drain delay included); what is still running
+    then is cut. Below Kubernetes' default terminationGracePeriodSeconds of 30."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        if not self.drain_delay_s >= 0:
+            raise ConfigError(f"--drain-delay must be >= 0, got {self.drain_delay_s:g}")
+        if not self.grace_s > self.drain_delay_s:
+            raise ConfigError(
+                f"--shutdown-grace ({self.grace_s:g} s) must be longer than --drain-delay "
+                f"({self.drain_delay_s:g} s)"
+            )
 
 
 @dataclass(frozen=True)
@@ -409,6 +454,7 @@ class ServerSettings:
     rest: RestSettings = field(default_factory=RestSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
+    shutdown: ShutdownSettings = field(default_factory=ShutdownSettings)
     batching: BatchingSettings | None = None
     """None: batching off (TF Serving's default); each request is one model call."""
     gpu: GpuSettings = field(default_factory=GpuSettings)
@@ -436,3 +482,4 @@ class ServerSettings:
             self.batching.validate()
         _check_positive("--max-request-elements", self.max_request_elements)
         self.connections.validate()
+        self.shutdown.validate()

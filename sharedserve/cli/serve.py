@@ -16,6 +16,7 @@ from sharedserve.config import (
     GrpcSettings,
     RestSettings,
     ServerSettings,
+    ShutdownSettings,
 )
 from sharedserve.contract import Grant
 from sharedserve.enums import Framework
@@ -88,6 +89,39 @@ _MaxDecodingBytes = Annotated[
         "in memory, so this bounds a burst of large bodies. A body that finds no room waits up "
         "to 10 s, then gets 503.",
         show_default="--max-body-bytes",
+    ),
+]
+_MaxArrivingBytes = Annotated[
+    int | None,
+    typer.Option(
+        help="Bytes held at once by request bodies still arriving, over all connections; a "
+        "body's memory grows with what arrived, and one that would pass this gets 503 at once, "
+        "so slow clients declaring large bodies cannot fill memory.",
+        show_default="4 x --max-body-bytes",
+    ),
+]
+_MaxHeaderBytes = Annotated[
+    int,
+    typer.Option(
+        help="Bytes of a REST request's line and headers at most; more gets 431 and a close.",
+        show_default=True,
+    ),
+]
+_DrainDelay = Annotated[
+    float,
+    typer.Option(
+        help="Seconds after SIGTERM that requests are still served while readiness answers "
+        "not-ready, for the endpoints to be removed; 0 where the pod's preStop hook waits.",
+        show_default=True,
+    ),
+]
+_ShutdownGrace = Annotated[
+    float,
+    typer.Option(
+        help="Seconds from SIGTERM to exit at most (drain delay included): listeners close, "
+        "in-flight requests finish, what is left then is cut. Keep it under the pod's "
+        "terminationGracePeriodSeconds.",
+        show_default=True,
     ),
 ]
 _KeepAliveTimeout = Annotated[
@@ -169,10 +203,14 @@ def serve(
     max_body_bytes: _MaxBodyBytes = RestSettings.max_body_bytes,
     max_request_elements: _MaxRequestElements = ServerSettings.max_request_elements,
     max_decoding_bytes: _MaxDecodingBytes = RestSettings.max_decoding_bytes,
+    max_arriving_bytes: _MaxArrivingBytes = RestSettings.max_arriving_bytes,
+    max_header_bytes: _MaxHeaderBytes = ConnectionSettings.max_header_bytes,
     keep_alive_timeout: _KeepAliveTimeout = ConnectionSettings.keep_alive_timeout_s,
     header_timeout: _HeaderTimeout = ConnectionSettings.header_timeout_s,
     body_timeout: _BodyTimeout = ConnectionSettings.body_timeout_s,
     max_connections: _MaxConnections = ConnectionSettings.max_connections,
+    drain_delay: _DrainDelay = ShutdownSettings.drain_delay_s,
+    shutdown_grace: _ShutdownGrace = ShutdownSettings.grace_s,
     gpu_memory_fraction: _GpuMemoryFraction = None,
     gpu_memory_mib: _GpuMemoryMib = None,
     cpu_limit: _CpuLimit = ServerSettings.cpu_limit_cores,
@@ -203,11 +241,12 @@ def serve(
     settings = ServerSettings(
         model_dir=model,
         model_name=name,
-        rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes),
+        rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes, max_arriving_bytes),
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=max_body_bytes),
         connections=ConnectionSettings(
-            keep_alive_timeout, header_timeout, body_timeout, max_connections
+            keep_alive_timeout, header_timeout, body_timeout, max_connections, max_header_bytes
         ),
+        shutdown=ShutdownSettings(drain_delay, shutdown_grace),
         batching=_batching(
             batching_parameters_file,
             enable_batching,

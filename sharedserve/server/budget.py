@@ -16,7 +16,12 @@ from contextlib import asynccontextmanager
 
 from sharedserve.errors import ResourceExhausted
 
-__all__ = ["ByteBudget"]
+__all__ = ["DECODE_WAIT_S", "ByteBudget"]
+
+# How long a body waits for room in the decoding budget before 503: several decodes of a large
+# body, so a burst of big requests queues rather than fails, but not so long that a client's
+# own timeout fires first.
+DECODE_WAIT_S = 10.0
 
 
 class ByteBudget:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 
 from sharedserve.config import ConnectionSettings
+from sharedserve.server.budget import ByteBudget
 from sharedserve.server.model import ServedModel
 from sharedserve.server.oip import grpc_api as oip_grpc
 from sharedserve.server.predictor import Predictor
@@ -19,8 +20,10 @@ def create_grpc_server(
     predictor: Predictor,
     max_message_bytes: int,
     connections: ConnectionSettings,
+    decoding: ByteBudget,
 ) -> grpc.aio.Server:
-    """A grpc.aio server with every service; the caller binds ports and starts it."""
+    """A grpc.aio server with every service; the caller binds ports and starts it. ``decoding``
+    is the REST app's budget: a message's bytes count against it as a body's do."""
     options = [
         # The REST listener's connection limits, in gRPC core's terms: a connection that sends
         # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
@@ -35,6 +38,6 @@ def create_grpc_server(
         ("grpc.max_send_message_length", max_message_bytes),
     ]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers(tfserving_grpc.handlers(model, predictor))
-    server.add_generic_rpc_handlers(oip_grpc.handlers(model, predictor))
+    server.add_generic_rpc_handlers(tfserving_grpc.handlers(model, predictor, decoding))
+    server.add_generic_rpc_handlers(oip_grpc.handlers(model, predictor, decoding))
     return server

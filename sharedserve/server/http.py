@@ -31,22 +31,17 @@ __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 
-# How long a body waits for room in the decoding budget before 503: several decodes of a large
-# body, so a burst of big requests queues rather than fails, but not so long that a client's
-# own timeout fires first.
-_DECODE_WAIT_S = 10.0
-
 
 def create_app(
     predictor: Predictor,
     limits: Callable[[], dict[str, Any]],
     rest: RestSettings,
     connections: ConnectionSettings,
+    decoding: ByteBudget,
 ) -> FastAPI:
-    """The HTTP app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body."""
+    """The HTTP app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body, and
+    ``decoding`` (shared with the gRPC server) bounds the bytes being decoded at once."""
     model, metrics = predictor.model, predictor.metrics
-    # One budget for both APIs: it bounds the memory of decoding, whoever sent the bytes.
-    decoding = ByteBudget(rest.decoding_limit, _DECODE_WAIT_S)
     app = FastAPI(title="sharedserve", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(SharedServeError)

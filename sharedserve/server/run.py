@@ -30,6 +30,7 @@ from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_size
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import Backend, RuntimeConfig
+from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
 from sharedserve.server.connections import protocol_class
 from sharedserve.server.grpc_server import create_grpc_server
 from sharedserve.server.http import create_app
@@ -243,7 +244,9 @@ def _serve(
     elif gpu_backend is not None:
         gpu_backend.close()
     predictor = Predictor(model, metrics, settings.batching, settings.request_element_limit)
-    app = create_app(predictor, lambda: report, settings.rest, settings.connections)
+    # One budget for every API: it bounds the memory of decoding, whoever sent the bytes.
+    decoding = ByteBudget(settings.rest.decoding_limit, DECODE_WAIT_S)
+    app = create_app(predictor, lambda: report, settings.rest, settings.connections, decoding)
 
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
@@ -272,7 +275,7 @@ def _serve(
 
     async def serve() -> None:
         grpc_server = create_grpc_server(
-            model, predictor, settings.grpc.max_message_bytes, settings.connections
+            model, predictor, settings.grpc.max_message_bytes, settings.connections, decoding
         )
         grpc_port = _bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
         await grpc_server.start()

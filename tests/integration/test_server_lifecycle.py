@@ -16,6 +16,7 @@ import uvicorn
 
 from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.server.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
 from sharedserve.server.http import create_app
 from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
@@ -42,7 +43,8 @@ def test_not_ready_is_503_until_warm(models_dir: Path) -> None:
     gate = threading.Event()
     model = ServedModel(source, GatedBackend(source.path, gate))
     rest, connections = RestSettings(max_body_bytes=1 << 20), ConnectionSettings()
-    app = create_app(Predictor(model, Metrics("tiny")), lambda: {}, rest, connections)
+    decoding = ByteBudget(rest.decoding_limit, DECODE_WAIT_S)
+    app = create_app(Predictor(model, Metrics("tiny")), lambda: {}, rest, connections, decoding)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)

@@ -16,6 +16,7 @@ import grpc
 import numpy as np
 
 from sharedserve.errors import InvalidInput, quoted
+from sharedserve.server.budget import ByteBudget
 from sharedserve.server.grpc_calls import guard, unary, unimplemented
 from sharedserve.server.model import ModelState, ServedModel, parse_version
 from sharedserve.server.oip import tensors
@@ -127,7 +128,9 @@ class _Servicer:
         return await guard(context, "ModelInfer", call, (self._predictor.metrics, "oip-grpc"))
 
 
-def handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpcHandler, ...]:
+def handlers(
+    model: ServedModel, predictor: Predictor, decoding: ByteBudget
+) -> tuple[grpc.GenericRpcHandler, ...]:
     """The service under its OIP name; the model repository's load and unload are not offered
     (one model per process, loaded at start)."""
     servicer = _Servicer(model, predictor)

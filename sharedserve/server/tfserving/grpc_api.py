@@ -15,6 +15,7 @@ import grpc
 import numpy as np
 
 from sharedserve.errors import InvalidInput, quoted
+from sharedserve.server.budget import ByteBudget
 from sharedserve.server.grpc_calls import guard, unary, unimplemented
 from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.predictor import Predictor
@@ -147,7 +148,9 @@ class ModelServicer:
         return await guard(context, "GetModelStatus", call)
 
 
-def handlers(model: ServedModel, predictor: Predictor) -> tuple[grpc.GenericRpcHandler, ...]:
+def handlers(
+    model: ServedModel, predictor: Predictor, decoding: ByteBudget
+) -> tuple[grpc.GenericRpcHandler, ...]:
     """Both services under TF Serving's names.
 
     Methods sharedserve does not offer answer UNIMPLEMENTED without parsing their requests.
