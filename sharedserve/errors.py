@@ -13,6 +13,7 @@ the grpc import (pure modules may import it).
 from __future__ import annotations
 
 __all__ = [
+    "ArrivingBytesExhausted",
     "ConfigError",
     "GpuError",
     "InvalidInput",
@@ -101,6 +102,11 @@ class ResourceExhausted(SharedServeError):
 
     http_status = 503
     grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class ArrivingBytesExhausted(ResourceExhausted):
+    """Bodies still arriving hold ``--max-arriving-bytes``: refused mid-body, so the rest of the
+    body is unread and the connection must close."""
 
 
 class Unimplemented(SharedServeError):

@@ -1,10 +1,16 @@
-"""A bound on the request bytes being decoded at once.
+"""Bounds on the memory of request bodies: the bytes still arriving, and those being decoded.
 
 Decoding JSON costs many times a body's size (a 60 MiB body of floats peaks at ~1 GiB: a Python
 float and a list slot per number before numpy packs them), so without a bound a few large bodies
 at once can push a replica past its container's memory limit. Requests take their body's size
 from a budget before decoding and give it back when answered; one that finds no room waits, in
 arrival order so small bodies cannot starve a large one, and is refused with 503 if none comes.
+
+Before decoding, a body is arriving: its memory grows with the bytes that came, and those are
+taken from ``ArrivingBytes`` (``--max-arriving-bytes``) until the decoding budget takes the
+whole body over. A client declaring 64 MiB and sending a byte a minute so holds a byte, and past
+the bound a body is refused with 503 at once: waiting would let slow clients hold memory
+indefinitely, the very thing the bound is for.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sharedserve.errors import ResourceExhausted
+from sharedserve.errors import ArrivingBytesExhausted, ResourceExhausted
 
-__all__ = ["DECODE_WAIT_S", "ByteBudget"]
+__all__ = ["DECODE_WAIT_S", "ArrivingBytes", "ArrivingShare", "ByteBudget"]
 
 # How long a body waits for room in the decoding budget before 503: several decodes of a large
 # body, so a burst of big requests queues rather than fails, but not so long that a client's
@@ -69,3 +75,42 @@ class ByteBudget:
                 self._queue.remove(ticket)
                 self._changed.notify_all()  # the next in line may fit now
             self.used += size
+
+
+class ArrivingBytes:
+    """The bytes held by request bodies still arriving (or waiting for the decoding budget),
+    over all connections, at most ``limit``. One event loop takes and gives: no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def share(self) -> ArrivingShare:
+        """One body's share, empty; give it back (``release``) however the body ends."""
+        return ArrivingShare(self)
+
+
+class ArrivingShare:
+    """What one body holds of an ``ArrivingBytes``."""
+
+    def __init__(self, pool: ArrivingBytes) -> None:
+        self._pool = pool
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        """Take ``size`` more bytes, or raise ``ArrivingBytesExhausted`` if others hold too many.
+        A body alone may pass the limit (as a body over the decoding budget runs alone), so a
+        limit under --max-body-bytes refuses large bodies only while others arrive."""
+        pool = self._pool
+        if pool.held + size > pool.limit and pool.held > self.held:
+            raise ArrivingBytesExhausted(
+                f"request bodies still arriving hold {pool.held} bytes (at most {pool.limit}, "
+                "--max-arriving-bytes); retry later"
+            )
+        pool.held += size
+        self.held += size
+
+    def release(self) -> None:
+        """Give back all this body holds; a second call gives back nothing."""
+        self._pool.held -= self.held
+        self.held = 0

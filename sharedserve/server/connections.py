@@ -3,11 +3,17 @@
 uvicorn closes a keep-alive connection left idle between two requests, but sets no deadline on a
 connection that has not finished its first request's headers, and accepts connections without
 bound: 200 silent, 200 trickled-header and 200 half-sent-body connections all stayed open
-indefinitely (slowloris). This protocol, uvicorn's httptools protocol plus three rules, adds:
+indefinitely (slowloris). This protocol, uvicorn's httptools protocol plus four rules, adds:
 
 * a header deadline: the request line and headers must be complete within ``header_timeout_s``
   of the connection opening (or, between requests, of the next request's first byte); a partial
   request then gets 408, a silent connection is closed (nginx's ``client_header_timeout``);
+* a header size bound: past ``max_header_bytes`` of a request's line and headers, 431 and the
+  connection is closed. Neither httptools (llhttp) nor uvicorn's protocol bounds them (a 100 MiB
+  header is accepted, and httptools holds a partial header in memory until it ends), so the
+  bytes are counted as they are received, before the parser sees them: while a request's
+  headers are incomplete, every byte received since the previous request ended is theirs
+  (nginx's ``large_client_header_buffers``);
 * a connection cap: past ``max_connections`` open connections, a new one's request gets 503 and
   the connection is closed (nginx's ``limit_conn``, answered once the request is read, so the
   client sees the answer instead of a reset);
@@ -42,9 +48,11 @@ if TYPE_CHECKING:
     )
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-__all__ = ["HEADER_TIMEOUT", "OVER_CAPACITY", "protocol_class"]
+__all__ = ["HEADER_TIMEOUT", "HEADER_TOO_LARGE", "OVER_CAPACITY", "protocol_class"]
 
-HEADER_TIMEOUT, OVER_CAPACITY = "header_timeout", "over_capacity"
+HEADER_TIMEOUT = "header_timeout"
+HEADER_TOO_LARGE = "header_too_large"
+OVER_CAPACITY = "over_capacity"
 
 # How long an answered request's unread body is drained before the connection is closed anyway
 # (nginx's lingering_timeout; never longer than the header timeout): long enough for a client to
@@ -64,11 +72,17 @@ def _answer(status: int, reason: str, message: str) -> bytes:
 def protocol_class(
     limits: ConnectionSettings, on_refused: Callable[[str], None]
 ) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol with ``limits``'s header deadline and connection cap."""
+    """uvicorn's httptools protocol with ``limits``'s header deadline and size bound and its
+    connection cap."""
     timeout_answer = _answer(
         408,
         "Request Timeout",
         f"request headers not received within {limits.header_timeout_s:g} s",
+    )
+    too_large_answer = _answer(
+        431,
+        "Request Header Fields Too Large",
+        f"request line and headers exceed {limits.max_header_bytes} bytes (--max-header-bytes)",
     )
     busy_answer = _answer(
         503,
@@ -84,6 +98,8 @@ def protocol_class(
         _refused = False
         _draining = False  # answered with its body unread: what comes is dropped, then closed
         _linger: asyncio.TimerHandle | None = None
+        _in_headers = True  # no request's headers in progress are complete: bytes are theirs
+        _header_bytes = 0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -103,6 +119,7 @@ def protocol_class(
                 self._arm()
 
         def on_headers_complete(self) -> None:
+            self._in_headers, self._header_bytes = False, 0
             self._disarm()
             self._request_started = False
             if self._refused:
@@ -116,6 +133,9 @@ def protocol_class(
                 super().on_body(body)
 
         def on_message_complete(self) -> None:
+            # What follows is the next request's line and headers. (Bytes of it that came in
+            # the same read as this request's end go uncounted: at most one read, 256 KiB.)
+            self._in_headers = True
             if not self._refused:
                 super().on_message_complete()
 
@@ -141,8 +161,15 @@ def protocol_class(
             super()._start_asgi_task(cycle, closing_when_unread)
 
         def data_received(self, data: bytes) -> None:
-            if not self._draining:
-                super().data_received(data)  # else the rest of an answered request: dropped
+            if self._draining:
+                return  # the rest of an answered request: dropped
+            if self._in_headers:
+                self._header_bytes += len(data)
+            super().data_received(data)
+            # Checked after parsing: headers completed in this read reset the count, so a body
+            # sent in the same read as its headers is never mistaken for them.
+            if self._in_headers and self._header_bytes > limits.max_header_bytes:
+                self._headers_too_large()
 
         def on_response_complete(self) -> None:
             if not self._draining:
@@ -153,10 +180,26 @@ def protocol_class(
             # close: end our side, read and drop what still comes, close when the client does
             # or after linger_s.
             self.server_state.total_requests += 1
+            self._linger_close()
+
+        def _linger_close(self) -> None:
             if not self.transport.is_closing():
                 self.transport.write_eof()
                 self.flow.resume_reading()
                 self._linger = self.loop.call_later(linger_s, self.transport.close)
+
+        def _headers_too_large(self) -> None:
+            on_refused(HEADER_TOO_LARGE)
+            self._disarm()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._close_with(too_large_answer)  # a pipelined answer is still being written
+                return
+            # A client sending headers this large is still sending them: closed at once, the
+            # socket would reset and lose the answer, so the close lingers as for unread bodies.
+            self._draining = True
+            if not self.transport.is_closing():
+                self.transport.write(too_large_answer)
+            self._linger_close()
 
         def _arm(self) -> None:
             self._deadline = self.loop.call_later(limits.header_timeout_s, self._headers_late)

@@ -19,8 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharedserve.config import ConnectionSettings, RestSettings
-from sharedserve.errors import RequestTimeout, SharedServeError
-from sharedserve.server.budget import ByteBudget
+from sharedserve.errors import ArrivingBytesExhausted, RequestTimeout, SharedServeError
+from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, error, json_response
 from sharedserve.server.oip import rest as oip_rest
 from sharedserve.server.predictor import Predictor
@@ -42,12 +42,15 @@ def create_app(
     """The HTTP app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body, and
     ``decoding`` (shared with the gRPC server) bounds the bytes being decoded at once."""
     model, metrics = predictor.model, predictor.metrics
+    # REST bodies only: a gRPC message arrives whole inside grpcio, under its own limit.
+    arriving = ArrivingBytes(rest.arriving_limit)
+    metrics.track_arriving_bytes(lambda: arriving.held)
     app = FastAPI(title="sharedserve", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(SharedServeError)
     async def _ours(_: Request, exc: SharedServeError) -> Response:
         response = error(exc.http_status, exc.message)
-        if isinstance(exc, RequestTimeout):
+        if isinstance(exc, RequestTimeout | ArrivingBytesExhausted):
             response.headers["connection"] = "close"  # the rest of its body is not read
         return response
 
@@ -62,8 +65,8 @@ def create_app(
         log.exception("unexpected error serving %s %s", request.method, request.url.path)
         return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    tfserving_rest.add_routes(app, predictor, rest, connections, decoding)
-    oip_rest.add_routes(app, predictor, rest, connections, decoding)
+    tfserving_rest.add_routes(app, predictor, rest, connections, decoding, arriving=arriving)
+    oip_rest.add_routes(app, predictor, rest, connections, decoding, arriving=arriving)
 
     @app.get("/metrics")
     async def get_metrics() -> Response:

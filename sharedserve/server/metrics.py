@@ -78,10 +78,19 @@ class Metrics:
             registry=self.registry,
         )
         self._queue.labels(model).set(0)
+        self._arriving = Gauge(
+            "sharedserve_request_body_arriving_bytes",
+            "Bytes held by REST request bodies still arriving or waiting to be decoded "
+            "(at most --max-arriving-bytes)",
+            ["model"],
+            registry=self.registry,
+        )
+        self._arriving.labels(model).set(0)
         self._refused = Counter(
             "sharedserve_connections_refused",
             "REST connections closed before a request was served: over --max-connections "
-            "(over_capacity) or headers not received in time (header_timeout)",
+            "(over_capacity), headers not received in time (header_timeout) or over "
+            "--max-header-bytes (header_too_large)",
             ["model", "reason"],
             registry=self.registry,
         )
@@ -98,6 +107,9 @@ class Metrics:
 
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         self._queue.labels(self.model).set_function(depth)
+
+    def track_arriving_bytes(self, held: Callable[[], float]) -> None:
+        self._arriving.labels(self.model).set_function(held)
 
     def track_gpu_memory(self, read: Callable[[], GpuMemoryReading]) -> None:
         """``read`` returns the three figures of ``GpuMemoryReading``, each None if unknown."""

@@ -21,7 +21,7 @@ from fastapi.responses import Response
 
 from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, quoted
-from sharedserve.server.budget import ByteBudget
+from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.json_values import json_type
 from sharedserve.server.model import ServedModel, parse_version
@@ -194,9 +194,11 @@ def add_routes(
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: ByteBudget,
+    *,
+    arriving: ArrivingBytes,
 ) -> None:
-    """The OIP's ``/v2`` routes; ``decoding`` bounds the bytes being decoded (shared with TF
-    Serving's API)."""
+    """The OIP's ``/v2`` routes; ``arriving`` and ``decoding`` bound the bytes of bodies being
+    read and being decoded (shared with TF Serving's API)."""
     model = predictor.model
 
     @app.get("/v2")
@@ -225,8 +227,8 @@ def add_routes(
         async def answer() -> Response:
             model.check(name, parse_version(version))
             header_length = _header_length(request)
-            body = await read_body(request, rest.max_body_bytes, connections.body_timeout_s)
-            async with decoding.hold(len(body)):
+            limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
+            async with read_body(request, limit, pause_s, arriving, decoding) as body:
                 content, split = await predictor.predict(_Infer(model, body, header_length))
             if split is None:
                 return Response(content, media_type=JSON)

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, NotFound, Unimplemented, quoted
-from sharedserve.server.budget import ByteBudget
+from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.model import ServedModel, parse_version
 from sharedserve.server.predictor import Predictor
@@ -87,8 +87,11 @@ def add_routes(
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: ByteBudget,
+    *,
+    arriving: ArrivingBytes,
 ) -> None:
-    """TF Serving's ``/v1/models/...`` routes; ``decoding`` bounds the bytes being decoded."""
+    """TF Serving's ``/v1/models/...`` routes; ``arriving`` and ``decoding`` bound the bytes of
+    bodies being read and being decoded."""
     model = predictor.model
 
     @app.get("/v1/models/{path:path}")
@@ -114,8 +117,8 @@ def add_routes(
 
         async def answer() -> Response:
             model.check(name, version)
-            body = await read_body(request, rest.max_body_bytes, connections.body_timeout_s)
-            async with decoding.hold(len(body)):
+            limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
+            async with read_body(request, limit, pause_s, arriving, decoding) as body:
                 return Response(await predictor.predict(_JsonPredict(model, body)), media_type=JSON)
 
         return await counted(predictor.metrics, "rest", answer)
