@@ -23,8 +23,9 @@ indefinitely (slowloris). This protocol, uvicorn's httptools protocol plus four 
   still sends is drained for a few seconds first, so the close is not a reset that loses the
   answer (nginx's lingering close).
 
-A body the app does read is timed by the app (``rest._read_body``), which answers 408 itself and
-counts it. Closed and refused connections are counted by the ``on_refused`` callback.
+A body the app does read is timed and bounded by the app (``http_io.read_body``), which answers
+408 or 503 itself and counts it. Closed and refused connections are counted by the
+``on_refused`` callback.
 """
 
 from __future__ import annotations
