@@ -3,13 +3,17 @@
 grpc's generated deserializers turn a request that does not parse into a logged traceback and
 UNKNOWN. A message that does not parse is the client's error: the handlers built here take the
 raw bytes, parse them, and refuse what does not parse with INVALID_ARGUMENT and one warning line.
-The model server and the allocator both register their services through here.
+The model server and the allocator both register their services through here; the model
+server's handlers (``sized_unary``) also hold each request's bytes from a memory budget and
+parse large ones in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, NoReturn
 
 import grpc
@@ -17,12 +21,15 @@ from google.protobuf.message import DecodeError
 
 from sharedserve.errors import InvalidInput, SharedServeError
 
-__all__ = ["Refuse", "abort", "unary_stream", "unary_unary"]
+__all__ = ["Hold", "Refuse", "abort", "sized_unary", "unary_stream", "unary_unary"]
 
 log = logging.getLogger(__name__)
 
 # Answers a refused call: aborts it with the error's status (and counts it, where that matters).
-Refuse = Callable[[grpc.aio.ServicerContext, InvalidInput], Awaitable[Any]]
+Refuse = Callable[[grpc.aio.ServicerContext, SharedServeError], Awaitable[Any]]
+# Held from before a request of this many bytes is parsed until it is answered (a memory budget);
+# raises a SharedServeError to refuse it.
+Hold = Callable[[int], AbstractAsyncContextManager[object]]
 
 
 async def abort(context: grpc.aio.ServicerContext, error: SharedServeError) -> NoReturn:
@@ -52,6 +59,42 @@ def unary_unary(
         if isinstance(message, InvalidInput):
             return await refuse(context, message)
         return await behaviour(message, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        parse_then, response_serializer=response_type.SerializeToString
+    )
+
+
+def sized_unary(
+    method: str,
+    request_type: Any,
+    response_type: Any,
+    behaviour: Callable[[Any, int, grpc.aio.ServicerContext], Awaitable[Any]],
+    refuse: Refuse,
+    *,
+    off_loop_bytes: int,
+    hold: Hold | None = None,
+) -> grpc.RpcMethodHandler:
+    """``unary_unary`` for a server that bounds what requests hold: the behaviour also gets the
+    message's size in bytes; one over ``off_loop_bytes`` is parsed in a worker thread (upb holds
+    the GIL while it parses, but the loop runs again between the parse and what follows); the
+    whole call holds ``hold(size)``, whose refusal answers the call."""
+
+    async def parse_then(data: bytes, context: grpc.aio.ServicerContext) -> Any:
+        size = len(data)
+        async with AsyncExitStack() as held:
+            if hold is not None:
+                try:
+                    await held.enter_async_context(hold(size))
+                except SharedServeError as e:
+                    return await refuse(context, e)
+            if size > off_loop_bytes:
+                message = await asyncio.to_thread(_parse, method, request_type, data)
+            else:
+                message = _parse(method, request_type, data)
+            if isinstance(message, InvalidInput):
+                return await refuse(context, message)
+            return await behaviour(message, size, context)
 
     return grpc.unary_unary_rpc_method_handler(
         parse_then, response_serializer=response_type.SerializeToString

@@ -10,6 +10,7 @@ raw, as Triton sends them and its client reads them.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import grpc
@@ -17,7 +18,14 @@ import numpy as np
 
 from sharedserve.errors import InvalidInput, quoted
 from sharedserve.server.budget import ByteBudget
-from sharedserve.server.grpc_calls import guard, unary, unimplemented
+from sharedserve.server.grpc_calls import (
+    OFF_LOOP_BYTES,
+    ElementCount,
+    guard,
+    predict,
+    unary,
+    unimplemented,
+)
 from sharedserve.server.model import ModelState, ServedModel, parse_version
 from sharedserve.server.oip import tensors
 from sharedserve.server.oip.api import SERVICE
@@ -40,12 +48,15 @@ def _parameter(parameters: Any, key: str) -> str | None:
 
 
 class _Infer:
-    """A ModelInfer for the predictor; protobuf decodes and encodes in microseconds."""
+    """A ModelInfer for the predictor. Protobuf decodes a small message in microseconds, on the
+    loop; a large one (``heavy``) is decoded in a worker thread."""
 
-    heavy = False
-
-    def __init__(self, model: ServedModel, request: Any) -> None:
+    def __init__(
+        self, model: ServedModel, request: Any, size: int, max_elements: int | None
+    ) -> None:
         self._model, self._request = model, request
+        self.heavy = size > OFF_LOOP_BYTES
+        self._count = ElementCount(max_elements).add
 
     def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
         request = self._request
@@ -70,11 +81,13 @@ class _Infer:
             name, datatype, shape = tensors.declared_input(
                 signature, arrays, tensor.name, tensor.datatype, list(tensor.shape)
             )
+            self._count(math.prod(shape))
             if raw:
                 if tensor.HasField("contents"):
                     raise InvalidInput(f"input {name!r} has both contents and raw_input_contents")
                 arrays[name] = tensors.from_raw(name, datatype, shape, raw[i])
             else:
+                _count_contents(name, datatype, shape, tensor.contents)
                 arrays[name] = tensors.from_contents(name, datatype, shape, tensor.contents)
         return signature, arrays
 
@@ -91,6 +104,20 @@ class _Infer:
             )
             response.raw_output_contents.append(tensors.to_raw(array))
         return response
+
+
+def _count_contents(name: str, datatype: str, shape: tuple[int, ...], contents: Any) -> None:
+    """InvalidInput, as ``tensors.from_contents`` words it, when the typed contents hold other
+    than the shape's elements: counted (len is the field's own count) before one is read, since
+    8 MiB of empty ``bytes_contents`` are 4M Python objects to make."""
+    field = tensors.CONTENTS_FIELD.get(datatype)
+    if field is None:
+        return  # from_contents says why it is not sent typed
+    count, size = len(getattr(contents, field)), math.prod(shape)
+    if count != size:
+        raise InvalidInput(
+            f"input {name!r}: {count} values in {field} for shape {list(shape)} ({size} elements)"
+        )
 
 
 class _Servicer:
@@ -120,10 +147,11 @@ class _Servicer:
 
         return await guard(context, "ModelMetadata", call)
 
-    async def model_infer(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def model_infer(self, request: Any, size: int, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
             self._model.check(request.model_name, parse_version(request.model_version))
-            return await self._predictor.predict(_Infer(self._model, request))
+            infer = _Infer(self._model, request, size, self._predictor.max_elements)
+            return await self._predictor.predict(infer)
 
         return await guard(context, "ModelInfer", call, (self._predictor.metrics, "oip-grpc"))
 
@@ -150,12 +178,13 @@ def handlers(
         ),
     }
     table = {name: unary(name, *spec) for name, spec in methods.items()}
-    table["ModelInfer"] = unary(
+    table["ModelInfer"] = predict(
         "ModelInfer",
         servicer.model_infer,
         pb.ModelInferRequest,
         pb.ModelInferResponse,
-        (predictor.metrics, "oip-grpc"),
+        counted=(predictor.metrics, "oip-grpc"),
+        decoding=decoding,
     )
     for method in ("RepositoryModelLoad", "RepositoryModelUnload"):
         table[method] = unimplemented(method, "it serves one model per process, loaded at start")

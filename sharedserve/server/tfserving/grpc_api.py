@@ -16,7 +16,14 @@ import numpy as np
 
 from sharedserve.errors import InvalidInput, quoted
 from sharedserve.server.budget import ByteBudget
-from sharedserve.server.grpc_calls import guard, unary, unimplemented
+from sharedserve.server.grpc_calls import (
+    OFF_LOOP_BYTES,
+    ElementCount,
+    guard,
+    predict,
+    unary,
+    unimplemented,
+)
 from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature, TensorSpec
@@ -48,12 +55,12 @@ def _fill_tensor_info(info: Any, spec: TensorSpec) -> None:
 
 
 class _ProtoPredict:
-    """A gRPC Predict for the predictor; protobuf decodes and encodes in microseconds."""
+    """A gRPC Predict for the predictor. Protobuf decodes a small message in microseconds, on
+    the loop; a large one (``heavy``) is decoded in a worker thread."""
 
-    heavy = False
-
-    def __init__(self, servicer: PredictionServicer, request: Any) -> None:
+    def __init__(self, servicer: PredictionServicer, request: Any, size: int) -> None:
         self._servicer, self._request = servicer, request
+        self.heavy = size > OFF_LOOP_BYTES
         self._signature_name = ""
 
     def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
@@ -63,7 +70,18 @@ class _ProtoPredict:
         if unknown:
             raise InvalidInput(f"output_filter names unknown outputs {quoted(sorted(unknown))}")
         self._signature_name = signature.name
-        inputs = {k: from_tensor_proto(v, f"input {quoted(k)}") for k, v in request.inputs.items()}
+        # Names and sizes before values (check_inputs judges them again, after): a map of a
+        # million unknown inputs, or values past the element limit, are refused unread.
+        unknown = set(request.inputs) - set(signature.inputs)
+        if unknown:
+            raise InvalidInput(
+                f"unknown input {quoted(min(unknown))}; the signature's inputs are "
+                f"{', '.join(sorted(signature.inputs))}"
+            )
+        count = ElementCount(self._servicer.max_elements).add
+        inputs = {
+            k: from_tensor_proto(v, f"input {quoted(k)}", count) for k, v in request.inputs.items()
+        }
         return signature, inputs
 
     def encode(self, outputs: dict[str, np.ndarray]) -> Any:
@@ -80,10 +98,14 @@ class PredictionServicer:
     def __init__(self, model: ServedModel, predictor: Predictor) -> None:
         self.model, self._predictor = model, predictor
 
-    async def Predict(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    @property
+    def max_elements(self) -> int | None:
+        return self._predictor.max_elements
+
+    async def Predict(self, request: Any, size: int, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         async def call() -> Any:
             self._check(request.model_spec)
-            return await self._predictor.predict(_ProtoPredict(self, request))
+            return await self._predictor.predict(_ProtoPredict(self, request, size))
 
         return await guard(context, "Predict", call, (self._predictor.metrics, "grpc"))
 
@@ -156,13 +178,17 @@ def handlers(
     Methods sharedserve does not offer answer UNIMPLEMENTED without parsing their requests.
     """
     prediction, models = PredictionServicer(model, predictor), ModelServicer(model, predictor)
-    counted = (predictor.metrics, "grpc")
     return (
         grpc.method_handlers_generic_handler(
             PREDICTION_SERVICE,
             {
-                "Predict": unary(
-                    "Predict", prediction.Predict, pb.PredictRequest, pb.PredictResponse, counted
+                "Predict": predict(
+                    "Predict",
+                    prediction.Predict,
+                    pb.PredictRequest,
+                    pb.PredictResponse,
+                    counted=(predictor.metrics, "grpc"),
+                    decoding=decoding,
                 ),
                 "GetModelMetadata": unary(
                     "GetModelMetadata",

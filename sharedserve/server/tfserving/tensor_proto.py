@@ -5,12 +5,14 @@ TorchScript-only install serves gRPC without the ``tensorflow`` wheel. ``tf.make
 also copy through Python lists for the typed ``*_val`` fields. Here numeric tensors travel as
 ``tensor_content`` (raw little-endian bytes, one memcpy each way, what TF Serving's own clients
 send), and the typed fields are read with ``np.asarray`` on the repeated field, never an element
-loop. TF's rule that a single typed value fills the whole shape is honoured.
+loop, and counted first: more values than the shape holds are refused before any is made a
+Python object. TF's rule that a single typed value fills the whole shape is honoured.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,8 +55,11 @@ def dtype_name(proto: Any) -> str:
     return name
 
 
-def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
-    """Decode a TensorProto; InvalidInput names ``what`` on any inconsistency."""
+def from_tensor_proto(
+    proto: Any, what: str = "tensor", count: Callable[[int], None] | None = None
+) -> np.ndarray:
+    """Decode a TensorProto; InvalidInput names ``what`` on any inconsistency. ``count`` is
+    told the declared elements before any value is read (it may refuse them)."""
     name = dtype_name(proto)
     if proto.tensor_shape.unknown_rank:
         raise InvalidInput(f"{what}: tensor_shape has unknown rank")
@@ -64,6 +69,8 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
     check_rank(f"{what}: tensor_shape", len(dims))
     shape = check_shape(f"{what}: tensor_shape", [int(d.size) for d in dims])
     size = math.prod(shape)
+    if count is not None:
+        count(size)
     dtype = DTYPE_TO_NUMPY[name]
     # Read once: each access to a bytes field copies it out of the message (upb).
     content = proto.tensor_content if name != "DT_STRING" else b""
@@ -78,24 +85,25 @@ def from_tensor_proto(proto: Any, what: str = "tensor") -> np.ndarray:
         # backends copy into the framework's own tensors); a converted copy otherwise.
         return np.frombuffer(content, dtype=little).astype(dtype, copy=False).reshape(shape)
     values = getattr(proto, _VALUE_FIELD[name])
+    # Counted before anything is made of them (len is the field's own count): 30M empty strings
+    # fit in a 57 MiB message, and were a list and an array of 30M objects before being refused.
+    given = len(values)
+    if given not in {size, 1}:  # TF's rule: one value fills the shape
+        raise InvalidInput(
+            f"{what}: {given} values given for shape {list(shape)} ({size} elements)"
+        )
     if name == "DT_STRING":
-        flat = np.empty(len(values), dtype=object)
+        flat = np.empty(given, dtype=object)
         flat[:] = list(values)
     elif name == "DT_HALF":
         flat = np.asarray(values, dtype=np.uint16).view(np.float16)  # half_val holds raw bits
     else:
         flat = np.asarray(values, dtype=dtype)
-    if flat.size == size:
+    if given == size:
         return flat.reshape(shape)
-    if flat.size == 1:  # TF's rule: one value fills the shape
-        # A read-only view, not a copy: the validator counts the elements before a backend
-        # makes them real, so a 40-byte message cannot allocate gigabytes here.
-        return np.broadcast_to(flat.reshape(()), shape)
-    if size == 0 and flat.size == 0:
-        return flat.reshape(shape)
-    raise InvalidInput(
-        f"{what}: {flat.size} values given for shape {list(shape)} ({size} elements)"
-    )
+    # A read-only view, not a copy: the validator counts the elements before a backend makes
+    # them real, so a 40-byte message cannot allocate gigabytes here.
+    return np.broadcast_to(flat.reshape(()), shape)
 
 
 def to_tensor_proto(array: np.ndarray, proto: Any | None = None) -> Any:
