@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sharedserve.errors import InvalidInput
+from sharedserve.server.json_arrays import JsonArray
 
 __all__ = ["json_type", "numeric_array"]
 
@@ -52,16 +53,21 @@ def numeric_array(
     """``value`` as an array of ``target``; InvalidInput names input ``name`` and type ``label``.
 
     ``describe_item`` says what a non-number among the values is (a wire format may know better
-    than "a JSON object").
+    than "a JSON object"). ``value`` may be a ``JsonArray``: decoded already, as numpy would.
     """
-    try:
-        raw = np.asarray(value)  # numpy infers bool / int64 / uint64 / float64 / str / object
-    except ValueError as e:
-        raise InvalidInput(f"input {name!r}: nested lists are ragged (inhomogeneous shape)") from e
+    if isinstance(value, JsonArray):
+        raw = value.raw
+    else:
+        try:
+            raw = np.asarray(value)  # numpy infers bool / int64 / uint64 / float64 / str / object
+        except ValueError as e:
+            raise InvalidInput(
+                f"input {name!r}: nested lists are ragged (inhomogeneous shape)"
+            ) from e
     kind = raw.dtype.kind
     if kind == "f" and target == np.uint64:
         # numpy reads [1, 2**63] as floats (no signed type holds both): integers only, re-read.
-        raw = _exact_uint64(raw, value)
+        raw = _exact_uint64(raw, value.value() if isinstance(value, JsonArray) else value)
         kind = raw.dtype.kind
     if raw.size == 0 and kind in "biuf":
         return raw.astype(target)  # [] is float64 to numpy; an empty tensor of any dtype is fine

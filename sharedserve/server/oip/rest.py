@@ -53,7 +53,7 @@ class _Infer:
             raise InvalidInput(
                 f"{HEADER_LENGTH} is {split}, but the body has only {len(body)} bytes"
             )
-        header = _object(_loads(body[:split] if split is not None else body), "the request")
+        header = _object(tensors.parse_json(self._body, split), "the request")
         raw = body[split:] if split is not None else body[:0]
         self._id = header.get("id")
         if self._id is not None and not isinstance(self._id, str):
@@ -93,13 +93,6 @@ class _Infer:
         if not blobs:
             return header, None
         return b"".join([header, *blobs]), len(header)
-
-
-def _loads(data: bytes | memoryview) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as e:
-        raise InvalidInput(f"the request's JSON is not valid: {e}") from e
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:

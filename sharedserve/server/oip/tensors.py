@@ -15,8 +15,11 @@ import struct
 from typing import Any
 
 import numpy as np
+import orjson
 
 from sharedserve.errors import InvalidInput, SharedServeError, quoted
+from sharedserve.server import json_arrays
+from sharedserve.server.json_arrays import JsonArray
 from sharedserve.server.json_values import json_type, numeric_array
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec, numeric_dtype_name
 from sharedserve.server.validate import check_shape
@@ -29,6 +32,7 @@ __all__ = [
     "from_contents",
     "from_json",
     "from_raw",
+    "parse_json",
     "parse_shape",
     "tensor_metadata",
     "to_json_data",
@@ -104,10 +108,27 @@ def parse_shape(name: str, shape: Any) -> tuple[int, ...]:
     return check_shape(f"input {name!r}: 'shape'", shape)
 
 
+def parse_json(body: bytes | bytearray, end: int | None = None) -> Any:
+    """A request's JSON (``body[:end]``), each input's numeric ``data`` decoded straight into
+    numpy (a ``JsonArray``) where it is one: the answers and errors of parsing it whole."""
+    header = json_arrays.parse(body, (b"data",), _data_places, end)
+    if header is not None:
+        return header
+    try:
+        return orjson.loads(memoryview(body)[:end])
+    except orjson.JSONDecodeError as e:
+        raise InvalidInput(f"the request's JSON is not valid: {e}") from e
+
+
+def _data_places(header: Any) -> list[tuple[Any, str]]:
+    inputs = header.get("inputs") if isinstance(header, dict) else None
+    return [(entry, "data") for entry in inputs] if isinstance(inputs, list) else []
+
+
 def from_json(name: str, datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
     """The elements of a JSON tensor (``data`` flat or nested, row-major) in ``shape``."""
     if datatype == "BYTES":
-        array = _strings(name, data)
+        array = _strings(name, data.value() if isinstance(data, JsonArray) else data)
     else:
         array = numeric_array(name, datatype, _NUMPY[datatype], data)
     return _shaped(name, array, shape)

@@ -38,6 +38,8 @@ import numpy as np
 import orjson
 
 from sharedserve.errors import InvalidInput, SharedServeError, quoted
+from sharedserve.server import json_arrays
+from sharedserve.server.json_arrays import JsonArray
 from sharedserve.server.json_values import json_type, numeric_array
 from sharedserve.server.signature import Signature, TensorSpec
 
@@ -47,6 +49,7 @@ __all__ = [
     "decode_predict_request",
     "encode_predict_response",
     "parse_json_body",
+    "parse_predict_body",
     "read_signature_name",
 ]
 
@@ -80,6 +83,21 @@ def parse_json_body(body: bytes | bytearray) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise InvalidInput(f"request body must be a JSON object, got {json_type(payload)}")
     return payload
+
+
+def parse_predict_body(body: bytes | bytearray) -> dict[str, Any]:
+    """``parse_json_body``, with a numeric ``instances`` / ``inputs`` array decoded straight into
+    numpy (a ``JsonArray`` in its place) when it is one; same answers and errors as the general
+    path, which every other body takes."""
+    payload = json_arrays.parse(body, (b"instances", b"inputs"), _array_places)
+    if isinstance(payload, dict):
+        return payload
+    return parse_json_body(body)
+
+
+def _array_places(payload: Any) -> list[tuple[Any, str]]:
+    """Where a numeric array cut out of a predict body may stand: the tensor of the only input."""
+    return [(payload, "instances"), (payload, "inputs")]
 
 
 def read_signature_name(payload: dict[str, Any]) -> str | None:
@@ -152,6 +170,8 @@ def encode_predict_response(outputs: dict[str, np.ndarray], fmt: RequestFormat) 
 
 def _row_values(instances: Any, signature: Signature) -> dict[str, Any]:
     """Per input, the list over the batch: the instances themselves, or one column of them."""
+    if isinstance(instances, JsonArray):  # numbers, not named inputs
+        return {_only_input(signature, "'instances' is a list of values"): instances}
     if not isinstance(instances, list):
         raise InvalidInput(f"'instances' must be a list, got {json_type(instances)}")
     if not instances:
@@ -212,6 +232,8 @@ def _decode_tensor(spec: TensorSpec, value: Any) -> np.ndarray:
 
 def _decode_untyped(value: Any) -> np.ndarray:
     """An input the signature does not have: numpy's guess, only for the validator to refuse."""
+    if isinstance(value, JsonArray):
+        return value.raw
     try:
         return np.asarray(value)
     except ValueError:  # ragged; it is refused by name anyway
@@ -229,6 +251,8 @@ def _describe_item(item: Any) -> str:
 
 
 def _decode_strings(name: str, value: Any) -> np.ndarray:
+    if isinstance(value, JsonArray):
+        value = value.value()  # numbers: refused below, with the general path's words
     flat: list[bytes] = []
     shape = _walk_strings(name, value, flat)
     out = np.empty(len(flat), dtype=object)

@@ -71,7 +71,7 @@ class _JsonPredict:
         self._format = codec.RequestFormat.ROW
 
     def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
-        payload = codec.parse_json_body(self._body)
+        payload = codec.parse_predict_body(self._body)
         signature = self._model.signature(codec.read_signature_name(payload))
         request = codec.decode_predict_request(payload, signature)
         self._format = request.format  # the response mirrors the request's layout
