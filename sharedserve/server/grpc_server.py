@@ -1,9 +1,10 @@
 """The one gRPC server of a model server: TF Serving's services and the Open Inference
-Protocol's on one port, over one model and one predictor."""
+Protocol's on one port, over one model and one predictor, and the standard health service."""
 
 from __future__ import annotations
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sharedserve.config import ConnectionSettings
 from sharedserve.server.budget import ByteBudget
@@ -12,7 +13,29 @@ from sharedserve.server.oip import grpc_api as oip_grpc
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.tfserving import grpc_api as tfserving_grpc
 
-__all__ = ["create_grpc_server"]
+__all__ = ["GrpcHealth", "create_grpc_server"]
+
+
+class GrpcHealth:
+    """The standard gRPC health service (``grpc.health.v1.Health``), which Kubernetes' gRPC probe
+    and gRPC-aware proxies ask, for the server (service "") and for the model's name: NOT_SERVING
+    until the model is AVAILABLE, SERVING then, and NOT_SERVING for good once a shutdown begins
+    (``server/shutdown.py``). Its methods run on the gRPC server's event loop."""
+
+    def __init__(self, model_name: str) -> None:
+        self.servicer = health.aio.HealthServicer()
+        self._services = ("", model_name)
+
+    async def not_yet(self) -> None:
+        for service in self._services:
+            await self.servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def serving(self) -> None:
+        for service in self._services:
+            await self.servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stopping(self) -> None:
+        await self.servicer.enter_graceful_shutdown()  # later set()s are ignored
 
 
 def create_grpc_server(
@@ -21,6 +44,8 @@ def create_grpc_server(
     max_message_bytes: int,
     connections: ConnectionSettings,
     decoding: ByteBudget,
+    *,
+    health_service: GrpcHealth,
 ) -> grpc.aio.Server:
     """A grpc.aio server with every service; the caller binds ports and starts it. ``decoding``
     is the REST app's budget: a message's bytes count against it as a body's do."""
@@ -40,4 +65,5 @@ def create_grpc_server(
     server = grpc.aio.server(options=options)
     server.add_generic_rpc_handlers(tfserving_grpc.handlers(model, predictor, decoding))
     server.add_generic_rpc_handlers(oip_grpc.handlers(model, predictor, decoding))
+    health_pb2_grpc.add_HealthServicer_to_server(health_service.servicer, server)
     return server

@@ -1,14 +1,18 @@
 """One served model version and its life cycle, as TF Serving reports it.
 
 States follow TF Serving's ``ModelVersionStatus.State``: START -> LOADING -> AVAILABLE ->
-UNLOADING -> END. The model answers predictions only when AVAILABLE, which it becomes only after
-warm-up, so a readiness probe on ``GET /v1/models/NAME`` never admits traffic to a cold model.
+UNLOADING -> END. The model answers predictions only once loaded and warmed up, so a readiness
+probe (``/v2/health/ready``) never admits traffic to a cold model. On SIGTERM it turns
+UNLOADING at once (``begin_shutdown``): every readiness answer, REST and gRPC, reads ``state``, so
+all of them say not-ready from then on, while predictions are still served until the listeners
+close (``server/shutdown.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from enum import Enum
 from typing import Any
@@ -61,6 +65,9 @@ class ServedModel:
         self.state = ModelState.START
         self.error: str | None = None
         self.load_seconds: float | None = None
+        self._serving = False  # loaded and warmed up, not yet unloaded: predictions answered
+        self._stopping = False
+        self._lock = threading.Lock()  # the loader thread's AVAILABLE vs. a shutdown's UNLOADING
 
     @property
     def name(self) -> str:
@@ -82,7 +89,9 @@ class ServedModel:
             self.error = getattr(e, "message", None) or str(e)
             raise
         self.load_seconds = time.perf_counter() - started
-        self.state = ModelState.AVAILABLE
+        with self._lock:
+            self._serving = True
+            self.state = ModelState.UNLOADING if self._stopping else ModelState.AVAILABLE
         log.info(
             "model %r version %d AVAILABLE (loaded and warmed up in %.1f s)",
             self.name,
@@ -90,9 +99,19 @@ class ServedModel:
             self.load_seconds,
         )
 
+    def begin_shutdown(self) -> None:
+        """Not ready from now on (UNLOADING), while predictions are still answered: the drain
+        before the listeners close."""
+        with self._lock:
+            self._stopping = True
+            if self.state is ModelState.AVAILABLE:
+                self.state = ModelState.UNLOADING
+
     def unload(self) -> None:
-        self.state = ModelState.UNLOADING
-        self.state = ModelState.END
+        with self._lock:
+            self._serving = False
+            self.state = ModelState.UNLOADING
+            self.state = ModelState.END
 
     def check(self, name: str, version: int | None) -> None:
         """NotFound unless ``name``/``version`` is this model; TF Serving's wording."""
@@ -104,13 +123,20 @@ class ServedModel:
             raise NotFound(f"Servable not found for request: Specific({quoted(name)}, {version})")
 
     def require_available(self) -> None:
-        """NotReady, saying why, unless the model answers predictions."""
+        """NotReady, saying why, unless the model is ready for traffic (a readiness probe's
+        question: no longer once the server is shutting down)."""
         if self.state is not ModelState.AVAILABLE:
+            raise NotReady(self._not_ready_message())
+
+    def require_serving(self) -> None:
+        """NotReady, saying why, unless the model answers predictions: loaded and warmed up,
+        and still while draining for a shutdown."""
+        if not self._serving:
             raise NotReady(self._not_ready_message())
 
     def signature(self, signature_name: str | None) -> Signature:
         name = signature_name or DEFAULT_SIGNATURE
-        self.require_available()
+        self.require_serving()
         signature = self.backend.signatures().get(name)
         if signature is None:
             known = sorted(self.backend.signatures())
@@ -120,12 +146,14 @@ class ServedModel:
         return signature
 
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.require_available()
+        self.require_serving()
         return self.backend.predict(signature, inputs)
 
     def _not_ready_message(self) -> str:
         if self.state is ModelState.END and self.error:
             return f"model {self.name!r} failed to load: {self.error}"
+        if self._stopping:
+            return f"model {self.name!r} version {self.version} is shutting down (not ready)"
         return f"model {self.name!r} version {self.version} is not ready (state {self.state.value})"
 
     # -- TF Serving JSON views -------------------------------------------------------------
@@ -145,7 +173,7 @@ class ServedModel:
         }
 
     def metadata_json(self) -> dict[str, Any]:
-        self.require_available()
+        self.require_serving()
         signature_defs = {
             name: {
                 "inputs": {k: _tensor_info(v) for k, v in sig.inputs.items()},

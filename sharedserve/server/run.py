@@ -9,14 +9,12 @@ answer (LOADING) during a long load; predictions are refused with 503 until warm
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
-import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -32,18 +30,17 @@ from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import Backend, RuntimeConfig
 from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
 from sharedserve.server.connections import protocol_class
-from sharedserve.server.grpc_server import create_grpc_server
+from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
 from sharedserve.server.http import create_app
 from sharedserve.server.metrics import GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import ModelSource, find_model
 from sharedserve.server.predictor import Predictor
+from sharedserve.server.shutdown import GracefulServer
 
 __all__ = ["limits_report", "run"]
 
 log = logging.getLogger(__name__)
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _batching_report(batching: BatchingSettings | None) -> dict[str, Any]:
@@ -85,26 +82,6 @@ def limits_report(
         "inter_op_threads": threads[1],
         "batching": batching,
     }
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, minus its re-raising of SIGTERM after a graceful shutdown.
-
-    uvicorn re-raises the signal it caught so the process dies of it; for a model server a
-    SIGTERM stop is the normal end of life (Kubernetes, the packer), so it exits 0 instead.
-    """
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
 
 def _address(host: str, port: int) -> str:
@@ -257,10 +234,9 @@ def _serve(
         access_log=False,
         lifespan="off",
     )
-    server = _Server(config)
     failed = threading.Event()
 
-    def load() -> None:
+    def load(loop: asyncio.AbstractEventLoop, server: GracefulServer, health: GrpcHealth) -> None:
         try:
             model.load()
         except Exception as e:
@@ -268,15 +244,24 @@ def _serve(
             failed.set()
             server.should_exit = True
             return
+        asyncio.run_coroutine_threadsafe(health.serving(), loop)
         # The framework and the model leave hundreds of thousands of objects that live as long as
         # the process. A large JSON body allocates enough lists to start full collections, each
         # of which would walk all of them; frozen, they are skipped (benchmarks/README.md).
         gc.freeze()
 
     async def serve() -> None:
+        health = GrpcHealth(model.name)
+        await health.not_yet()
         grpc_server = create_grpc_server(
-            model, predictor, settings.grpc.max_message_bytes, settings.connections, decoding
+            model,
+            predictor,
+            settings.grpc.max_message_bytes,
+            settings.connections,
+            decoding,
+            health_service=health,
         )
+        server = GracefulServer(config, settings.shutdown, model, grpc_server, health)
         grpc_port = _bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
         await grpc_server.start()
         await predictor.start()
@@ -291,11 +276,12 @@ def _serve(
             settings.rest.host,
             grpc_port,
         )
-        threading.Thread(target=load, name="model-loader", daemon=True).start()
+        loader_args = (asyncio.get_running_loop(), server, health)
+        threading.Thread(target=load, args=loader_args, name="model-loader", daemon=True).start()
         try:
             await server.serve(sockets=[sock])
         finally:
-            await grpc_server.stop(grace=5)
+            await server.stop_grpc()
             await predictor.stop()
 
     asyncio.run(serve())
