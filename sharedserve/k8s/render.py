@@ -8,8 +8,9 @@ differs per model; everything else, and the comments explaining it, live in that
   contract (GPU, memory cap); the scheduler places the pod only on a node advertising vGPUs.
 - CPU and memory requests equal to limits: Guaranteed QoS, and a CFS quota the server reads to
   size its thread pools (``sharedserve serve`` looks at its own cgroup).
-- Probes: liveness and start-up on ``GET /v1/models/NAME``, readiness on
-  ``GET /v1/models/NAME/metadata``, which answers 503 until the model has loaded and warmed up.
+- Probes: liveness and start-up on ``GET /v2/health/live``, readiness on ``GET /v2/health/ready``,
+  which answers 503 until the model has loaded and warmed up, and again from SIGTERM on; a
+  ``preStop`` wait and a termination grace longer than it plus the server's shutdown grace.
 - ``maxSurge: 0``: a surge pod would need one more vGPU, which a full node does not have.
 
 In DRA mode (``gpu_memory`` set: ``k8s render --dra``) the pod asks the DRA driver
@@ -257,10 +258,6 @@ def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     if "claims" in container["resources"]:  # the DRA patch's: the pod's claim, used here
         requirements["claims"] = container["resources"]["claims"]
     container["resources"] = requirements
-    status = f"/v1/models/{spec.model}"
-    for probe, path in (("startupProbe", status), ("livenessProbe", status)):
-        container[probe]["httpGet"]["path"] = path
-    container["readinessProbe"]["httpGet"]["path"] = f"{status}/metadata"
     volume = next(v for v in pod["volumes"] if v["name"] == "models")
     volume["persistentVolumeClaim"]["claimName"] = spec.model_pvc
     if spec.gpu_memory is None:

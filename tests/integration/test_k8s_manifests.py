@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from sharedserve.config import ShutdownSettings
 from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
 from sharedserve.quantity import parse_cpu
 from tests.integration import test_readme as readme
@@ -178,7 +179,7 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
     assert m.flag(edge["args"], "--model") == "/models/edge"
     assert m.flag(edge["args"], "--name") == "edge-b"
     assert edge["args"][-3:] == ["--enable-batching", "--max-batch-size", "8"]
-    assert edge["readinessProbe"]["httpGet"]["path"] == "/v1/models/edge-b/metadata"
+    assert edge["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
 
 
 @pytest.mark.parametrize(
@@ -381,7 +382,7 @@ def test_model_deployment(builds: dict[str, list[Obj]]) -> None:
     (container,) = pod["containers"]
     args = container["args"]
     assert container["command"] == ["sharedserve"] and args[0] == "serve"
-    name = m.flag(args, "--name")
+    assert m.flag(args, "--name") == "tiny"
     resources = container["resources"]
     assert resources["limits"]["sharedserve.io/vgpu"] == "1"
     assert resources["requests"]["sharedserve.io/vgpu"] == "1"
@@ -391,13 +392,18 @@ def test_model_deployment(builds: dict[str, list[Obj]]) -> None:
     _, volume = m.mount_of(container, pod, m.flag(args, "--model"))
     assert volume["persistentVolumeClaim"]["readOnly"] is True
     m.one(objects, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
-    # Probes on the REST port, for the model this server serves.
+    # Probes on the REST port: readiness turns 503 from SIGTERM on, liveness stays up.
     rest = int(m.flag(args, "--rest-port"))
     assert m.container_port(container, "http") == rest
     assert m.container_port(container, "grpc") == int(m.flag(args, "--grpc-port"))
     probes = {k: container[k]["httpGet"] for k in ("readinessProbe", "livenessProbe")}
-    assert probes["readinessProbe"] == {"path": f"/v1/models/{name}/metadata", "port": "http"}
-    assert probes["livenessProbe"] == {"path": f"/v1/models/{name}", "port": "http"}
+    assert probes["readinessProbe"] == {"path": "/v2/health/ready", "port": "http"}
+    assert probes["livenessProbe"] == {"path": "/v2/health/live", "port": "http"}
+    # The kubelet's SIGKILL comes only after the preStop wait and the server's shutdown grace.
+    wait = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    grace = ShutdownSettings().grace_s  # the args leave the server's default
+    assert "--shutdown-grace" not in args
+    assert wait > 0 and pod["terminationGracePeriodSeconds"] > wait + grace
     security = container["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is security["runAsNonRoot"] is True
     assert security["allowPrivilegeEscalation"] is False

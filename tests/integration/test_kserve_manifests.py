@@ -23,6 +23,7 @@ import pytest
 import typer
 
 from sharedserve.cli import app
+from sharedserve.config import ShutdownSettings
 from sharedserve.contract import VGPU_RESOURCE
 from tests.support import crds
 from tests.support import manifests as m
@@ -230,6 +231,9 @@ def test_the_runtime_container_follows_kserve_conventions(runtime: Obj) -> None:
     assert probes["readinessProbe"]["path"] == "/v2/health/ready"
     assert probes["readinessProbe"]["port"] == ports[0]["name"]
     assert probes["livenessProbe"]["path"] == probes["startupProbe"]["path"] == "/v2/health/live"
+    # The same preStop wait as the model Deployment's, within the pod's default grace of 30 s.
+    assert container["lifecycle"] == m.pod_spec(deployment)["containers"][0]["lifecycle"]
+    assert container["lifecycle"]["preStop"]["sleep"]["seconds"] + ShutdownSettings().grace_s < 30
     assert {v["name"] for v in runtime["spec"]["volumes"]} >= {
         mount["name"] for mount in container["volumeMounts"]
     }

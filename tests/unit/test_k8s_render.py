@@ -32,9 +32,9 @@ def test_tiny_defaults() -> None:
     limits = container["resources"]["limits"]
     assert limits == {"cpu": "500m", "memory": "2Gi", "sharedserve.io/vgpu": "1"}
     assert container["resources"]["requests"] == limits
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models/tiny/metadata"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/v1/models/tiny"
-    assert container["startupProbe"]["httpGet"]["path"] == "/v1/models/tiny"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/live"
     security = container["securityContext"]
     assert security["runAsNonRoot"] is True
     assert security["allowPrivilegeEscalation"] is False
@@ -80,7 +80,7 @@ def test_flags_reach_the_objects() -> None:
         "sharedserve.io/vgpu": "2",
     }
     assert "/models/mobilenet_v2" in container["args"]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models/mobilenet_v2/metadata"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     (models,) = [v for v in pod["volumes"] if v["name"] == "models"]
     assert models["persistentVolumeClaim"]["claimName"] == "my-models"
 
@@ -91,7 +91,7 @@ def test_explicit_name_for_replicas_of_one_model() -> None:
     labels = pod_labels(deployment)
     assert labels["app.kubernetes.io/instance"] == "tiny-3"
     assert labels["sharedserve.io/model"] == "tiny"
-    assert _server([deployment])["livenessProbe"]["httpGet"]["path"] == "/v1/models/tiny"
+    assert _server([deployment])["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
 
 
 @pytest.mark.parametrize(

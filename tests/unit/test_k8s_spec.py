@@ -151,7 +151,7 @@ def test_serve_args_and_the_models_directory_reach_the_container() -> None:
     args = container["args"]
     assert args[:5] == ["serve", "--model", "/models/tiny", "--name", "tiny-a"]
     assert tuple(args[-3:]) == batching
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v1/models/tiny-a/metadata"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     with pytest.raises(ConfigError, match="model directory"):
         render_model(ModelDeployment(model="tiny", image="i", model_dir="a/b"))
 
