@@ -6,15 +6,21 @@ after the requests, minus ``VmRSS`` once the model is loaded and warm. Scenarios
 concurrent valid 60 MiB row-format bodies, each with the decoding budget as shipped (the default,
 ``--max-decoding-bytes`` = ``--max-body-bytes``, 64 MiB: one largest body decoded at a time) and
 with it out of the way (``--max-decoding-bytes`` 1 TiB, how the server behaved before it had
-one). Per request it records the status and the client-side latency. Prints a Markdown report;
-``--out`` also writes it. No GPU involved: this is host memory.
+one). Per request it records the status and the client-side latency. The servers decode with
+the direct decoder (``server/json_arrays.py``); beside them, the decode alone of the same body by
+both paths, each in a fresh process (``--decode-worker``): the general path (orjson, then numpy,
+what the server ran before) and the direct one. Prints a Markdown report; ``--out`` also writes
+it. No GPU involved: this is host memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import gc
 import http.client
+import json
+import os
 import random
 import subprocess
 import sys
@@ -28,7 +34,8 @@ from machine import heading, publish  # benchmarks/machine.py, beside this scrip
 from sharedserve.pack.probe import free_port, model_state
 
 MIB = 1024 * 1024
-PACKAGES = ("sharedserve", "tensorflow", "orjson", "numpy", "uvicorn")
+PACKAGES = ("sharedserve", "tensorflow", "orjson", "pysimdjson", "numpy", "uvicorn")
+PATHS = {"general": "orjson, then numpy (before)", "direct": "simdjson into numpy (now)"}
 UNBOUNDED = str(1 << 40)
 
 
@@ -55,6 +62,36 @@ def post(port: int, payload: bytes) -> tuple[int, float]:
     response.read()
     conn.close()
     return response.status, time.perf_counter() - started
+
+
+def decode_worker(path: str, mib: int) -> None:
+    """Decode the body by one path in this fresh process; print its peak rise and time."""
+    import numpy as np
+
+    from sharedserve.server.signature import Signature, TensorSpec
+    from sharedserve.server.tfserving import codec
+
+    spec = TensorSpec("x", "DT_FLOAT", (-1, 8))
+    signature = Signature("serving_default", {"x": spec}, {"y": spec})
+    payload = body(mib)
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here
+    before = status_kib(os.getpid(), "VmRSS")
+    started = time.perf_counter()
+    parse = codec.parse_json_body if path == "general" else codec.parse_predict_body
+    inputs = codec.decode_predict_request(parse(payload), signature).inputs
+    seconds = time.perf_counter() - started
+    peak = status_kib(os.getpid(), "VmHWM")
+    assert inputs["x"].dtype == np.float32
+    print(json.dumps([len(payload), (peak - before) / 1024, seconds]))
+
+
+def decode_alone(path: str, mib: int) -> tuple[int, float, float]:
+    """(body bytes, peak rise MiB, seconds) of one path's decode, in a fresh process."""
+    command = [sys.executable, __file__, "--decode-worker", path, "--body-mib", str(mib)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    size, rise, seconds = json.loads(out.splitlines()[-1])
+    return size, rise, seconds
 
 
 @dataclass
@@ -101,7 +138,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--body-mib", type=int, default=60)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--decode-worker", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.decode_worker:
+        decode_worker(args.decode_worker, args.body_mib)
+        return
+    decodes = {path: decode_alone(path, args.body_mib) for path in PATHS}
     payload = body(args.body_mib)
     with tempfile.TemporaryDirectory() as tmp:
         build = [sys.executable, "-m", "sharedserve", "models", "build", "tiny", "--out", tmp]
@@ -128,6 +170,17 @@ def main() -> None:
             f"| {r.clients} | {r.budget} | {r.rss_mib:.0f} | {r.peak_rise_mib:.0f} "
             f"| {per_body:.1f}x | {' '.join(map(str, r.statuses))} | {r.slowest_s:.1f} |"
         )
+    lines += [
+        "",
+        "The decode alone (`codec`: parse, then arrays of the signature's dtype), each path in a "
+        "fresh process on the same body; peak rise = VmHWM after the decode minus VmRSS before "
+        "it (the peak reset just before, the body already in memory):",
+        "",
+        "| decoder | peak rise (MiB) | rise ÷ body size | seconds |",
+        "|---|---|---|---|",
+    ]
+    for path, (size, rise, seconds) in decodes.items():
+        lines.append(f"| {PATHS[path]} | {rise:.0f} | {rise / (size / MIB):.1f}x | {seconds:.2f} |")
     publish("\n".join(lines) + "\n", args.out)
 
 

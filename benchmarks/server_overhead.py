@@ -58,8 +58,9 @@ CONCURRENCY = (1, 8)
 CEILING_ROWS = 8  # the batch of the batching ceiling, = --max-batch-size with batching on
 PACKAGES = (
     *("sharedserve", "tensorflow", "torch", "grpcio", "protobuf"),
-    *("fastapi", "starlette", "uvicorn", "httptools", "uvloop", "numpy", "orjson"),
+    *("fastapi", "starlette", "uvicorn", "httptools", "uvloop", "numpy", "orjson", "pysimdjson"),
 )
+DECODE_FIELDS = ("bytes", "parse_s", "to_numpy_s", "direct_parse_s", "direct_to_numpy_s")
 MakeCall = Callable[[], Callable[[], object]]  # one call per client thread (own connection)
 Measure = Callable[[float, float], Any]  # (warm-up s, duration s) -> (latencies, done, batches)
 
@@ -152,15 +153,23 @@ def in_process_worker(model_dir: Path) -> None:
             latencies, done = closed_loop(call, order["threads"], *order["times"])
             print(json.dumps([latencies.tolist(), done]), flush=True)
             continue
-        # The server's JSON decode of the REST body: parse, then to numpy; medians of 30.
+        # The JSON decode of the REST body: parse, then to numpy (with freeing what the parse
+        # made: each path pays for its own objects, not the other's); medians of 30. By the
+        # general path (orjson, then numpy: the server's before) and the direct one (the
+        # server's now), interleaved so that a shared machine's drift lands on both.
         body, signature = rest_body(inputs[key]), backend.signatures()["serving_default"]
         times = []
         for _ in range(30):
-            t0 = time.perf_counter()
-            payload = codec.parse_json_body(body)
-            t1 = time.perf_counter()
-            codec.decode_predict_request(payload, signature)
-            times.append((t1 - t0, time.perf_counter() - t1))
+            row = []
+            for parse in (codec.parse_json_body, codec.parse_predict_body):
+                t0 = time.perf_counter()
+                payload = parse(body)
+                t1 = time.perf_counter()
+                request = codec.decode_predict_request(payload, signature)
+                del payload
+                row += [t1 - t0, time.perf_counter() - t1]
+                del request
+            times.append(row)
         print(json.dumps([len(body), *np.median(times, axis=0).tolist()]), flush=True)
 
 
@@ -414,6 +423,15 @@ def measure_model(name: str, model_dir: Path, args: argparse.Namespace, log: Pat
     return cells
 
 
+def decode_only(model_dir: Path) -> Any:
+    worker = InProcess(model_dir)
+    try:
+        return worker.ask(decode=True)
+    finally:
+        worker.proc.kill()
+        worker.proc.wait()
+
+
 # --- report ------------------------------------------------------------------------------------
 
 
@@ -480,23 +498,21 @@ def _target_line(t: dict[str, Any]) -> str:
 def _extras(cells: list[Cell], args: argparse.Namespace) -> list[str]:
     """Per image model: the REST decode share, and the batching ceiling beside the server."""
     lines = []
-    for model, (size, parse, to_numpy) in args.decode.items():
+    for model, times in args.decode.items():
         if model == "tiny":
             continue
         rest = _find(cells, model, "REST", "off", 1).p50_ms
         binary = _find(cells, model, "OIP REST binary", "off", 1).p50_ms
         base = _find(cells, model, "in-process", "-", 1).p50_ms
-        total = (parse + to_numpy) * 1e3
         lines += [
             f"{model}, the Open Inference Protocol's binary tensor extension against TF "
             f"Serving's JSON body (same server, same run, 1 client, batching off): p50 "
             f"{binary:.1f} ms vs {rest:.1f} ms, overhead over the in-process call "
             f"**{binary - base:+.1f} ms vs {rest - base:+.1f} ms**.",
             "",
-            f"{model} REST JSON decode of the {size / 2**20:.1f} MiB body (`codec`, timed in "
-            f"the in-process worker, median of 30): parse {parse * 1e3:.1f} ms + to numpy "
-            f"{to_numpy * 1e3:.1f} ms = {total:.1f} ms, **{100 * total / rest:.0f}%** of the "
-            f"REST p50 ({rest:.1f} ms, 1 client, batching off).",
+            f"{_decode_line(model, times)}; the direct decoder's is "
+            f"**{100 * (times[3] + times[4]) * 1e3 / rest:.0f}%** of the REST p50 ({rest:.1f} ms, "
+            "1 client, batching off), which it served.",
             "",
         ]
     head = "| model | in-process batch-8 call ms | ceiling rows/s | in-process 8 clients QPS "
@@ -521,6 +537,27 @@ def _extras(cells: list[Cell], args: argparse.Namespace) -> list[str]:
         *rows,
         "",
     ]
+
+
+def _decode_line(model: str, times: list[float]) -> str:
+    size, parse, to_numpy, direct_parse, direct_to_numpy = times
+    general, direct = (parse + to_numpy) * 1e3, (direct_parse + direct_to_numpy) * 1e3
+    return (
+        f"{model} REST JSON decode of the {size / 2**20:.1f} MiB body (`codec`, timed in the "
+        f"in-process worker, median of 30, the two decoders interleaved): general path "
+        f"(orjson, then numpy; before) parse {parse * 1e3:.1f} ms + to numpy "
+        f"{to_numpy * 1e3:.1f} ms = {general:.1f} ms; direct (simdjson into numpy, "
+        f"`json_arrays`; now) parse {direct_parse * 1e3:.1f} ms + to numpy "
+        f"{direct_to_numpy * 1e3:.1f} ms = {direct:.1f} ms, **{general / direct:.1f}x** faster"
+    )
+
+
+def decode_report(args: argparse.Namespace) -> str:
+    """``--decode-only``: the decode figures alone."""
+    lines = [*heading("REST JSON decode: the general path and the direct decoder", PACKAGES), ""]
+    for model, times in args.decode.items():
+        lines += [_decode_line(model, times) + ".", ""]
+    return "\n".join(lines)
 
 
 def report(cells: list[Cell], args: argparse.Namespace) -> str:
@@ -562,10 +599,7 @@ def figures(cells: list[Cell], args: argparse.Namespace) -> dict[str, Any]:
             {**asdict(c), "rows_per_call": None if np.isnan(c.rows_per_call) else c.rows_per_call}
             for c in cells
         ],
-        "decode": {
-            m: dict(zip(("bytes", "parse_s", "to_numpy_s"), v, strict=True))
-            for m, v in args.decode.items()
-        },
+        "decode": {m: dict(zip(DECODE_FIELDS, v, strict=True)) for m, v in args.decode.items()},
         "ceiling": {
             m: {"rows": CEILING_ROWS, "call_ms": v[0], "rows_per_s": v[1]}
             for m, v in args.ceiling.items()
@@ -587,6 +621,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before a row")
     parser.add_argument("--rewarm", type=float, default=0.5, help="seconds before a later slice")
     parser.add_argument("--batch-timeout-micros", type=int, default=2000)
+    parser.add_argument(
+        "--decode-only",
+        action="store_true",
+        help="time only each model's REST JSON decode, by both decoders (no servers)",
+    )
     parser.add_argument("--in-process-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.in_process_worker:
@@ -604,7 +643,13 @@ def main() -> None:
         build += ["--framework", args.framework, "--out", str(models)]
         subprocess.run(build, check=True, capture_output=True)
         for name in names:
+            if args.decode_only:
+                args.decode[name] = decode_only(models / name)
+                continue
             cells += measure_model(name, models / name, args, Path(tmp) / "server.log")
+    if args.decode_only:
+        publish(decode_report(args), args.out)
+        return
     publish(report(cells, args), args.out)
     if args.json is not None:
         args.json.write_text(json.dumps(figures(cells, args), indent=1))

@@ -96,15 +96,14 @@ def _cut(
     arrays: dict[str, JsonArray] = {}
     pieces: list[bytes | memoryview] = []
     view, at, word = memoryview(body), 0, secrets.token_hex(8)
-    for match in re.compile(rb'"(?:' + names + rb')"[ \t\n\r]*:[ \t\n\r]*\[').finditer(
-        body, 0, end
-    ):
-        start = match.end() - 1
-        if start < at:
-            continue  # inside an array already cut
+    key = re.compile(rb'"(?:' + names + rb')"[ \t\n\r]*:[ \t\n\r]*\[')
+    looked = 0
+    while (match := key.search(body, looked, end)) is not None:
+        start = looked = match.end() - 1
         array = _numeric(body, start, end)
         if array is None:
             continue
+        looked = array.stop  # not inside it: it holds no key
         placeholder = f"sharedserve-array-{word}-{len(arrays)}"
         pieces += [view[at:start], orjson.dumps(placeholder)]
         arrays[placeholder] = array
