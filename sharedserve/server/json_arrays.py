@@ -37,6 +37,9 @@ MIN_BYTES = 1024
 #: Bytes of the body simdjson parses at once: its tape (16 bytes a number) stays this small.
 PARSE_BYTES = 1 << 17
 _NUMBERS = b"0123456789.eE+- \t\n\r"  # and JSON's whitespace: what the structure is without
+#: Keys looked at in one body: a try costs up to a scan of the body and a piece's parse, so a body
+#: of many small arrays under these keys must not buy that many times (they take the general path).
+_TRIES = 16
 _MAX_RANK = 32  # deeper is not a tensor any signature takes: the general path refuses it
 
 
@@ -98,7 +101,10 @@ def _cut(
     view, at, word = memoryview(body), 0, secrets.token_hex(8)
     key = re.compile(rb'"(?:' + names + rb')"[ \t\n\r]*:[ \t\n\r]*\[')
     looked = 0
-    while (match := key.search(body, looked, end)) is not None:
+    for _ in range(_TRIES):
+        match = key.search(body, looked, end)
+        if match is None:
+            break
         start = looked = match.end() - 1
         array = _numeric(body, start, end)
         if array is None:
