@@ -13,8 +13,8 @@ when it is plainly a rectangular array of JSON numbers, and then ``raw`` is exac
 ``np.asarray(orjson.loads(span))`` makes (float64 when any number has a fraction or exponent,
 else int64; both parsers round correctly). Anything else (ragged or empty lists, strings,
 objects, booleans, null, integers beyond int64, invalid JSON, whitespace other than JSON's) makes
-``cut`` answer None, and the caller parses the whole body as before, for the same answer and the
-same error message.
+``parse`` answer None, and the caller parses the whole body as before, for the same answer and
+the same error message.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _NUMBERS = b"0123456789.eE+- \t\n\r"  # and JSON's whitespace: what the structur
 #: Keys looked at in one body: a try costs up to a scan of the body and a piece's parse, so a body
 #: of many small arrays under these keys must not buy that many times (they take the general path).
 _TRIES = 16
-_MAX_RANK = 32  # deeper is not a tensor any signature takes: the general path refuses it
+_MAX_RANK = 32  # deeper arrays (no model's tensors) take the general path
 
 
 @dataclass(frozen=True)
