@@ -84,7 +84,13 @@ _LogDir = Annotated[
 _StartTimeout = Annotated[
     float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
 ]
-_StopGrace = Annotated[float, typer.Option(help="Seconds from SIGTERM to SIGKILL on stop.")]
+_StopGrace = Annotated[
+    float,
+    typer.Option(
+        help="Seconds from SIGTERM to SIGKILL on stop; each replica is told to drain and exit "
+        "within 90% of it (serve --shutdown-grace).",
+    ),
+]
 _MaxRestarts = Annotated[
     int, typer.Option(help="Restarts in a row after which a crashing replica is given up.")
 ]

@@ -151,12 +151,19 @@ def release_cgroups(paths: list[Path]) -> None:
             log.error("%s", e.message)
 
 
+# The share of --stop-grace a replica is given to stop on its own.
+_OWN_STOP_SHARE = 0.9
+
+
 def _server_command(
     settings: PackSettings, entry: PackEntry, name: str, ports: tuple[int, int]
 ) -> list[str]:
     command = [sys.executable, "-m", "sharedserve", "serve", "--model", str(entry.model_dir)]
     command += ["--name", name, "--host", settings.host]
     command += ["--rest-port", str(ports[0]), "--grpc-port", str(ports[1])]
+    # The replica stops itself (drains, cuts what is left, exits) before our SIGKILL would: its
+    # own default grace (20 s) is longer than ours. Extra serve arguments come last and win.
+    command += ["--shutdown-grace", f"{settings.stop_grace_s * _OWN_STOP_SHARE:g}"]
     if settings.fake_gpus is not None:
         command += ["--fake-gpus", str(settings.fake_gpus)]
     return command + list(entry.server_args)

@@ -48,6 +48,9 @@ def test_every_replicas_grant_is_served_as_written(
         assert cap.share == GpuShare(gpu.uuid, written.fraction, written.mib)
         assert cap.source is CapSource.ENV
         caps[spec.name] = written.mib
+        # Each replica stops itself before the packer's SIGKILL would cut it.
+        grace = spec.command[spec.command.index("--shutdown-grace") + 1]
+        assert 0 < float(grace) < settings.stop_grace_s
     total = gpus[0].memory_mib
     assert caps["by-mib-0"] == caps["by-mib-1"] == 3000
     assert caps["by-fraction-0"] == mib_of(0.3, total)
