@@ -85,6 +85,11 @@ def protocol_class(
         "Request Header Fields Too Large",
         f"request line and headers exceed {limits.max_header_bytes} bytes (--max-header-bytes)",
     )
+    # What the HTTP parser refuses (a negative or doubled Content-Length, a bad chunk size)
+    # uvicorn answers itself, in text/plain; ours is the documented {"error": ...} body.
+    malformed_answer = _answer(
+        400, "Bad Request", "malformed HTTP/1.1 request: the HTTP parser refused it"
+    )
     busy_answer = _answer(
         503,
         "Service Unavailable",
@@ -217,6 +222,9 @@ def protocol_class(
                 self._close_with(timeout_answer)
             else:
                 self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            self._close_with(malformed_answer)
 
         def _close_with(self, answer: bytes) -> None:
             if not self.transport.is_closing():

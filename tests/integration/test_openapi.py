@@ -21,7 +21,6 @@ import requests
 import schemathesis
 
 # The OpenAPI 3.1 meta-schema, as schemathesis ships it for its own checks: no extra dependency.
-from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from sharedserve.server.tfserving.openapi import build_openapi
@@ -257,18 +256,7 @@ def parsed(answer: bytes, method: str, url: str) -> schemathesis.Response:
     )
 
 
-# uvicorn answers what its parser refuses itself: 400 with text/plain "Invalid HTTP request
-# received.", not the documented {"error": ...} JSON. Strict: passing fails until this goes.
-PLAIN_400 = pytest.mark.xfail(
-    raises=FailureGroup, strict=True, reason="the HTTP parser's 400 is text/plain"
-)
-RAW = [
-    pytest.param(raw, marks=PLAIN_400) if raw in bad_input.UNPARSEABLE else raw
-    for raw in bad_input.RAW_REQUESTS
-]
-
-
-@pytest.mark.parametrize("raw", RAW, ids=lambda r: repr(r)[:50])
+@pytest.mark.parametrize("raw", bad_input.RAW_REQUESTS, ids=lambda r: repr(r)[:50])
 def test_the_raw_socket_corpus_gets_documented_answers(tiny_server: Server, raw: bytes) -> None:
     # Sent on a raw socket (no HTTP client sends these); the answer, if any, goes through the
     # same checks as a response schemathesis got itself, for the operation it was sent to.
