@@ -38,13 +38,19 @@ async def abort(context: grpc.aio.ServicerContext, error: SharedServeError) -> N
     raise AssertionError("context.abort returned")  # it always raises
 
 
-def _parse(method: str, request_type: Any, data: bytes) -> Any:
-    """The parsed request, or an InvalidInput saying why it is not one."""
+def _parse(
+    method: str, request_type: Any, data: bytes, parse: Callable[[bytes], Any] | None = None
+) -> Any:
+    """The parsed request (by ``parse`` if given), or a SharedServeError saying why not."""
     try:
-        return request_type.FromString(data)
+        return request_type.FromString(data) if parse is None else parse(data)
     except DecodeError as e:
         log.warning("gRPC %s: the request does not parse: %s", method, e)
         return InvalidInput(f"the request is not a valid {request_type.DESCRIPTOR.name}: {e}")
+    except SharedServeError as e:
+        log.warning("gRPC %s: the request is refused as it is read: %s", method, e.message)
+        e.__traceback__ = None  # returned, not raised: it must not hold this frame
+        return e
 
 
 def unary_unary(
@@ -74,11 +80,13 @@ def sized_unary(
     *,
     off_loop_bytes: int,
     hold: Hold | None = None,
+    parse_large: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler:
     """``unary_unary`` for a server that bounds what requests hold: the behaviour also gets the
-    message's size in bytes; one over ``off_loop_bytes`` is parsed in a worker thread (upb holds
-    the GIL while it parses, but the loop runs again between the parse and what follows); the
-    whole call holds ``hold(size)``, whose refusal answers the call."""
+    message's size in bytes; one over ``off_loop_bytes`` is parsed in a worker thread, by
+    ``parse_large`` if given (upb holds the GIL for a whole ``FromString``: a parse that must
+    not stall the loop is cut into slices, see ``server.wire``; its SharedServeError refuses the
+    call); the whole call holds ``hold(size)``, whose refusal answers the call."""
 
     async def parse_then(data: bytes, context: grpc.aio.ServicerContext) -> Any:
         size = len(data)
@@ -89,10 +97,10 @@ def sized_unary(
                 except SharedServeError as e:
                     return await refuse(context, e)
             if size > off_loop_bytes:
-                message = await asyncio.to_thread(_parse, method, request_type, data)
+                message = await asyncio.to_thread(_parse, method, request_type, data, parse_large)
             else:
                 message = _parse(method, request_type, data)
-            if isinstance(message, InvalidInput):
+            if isinstance(message, SharedServeError):
                 return await refuse(context, message)
             return await behaviour(message, size, context)
 

@@ -126,10 +126,12 @@ def predict(
     *,
     counted: tuple[Metrics, str],
     decoding: ByteBudget,
+    parse_large: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler:
     """A predict method's handler: ``unary``'s, and the call, from before its request is parsed
     until it is answered, holds the message's size from ``decoding`` (RESOURCE_EXHAUSTED when
-    no room comes, as REST's 503). ``behaviour`` gets the size too, to decode off the loop."""
+    no room comes, as REST's 503). ``behaviour`` gets the size too, to decode off the loop, and
+    a message over OFF_LOOP_BYTES as ``parse_large`` makes it, if given (``rpc.sized_unary``)."""
     return rpc.sized_unary(
         method,
         request,
@@ -138,6 +140,7 @@ def predict(
         _refuse(counted),
         off_loop_bytes=OFF_LOOP_BYTES,
         hold=decoding.hold,
+        parse_large=parse_large,
     )
 
 

@@ -135,3 +135,42 @@ def test_predicts_over_the_decoding_budget_take_turns(server: Server) -> None:
     # Both in one batch of 2 x ROWS rows is what ignoring the budget gives.
     ran = metric(server, "sharedserve_batch_size_count") - batches
     assert ran == (2 if second_code is grpc.StatusCode.OK else 1)
+
+
+def test_huge_typed_fields_are_refused_as_they_are_read_and_large_ones_answered(
+    server: Server,
+) -> None:
+    """Values past the declared shape are refused as the message is walked, the rest unread:
+    the truncated tail these messages end with is never met (it was, when the whole message was
+    parsed before a value was counted: a parse error). A large message the walk reads whole is
+    answered as a small one is."""
+    cut = b"\x0a\xff"  # a field whose length never ends
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        for path, message in ((PREDICT, tf_strings()), (INFER, oip_bytes())):
+            with pytest.raises(grpc.RpcError) as refused:
+                channel.unary_unary(path)(message + cut, timeout=120)
+            assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "at least" in refused.value.details(), refused.value.details()
+
+        words = [b"ab", b"", b"xyz"] * 30_000  # 270 KB: over OFF_LOOP_BYTES
+        request = tf.PredictRequest()
+        request.model_spec.name, request.model_spec.signature_name = "edge", "strings"
+        text = request.inputs["text"]
+        text.dtype = tf.DT_STRING
+        text.tensor_shape.dim.add(size=len(words))
+        text.string_val.extend(words)
+        reply = tf.PredictResponse.FromString(
+            channel.unary_unary(PREDICT)(request.SerializeToString(), timeout=120)
+        )
+        lengths = np.frombuffer(reply.outputs["length"].tensor_content, np.int32)
+        assert lengths.tolist() == [len(w) for w in words]
+
+        infer = oip.ModelInferRequest(model_name="edge")
+        infer.parameters["signature_name"].string_param = "strings"
+        infer.inputs.add(name="text", datatype="BYTES", shape=[len(words)])
+        infer.inputs[0].contents.bytes_contents.extend(words)
+        infer.outputs.add(name="length")
+        answer = oip.ModelInferResponse.FromString(
+            channel.unary_unary(INFER)(infer.SerializeToString(), timeout=120)
+        )
+        assert np.frombuffer(answer.raw_output_contents[0], np.int32).tolist() == lengths.tolist()

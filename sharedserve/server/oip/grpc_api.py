@@ -30,6 +30,7 @@ from sharedserve.server.model import ModelState, ServedModel, parse_version
 from sharedserve.server.oip import tensors
 from sharedserve.server.oip.api import SERVICE
 from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
+from sharedserve.server.oip.grpc_split import Input, Split, split_infer
 from sharedserve.server.oip.metadata import model_metadata, server_metadata
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.signature import Signature
@@ -52,9 +53,13 @@ class _Infer:
     loop; a large one (``heavy``) is decoded in a worker thread."""
 
     def __init__(
-        self, model: ServedModel, request: Any, size: int, max_elements: int | None
+        self,
+        model: ServedModel,
+        split: Split,
+        size: int,
+        max_elements: int | None,
     ) -> None:
-        self._model, self._request = model, request
+        self._model, (self._request, self._inputs) = model, split
         self.heavy = size > OFF_LOOP_BYTES
         self._count = ElementCount(max_elements).add
 
@@ -68,13 +73,13 @@ class _Infer:
                 f"{', '.join(sorted(signature.outputs))}"
             )
         raw = request.raw_input_contents
-        if raw and len(raw) != len(request.inputs):
+        if raw and len(raw) != len(self._inputs):
             raise InvalidInput(
-                f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: "
+                f"raw_input_contents has {len(raw)} entries for {len(self._inputs)} inputs: "
                 "send every input raw, or none"
             )
         arrays: dict[str, np.ndarray] = {}
-        for i, tensor in enumerate(request.inputs):
+        for i, (tensor, contents) in enumerate(self._inputs):
             # The rank before the list: decoding runs on the event loop, and a 4 MB message of
             # a million dimensions took 0.3 s of it to list and check.
             check_rank(f"input {quoted(tensor.name)}: 'shape'", len(tensor.shape))
@@ -83,12 +88,13 @@ class _Infer:
             )
             self._count(math.prod(shape))
             if raw:
-                if tensor.HasField("contents"):
+                if contents is not None:
                     raise InvalidInput(f"input {name!r} has both contents and raw_input_contents")
                 arrays[name] = tensors.from_raw(name, datatype, shape, raw[i])
             else:
-                _count_contents(name, datatype, shape, tensor.contents)
-                arrays[name] = tensors.from_contents(name, datatype, shape, tensor.contents)
+                typed = pb.InferTensorContents() if contents is None else contents
+                _count_contents(name, datatype, shape, typed)
+                arrays[name] = tensors.from_contents(name, datatype, shape, typed)
         return signature, arrays
 
     def encode(self, outputs: dict[str, np.ndarray]) -> Any:
@@ -120,6 +126,10 @@ def _count_contents(name: str, datatype: str, shape: tuple[int, ...], contents: 
         )
 
 
+def _inputs(request: Any) -> list[Input]:
+    return [(t, t.contents if t.HasField("contents") else None) for t in request.inputs]
+
+
 class _Servicer:
     def __init__(self, model: ServedModel, predictor: Predictor) -> None:
         self._model, self._predictor = model, predictor
@@ -147,10 +157,16 @@ class _Servicer:
 
         return await guard(context, "ModelMetadata", call)
 
-    async def model_infer(self, request: Any, size: int, context: grpc.aio.ServicerContext) -> Any:
+    async def model_infer(
+        self, message: Any | Split, size: int, context: grpc.aio.ServicerContext
+    ) -> Any:
+        # A small message is parsed whole (FromString), a large one split (split_infer).
+        split = message if isinstance(message, tuple) else (message, _inputs(message))
+        request = split[0]
+
         async def call() -> Any:
             self._model.check(request.model_name, parse_version(request.model_version))
-            infer = _Infer(self._model, request, size, self._predictor.max_elements)
+            infer = _Infer(self._model, split, size, self._predictor.max_elements)
             return await self._predictor.predict(infer)
 
         return await guard(context, "ModelInfer", call, (self._predictor.metrics, "oip-grpc"))
@@ -185,6 +201,7 @@ def handlers(
         pb.ModelInferResponse,
         counted=(predictor.metrics, "oip-grpc"),
         decoding=decoding,
+        parse_large=split_infer(predictor.max_elements),
     )
     for method in ("RepositoryModelLoad", "RepositoryModelUnload"):
         table[method] = unimplemented(method, "it serves one model per process, loaded at start")

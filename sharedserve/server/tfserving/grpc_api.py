@@ -9,12 +9,14 @@ the model, the predict path (batching included) and the error table (``errors.py
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
 import numpy as np
 
 from sharedserve.errors import InvalidInput, quoted
+from sharedserve.server import wire
 from sharedserve.server.budget import ByteBudget
 from sharedserve.server.grpc_calls import (
     OFF_LOOP_BYTES,
@@ -32,6 +34,7 @@ from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
 from sharedserve.server.tfserving.tensor_proto import (
     DTYPE_ENUM,
     from_tensor_proto,
+    read_tensor_proto,
     to_tensor_proto,
 )
 
@@ -54,12 +57,62 @@ def _fill_tensor_info(info: Any, spec: TensorSpec) -> None:
         info.tensor_shape.dim.add(size=d)
 
 
+# A Predict as a large one is read (``split_predict``): the request without its inputs, and
+# the inputs by name.
+Split = tuple[Any, Mapping[str, Any]]
+
+
+def split_predict(limit: int | None) -> Callable[[bytes], Split]:
+    """Reads a large PredictRequest in slices (``server.wire``), its input tensors apart: a map
+    entry cannot be merged a slice at a time (a later entry of the same key replaces it), and
+    a parsed 30M-value tensor copied into its request would be one long C call again. Each
+    tensor's values are counted as they are walked (``read_tensor_proto``, ``limit``: the
+    element limit); a key sent twice: the last entry wins, as protobuf has it."""
+
+    def split(data: bytes) -> Split:
+        outer = wire.Slicer(pb.PredictRequest(), data, "PredictRequest")
+        inputs: dict[str, Any] = {}
+        for field in wire.fields(data, 0, len(data), "PredictRequest"):
+            if field.number == 2 and field.wire == 2:
+                for value, end in wire.each(field):
+                    key, tensor = _entry(data, value, end, limit)
+                    inputs[key] = tensor
+            else:
+                outer.add(field.begin, field.end, field.repeats)
+        outer.flush()
+        return outer.message, inputs
+
+    return split
+
+
+def _entry(data: bytes, start: int, end: int, limit: int | None) -> tuple[str, Any]:
+    """One ``inputs`` map entry: its key (field 1) and its TensorProto (field 2, merged if
+    sent more than once); fields of another number or wire type are dropped, as upb does."""
+    what = "PredictRequest.InputsEntry"
+    key, values = b"", []
+    for field in wire.fields(data, start, end, what):
+        if field.number == 1 and field.wire == 2:
+            key = data[field.value : field.end]  # the last, when sent more than once
+        elif field.number == 2 and field.wire == 2:
+            values.extend(wire.each(field))
+    try:
+        name = key.decode()
+    except UnicodeDecodeError:
+        raise InvalidInput(f"the request is not a valid {what}: its key is not UTF-8") from None
+    tensor = pb.TensorProto()
+    for value, stop in values:
+        read_tensor_proto(data, value, stop, f"input {quoted(name)}", limit=limit, into=tensor)
+    return name, tensor
+
+
 class _ProtoPredict:
     """A gRPC Predict for the predictor. Protobuf decodes a small message in microseconds, on
     the loop; a large one (``heavy``) is decoded in a worker thread."""
 
-    def __init__(self, servicer: PredictionServicer, request: Any, size: int) -> None:
-        self._servicer, self._request = servicer, request
+    def __init__(
+        self, servicer: PredictionServicer, request: Any, inputs: Mapping[str, Any], size: int
+    ) -> None:
+        self._servicer, self._request, self._inputs = servicer, request, inputs
         self.heavy = size > OFF_LOOP_BYTES
         self._signature_name = ""
 
@@ -72,7 +125,7 @@ class _ProtoPredict:
         self._signature_name = signature.name
         # Names and sizes before values (check_inputs judges them again, after): a map of a
         # million unknown inputs, or values past the element limit, are refused unread.
-        unknown = set(request.inputs) - set(signature.inputs)
+        unknown = set(self._inputs) - set(signature.inputs)
         if unknown:
             raise InvalidInput(
                 f"unknown input {quoted(min(unknown))}; the signature's inputs are "
@@ -80,7 +133,7 @@ class _ProtoPredict:
             )
         count = ElementCount(self._servicer.max_elements).add
         inputs = {
-            k: from_tensor_proto(v, f"input {quoted(k)}", count) for k, v in request.inputs.items()
+            k: from_tensor_proto(v, f"input {quoted(k)}", count) for k, v in self._inputs.items()
         }
         return signature, inputs
 
@@ -102,10 +155,15 @@ class PredictionServicer:
     def max_elements(self) -> int | None:
         return self._predictor.max_elements
 
-    async def Predict(self, request: Any, size: int, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+    async def Predict(  # noqa: N802
+        self, message: Any | Split, size: int, context: grpc.aio.ServicerContext
+    ) -> Any:
+        # A small message is parsed whole (FromString), a large one split (split_predict).
+        request, inputs = message if isinstance(message, tuple) else (message, message.inputs)
+
         async def call() -> Any:
             self._check(request.model_spec)
-            return await self._predictor.predict(_ProtoPredict(self, request, size))
+            return await self._predictor.predict(_ProtoPredict(self, request, inputs, size))
 
         return await guard(context, "Predict", call, (self._predictor.metrics, "grpc"))
 
@@ -189,6 +247,7 @@ def handlers(
                     pb.PredictResponse,
                     counted=(predictor.metrics, "grpc"),
                     decoding=decoding,
+                    parse_large=split_predict(predictor.max_elements),
                 ),
                 "GetModelMetadata": unary(
                     "GetModelMetadata",

@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from sharedserve import errors
 from sharedserve.errors import InvalidInput, SharedServeError
+from sharedserve.server import wire
 from sharedserve.server.signature import DTYPE_TO_NUMPY, numeric_dtype_name
 from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
-from sharedserve.server.validate import check_rank, check_shape
+from sharedserve.server.validate import MAX_DIMS, check_rank, check_shape
 
-__all__ = ["DTYPE_ENUM", "from_tensor_proto", "to_tensor_proto"]
+__all__ = ["DTYPE_ENUM", "from_tensor_proto", "read_tensor_proto", "to_tensor_proto"]
 
 #: DT_* name -> DataType enum value.
 DTYPE_ENUM: dict[str, int] = {name: pb.DataType.Value(name) for name in DTYPE_TO_NUMPY}
@@ -94,7 +96,9 @@ def from_tensor_proto(
         )
     if name == "DT_STRING":
         flat = np.empty(given, dtype=object)
-        flat[:] = list(values)
+        # A chunk at a time: one list of 30M strings is a second of C holding the GIL.
+        for i in range(0, given, wire.SLICE_FIELDS):
+            flat[i : i + wire.SLICE_FIELDS] = values[i : i + wire.SLICE_FIELDS]
     elif name == "DT_HALF":
         flat = np.asarray(values, dtype=np.uint16).view(np.float16)  # half_val holds raw bits
     else:
@@ -104,6 +108,74 @@ def from_tensor_proto(
     # A read-only view, not a copy: the validator counts the elements before a backend makes
     # them real, so a 40-byte message cannot allocate gigabytes here.
     return np.broadcast_to(flat.reshape(()), shape)
+
+
+_VALUES = wire.Values(pb.TensorProto)
+_FIELDS = pb.TensorProto.DESCRIPTOR.fields_by_name
+_VALUE_NUMBER = {name: _FIELDS[field].number for name, field in _VALUE_FIELD.items()}
+
+
+def read_tensor_proto(
+    data: bytes, start: int, end: int, what: str, *, limit: int | None, into: Any = None
+) -> Any:
+    """The TensorProto in ``data[start:end]``, parsed in slices (``wire``), its values counted
+    as they are walked: more than ``limit`` (the element limit) is PayloadTooLarge, and where
+    dtype and shape came first (as every standard serializer sends them), values of the wrong
+    kind, or more than the shape holds, are InvalidInput at once, the rest unwalked. What comes
+    in another order is legal protobuf: ``from_tensor_proto`` judges it after the parse.
+    Merged into ``into`` if given (a tensor sent in two parts)."""
+    return wire.parse(pb.TensorProto, data, start, end, check=_Walk(data, what, limit), into=into)
+
+
+class _Walk:
+    def __init__(self, data: bytes, what: str, limit: int | None) -> None:
+        self._data, self._what, self._limit = data, what, limit
+        self._dtype: str | None = None
+        self._shape: list[int] | None = None
+        self._declared = 0  # dtype and shape fields seen before any value
+        self._in_order = True
+        self._values = 0
+
+    def __call__(self, field: wire.Field) -> None:
+        number = field.number
+        if number in (1, 2):
+            self._declare(field)
+            return
+        count = _VALUES.count(field, self._data)
+        if not count:
+            return
+        self._values += count
+        if self._limit is not None and self._values > self._limit:
+            raise errors.PayloadTooLarge(
+                f"{self._what}: more than {self._limit} values, the most elements a request "
+                "may hold (--max-request-elements)"
+            )
+        if not self._in_order or self._dtype is None or self._shape is None:
+            return
+        if number != _VALUE_NUMBER[self._dtype]:
+            raise InvalidInput(f"{self._what}: {_VALUES.names[number]} given for {self._dtype}")
+        size = math.prod(self._shape)
+        if self._values > max(size, 1):  # TF's rule: one value fills the shape
+            raise InvalidInput(
+                f"{self._what}: at least {self._values} values given for shape "
+                f"{self._shape} ({size} elements)"
+            )
+
+    def _declare(self, field: wire.Field) -> None:
+        number, wire_type, value, end = field.number, field.wire, field.value, field.end
+        seen = 1 << number
+        if self._values or self._declared & seen or field.repeats > 1:
+            self._in_order = False  # a later dtype replaces, a later shape merges: judged after
+            return
+        self._declared |= seen
+        if number == 1 and wire_type == 0:
+            self._dtype = _ENUM_NAME.get(wire.varint(self._data, value, end, "TensorProto")[0])
+        elif number == 2 and wire_type == 2:
+            shape = wire.parse(pb.TensorShapeProto, self._data, value, end)
+            dims = shape.dim
+            if not shape.unknown_rank and len(dims) <= MAX_DIMS:
+                sizes = [int(d.size) for d in dims]
+                self._shape = sizes if min(sizes, default=0) >= 0 else None
 
 
 def to_tensor_proto(array: np.ndarray, proto: Any | None = None) -> Any:
