@@ -1,4 +1,4 @@
-"""``sharedserve schema fleet|pack|plan``: print a file format's JSON Schema.
+"""``sharedserve schema fleet|pack|plan|model``: print a file format's JSON Schema.
 
 Thin: each schema is made by the module that reads and writes the format, from its types.
 """
@@ -21,11 +21,13 @@ class FileFormat(str, Enum):
     fleet = "fleet"
     pack = "pack"
     plan = "plan"
+    model = "model"
 
 
 def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
     # Imported here: the types load pydantic, which no other command needs at start-up.
     from sharedserve.pack.spec import pack_schema
+    from sharedserve.server.model_repository import model_schema
     from sharedserve.size.fleet import fleet_schema
     from sharedserve.size.plan import plan_schema
 
@@ -33,6 +35,7 @@ def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
         FileFormat.fleet: fleet_schema,
         FileFormat.pack: pack_schema,
         FileFormat.plan: plan_schema,
+        FileFormat.model: model_schema,
     }[kind]
 
 
@@ -41,12 +44,12 @@ def schema(
     kind: Annotated[
         FileFormat,
         typer.Argument(
-            help="fleet (size --fleet), pack (pack --spec, the plan's gpu-NNN.yaml) or plan "
-            "(the plan's plan.json)."
+            help="fleet (size --fleet), pack (pack --spec, the plan's gpu-NNN.yaml), plan "
+            "(the plan's plan.json) or model (a model repository's NAME/sharedserve.yaml)."
         ),
     ],
 ) -> None:
-    """Print the JSON Schema of a fleet file, a pack spec or a plan.
+    """Print the JSON Schema of a fleet file, a pack spec, a plan or a model file.
 
     For an editor to check a file as it is typed, or a CI job to check one; docs/schemas/ holds
     the same files."""

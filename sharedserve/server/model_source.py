@@ -19,7 +19,7 @@ from pathlib import Path
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 
-__all__ = ["Framework", "ModelSource", "find_model"]
+__all__ = ["Framework", "ModelSource", "find_model", "find_version_sources", "find_versions"]
 
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _TORCHSCRIPT_FILE = "model.pt"
@@ -96,4 +96,20 @@ def find_versions(base: Path) -> list[int]:
         int(p.name)
         for p in base.iterdir()
         if p.is_dir() and _is_version(p.name) and _framework_of(p) is not None
+    )
+
+
+def find_version_sources(base: Path, name: str) -> list[ModelSource]:
+    """Every numeric version subdirectory of ``base`` that holds a model, oldest first, with its
+    framework (a version policy then picks among them); [] when there is none."""
+    if not base.is_dir():
+        return []
+    base = base.resolve()
+    return sorted(
+        (
+            ModelSource(name, int(p.name), p, fw)
+            for p in base.iterdir()
+            if p.is_dir() and _is_version(p.name) and (fw := _framework_of(p)) is not None
+        ),
+        key=lambda source: source.version,
     )

@@ -1,0 +1,190 @@
+"""A model repository (``--model-repository DIR``): every subdirectory a model, its optional
+``sharedserve.yaml`` checked key by key, and its JSON Schema published like the other files'."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sharedserve.cli import app
+from sharedserve.config import BatchingSettings
+from sharedserve.enums import Framework
+from sharedserve.errors import ConfigError
+from sharedserve.server.model_config import PolicyKind, VersionPolicy, versions_to_serve
+from sharedserve.server.model_repository import (
+    MODEL_FILE,
+    read_model_file,
+    read_model_repository,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def model(root: Path, name: str, *numbers: int, file: str = "saved_model.pb") -> Path:
+    for n in numbers:
+        (root / name / str(n)).mkdir(parents=True)
+        (root / name / str(n) / file).touch()
+    return root / name
+
+
+def model_file(model_dir: Path, text: str) -> Path:
+    path = model_dir / MODEL_FILE
+    path.write_text(text)
+    return path
+
+
+def test_every_subdirectory_is_a_model_of_either_framework(tmp_path: Path) -> None:
+    model(tmp_path, "resnet", 1, 2)
+    model(tmp_path, "tiny", 3, file="model.pt")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "saved_model.pb").touch()  # no version directory: version 1
+    (tmp_path / ".git").mkdir()  # hidden: passed over
+    (tmp_path / "README.md").write_text("models")
+    entries = read_model_repository(tmp_path)
+    assert [e.name for e in entries] == ["bare", "resnet", "tiny"]
+    assert all(e.framework is None and e.batching is None for e in entries)
+    assert all(e.version_policy == VersionPolicy() for e in entries)
+    served = {e.name: versions_to_serve(e) for e in entries}
+    assert [(s.version, s.framework) for s in served["resnet"]] == [(2, Framework.TENSORFLOW)]
+    assert [(s.version, s.framework) for s in served["tiny"]] == [(3, Framework.TORCH)]
+    assert [s.version for s in served["bare"]] == [1]
+
+
+def test_the_model_file_sets_batching_versions_and_labels(tmp_path: Path) -> None:
+    resnet = model(tmp_path, "resnet", 1, 2, 3)
+    model_file(
+        resnet,
+        "batching:\n  max_batch_size: 32\n  batch_timeout_micros: 2000\n"
+        "version_policy:\n  latest: {num_versions: 2}\n"
+        "version_labels: {stable: 2, canary: 3}\n",
+    )
+    for name, policy in [
+        ("all", "all: {}"),
+        ("specific", "specific: {versions: [3, 1]}"),
+    ]:
+        model_file(model(tmp_path, name, 1, 2, 3), f"version_policy:\n  {policy}\n")
+    model_file(model(tmp_path, "empty", 1), "")  # an empty model file sets nothing
+    entries = {e.name: e for e in read_model_repository(tmp_path)}
+    assert entries["resnet"].batching == BatchingSettings(
+        max_batch_size=32, batch_timeout_micros=2000
+    )
+    assert entries["resnet"].version_policy == VersionPolicy(PolicyKind.LATEST, num_versions=2)
+    assert entries["resnet"].version_labels == (("canary", 3), ("stable", 2))
+    assert [s.version for s in versions_to_serve(entries["resnet"])] == [2, 3]
+    assert [s.version for s in versions_to_serve(entries["all"])] == [1, 2, 3]
+    assert [s.version for s in versions_to_serve(entries["specific"])] == [1, 3]
+    assert entries["empty"].batching is None
+
+
+def test_a_subdirectory_with_no_model_is_an_error_naming_it(tmp_path: Path) -> None:
+    model(tmp_path, "good", 1)
+    (tmp_path / "notes" / "1").mkdir(parents=True)  # a version directory with nothing in it
+    with pytest.raises(ConfigError, match=r"model repository: 'notes' holds no model: .*notes"):
+        read_model_repository(tmp_path)
+
+
+def test_a_model_is_not_taken_for_a_repository(tmp_path: Path) -> None:
+    base = model(tmp_path, "resnet", 1)
+    with pytest.raises(ConfigError, match=r"resnet is one model .*not a model repository"):
+        read_model_repository(base)
+    with pytest.raises(ConfigError, match=r"model repository .*absent does not exist"):
+        read_model_repository(tmp_path / "absent")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "gpu_memory_mib: 2000\n",
+            r": unknown key 'gpu_memory_mib'; known keys: batching, "
+            r"version_policy, version_labels",
+        ),
+        ("pinned: true\n", r"unknown key 'pinned'"),
+        ("max_inflight: 4\n", r"unknown key 'max_inflight'"),
+        ("batchng: {}\n", r"unknown key 'batchng'; did you mean 'batching'\?"),
+        (
+            "batching: {max_batch_size: 0}\n",
+            r"batching: max_batch_size must be a positive "
+            r"whole number, got 0",
+        ),
+        (
+            "batching: {max_batch_size: '8'}\n",
+            r"max_batch_size must be a positive whole number, "
+            r"got '8'",
+        ),
+        (
+            "batching: {batch_timeout_micros: -1}\n",
+            r"batch_timeout_micros must be a whole "
+            r"number >= 0",
+        ),
+        (
+            "batching: {max_batch_size: 8, allowed_batch_sizes: [8]}\n",
+            r"batching: unknown key "
+            r"'allowed_batch_sizes'",
+        ),
+        (
+            "version_policy: {latest: {num_versions: 1}, all: {}}\n",
+            r"version_policy: give "
+            r"exactly one of latest, all, specific, got latest, all",
+        ),
+        ("version_policy: {}\n", r"give exactly one of latest, all, specific, got none"),
+        ("version_policy: {specific: {versions: []}}\n", r"versions must be a non-empty list"),
+        ("version_policy: {newest: {}}\n", r"unknown key 'newest'"),
+        (
+            "version_policy: {specific: {versions: [1]}}\nversion_labels: {canary: 2}\n",
+            r"label 'canary' names version 2, which its version policy does not serve",
+        ),
+        ("version_labels: {1: 2}\n", r"version_labels must be a mapping of label to version"),
+        ("version_labels: {a: -1}\n", r"version_labels must be .* got \{'a': -1\}"),
+        (
+            "version_policy: {specific: {versions: [-1]}}\n",
+            r"version_policy: specific: "
+            r"versions must be a non-empty list of version numbers >= 0, got \[-1\]",
+        ),
+        (
+            "version_policy: {latest: {num_versions: 0}}\n",
+            r"version_policy: latest: "
+            r"num_versions must be a positive whole number, got 0",
+        ),
+        ("version_labels: [stable]\n", r"version_labels must be a mapping of label to version"),
+        ("- batching\n", r"expected a mapping"),
+        ("batching: {max_batch_size: 8\n", r"is not valid YAML"),
+    ],
+)
+def test_a_model_file_that_cannot_work_names_the_file_and_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = model_file(model(tmp_path, "m", 1), text)
+    with pytest.raises(ConfigError, match=rf"{path}.*{message}"):
+        read_model_repository(tmp_path)
+
+
+def test_a_label_for_a_version_not_on_disk_is_refused_when_resolved(tmp_path: Path) -> None:
+    model_file(model(tmp_path, "m", 1, 2), "version_labels: {old: 1}\n")
+    (entry,) = read_model_repository(tmp_path)
+    with pytest.raises(ConfigError, match=r"label 'old' names version 1, which is not served"):
+        versions_to_serve(entry)
+
+
+def test_the_committed_schema_is_what_the_command_prints_and_files_meet_it(
+    tmp_path: Path,
+) -> None:
+    result = CliRunner().invoke(app, ["schema", "model"])
+    assert result.exit_code == 0, result.output
+    committed = (ROOT / "docs" / "schemas" / "model.schema.json").read_text()
+    assert result.output == committed, (
+        "docs/schemas/model.schema.json is stale: sharedserve schema model > "
+        "docs/schemas/model.schema.json"
+    )
+    schema = json.loads(committed)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    good = "batching: {max_batch_size: 8}\nversion_policy: {all: {}}\nversion_labels: {a: 1}\n"
+    jsonschema.validate(yaml.safe_load(good), schema)
+    read_model_file(model_file(model(tmp_path, "m", 1), good))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"gpu_memory_mib": 100}, schema)
