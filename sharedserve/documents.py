@@ -247,7 +247,8 @@ def _marked(hint: Any, marker: type) -> Any:
 
 def _document_in(hint: Any) -> Any:
     """The dataclass a field holds (itself, or in a list, tuple or union), if any."""
-    if dataclasses.is_dataclass(hint):
+    # A class only: an Annotated's metadata (a Must(...)) is a dataclass instance, not a document.
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return hint
     for arg in typing.get_args(hint):
         found = _document_in(arg)
