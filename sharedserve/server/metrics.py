@@ -108,7 +108,9 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
-        self._queue.labels(model).set(0)
+        # The queue is a model's: its series is made per model (for_model), not for "*".
+        if model != EVERY_MODEL:
+            self._queue.labels(model).set(0)
         self._arriving = Gauge(
             "sharedserve_request_body_arriving_bytes",
             "Bytes held by REST request bodies still arriving or waiting to be decoded "

@@ -283,8 +283,12 @@ def test_metrics_count_each_model_under_its_name(served: Served) -> None:
         {("tiny_torch", "rest"): 1, ("slow", "rest"): 1, (EVERY_MODEL, "rest"): 1}
     )
     text = client.get("/metrics").text
-    for name in ("tiny", "tiny_torch", "slow"):
-        assert f'sharedserve_queue_depth{{model="{name}"}}' in text
+    queues = {
+        line.split()[0] for line in text.splitlines() if line.startswith("sharedserve_queue_")
+    }
+    assert queues == {
+        f'sharedserve_queue_depth{{model="{n}"}}' for n in ("tiny", "tiny_torch", "slow")
+    }
     assert f'sharedserve_request_body_arriving_bytes{{model="{EVERY_MODEL}"}}' in text
 
 
