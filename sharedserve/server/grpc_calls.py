@@ -29,7 +29,7 @@ import grpc
 from sharedserve import rpc
 from sharedserve.errors import PayloadTooLarge, SharedServeError, Unimplemented
 from sharedserve.server.budget import ByteBudget
-from sharedserve.server.metrics import Metrics
+from sharedserve.server.metrics import RequestCounter
 
 __all__ = ["OFF_LOOP_BYTES", "ElementCount", "guard", "predict", "unary", "unimplemented"]
 
@@ -54,7 +54,7 @@ async def guard(
     context: grpc.aio.ServicerContext,
     method: str,
     call: Callable[[], Awaitable[_T]],
-    counted: tuple[Metrics, str] | None = None,
+    counted: tuple[RequestCounter, str] | None = None,
 ) -> _T | None:
     """Run ``call``: our errors become their gRPC status, anything else INTERNAL (and None).
 
@@ -87,7 +87,7 @@ def _forget(error: BaseException | None) -> None:
         error = error.__context__
 
 
-def _refuse(counted: tuple[Metrics, str] | None) -> rpc.Refuse:
+def _refuse(counted: tuple[RequestCounter, str] | None) -> rpc.Refuse:
     """Answers a request refused before its method ran (it does not parse; no room in the
     budget), counted like any other call of the method."""
 
@@ -124,7 +124,7 @@ def predict(
     request: Any,
     response: Any,
     *,
-    counted: tuple[Metrics, str],
+    counted: tuple[RequestCounter, str],
     decoding: ByteBudget,
     parse_large: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler:

@@ -1,16 +1,18 @@
 """The one gRPC server of a model server: TF Serving's services and the Open Inference
-Protocol's on one port, over one model and one predictor, and the standard health service."""
+Protocol's on one port, over the process's models (``registry.py``), and the standard health
+service."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sharedserve.config import ConnectionSettings
 from sharedserve.server.budget import ByteBudget
-from sharedserve.server.model import ServedModel
 from sharedserve.server.oip import grpc_api as oip_grpc
-from sharedserve.server.predictor import Predictor
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.tfserving import grpc_api as tfserving_grpc
 
 __all__ = ["GrpcHealth", "create_grpc_server"]
@@ -18,17 +20,23 @@ __all__ = ["GrpcHealth", "create_grpc_server"]
 
 class GrpcHealth:
     """The standard gRPC health service (``grpc.health.v1.Health``), which Kubernetes' gRPC probe
-    and gRPC-aware proxies ask, for the server (service "") and for the model's name: NOT_SERVING
-    until the model is AVAILABLE, SERVING then, and NOT_SERVING for good once a shutdown begins
-    (``server/shutdown.py``). Its methods run on the gRPC server's event loop."""
+    and gRPC-aware proxies ask, for the server (service "") and for each model's name: a model
+    NOT_SERVING until it is AVAILABLE, SERVING then, the server SERVING once every model is, and
+    all NOT_SERVING for good once a shutdown begins (``server/shutdown.py``). Its methods run on
+    the gRPC server's event loop."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_names: str | Sequence[str]) -> None:
         self.servicer = health.aio.HealthServicer()
-        self._services = ("", model_name)
+        names = [model_names] if isinstance(model_names, str) else list(model_names)
+        self._services = ("", *dict.fromkeys(names))
 
     async def not_yet(self) -> None:
         for service in self._services:
             await self.servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def model_serving(self, name: str) -> None:
+        """Model ``name`` is AVAILABLE (the server is not, until every model is)."""
+        await self.servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def serving(self) -> None:
         for service in self._services:
@@ -39,8 +47,7 @@ class GrpcHealth:
 
 
 def create_grpc_server(
-    model: ServedModel,
-    predictor: Predictor,
+    registry: ModelRegistry,
     max_message_bytes: int,
     connections: ConnectionSettings,
     decoding: ByteBudget,
@@ -48,7 +55,8 @@ def create_grpc_server(
     health_service: GrpcHealth,
 ) -> grpc.aio.Server:
     """A grpc.aio server with every service; the caller binds ports and starts it. ``decoding``
-    is the REST app's budget: a message's bytes count against it as a body's do."""
+    is the REST app's budget: a message's bytes count against it as a body's do; every
+    model's requests are bounded by the first model's element limit (one limit per process)."""
     options = [
         # The REST listener's connection limits, in gRPC core's terms: a connection that sends
         # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
@@ -63,7 +71,8 @@ def create_grpc_server(
         ("grpc.max_send_message_length", max_message_bytes),
     ]
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers(tfserving_grpc.handlers(model, predictor, decoding))
-    server.add_generic_rpc_handlers(oip_grpc.handlers(model, predictor, decoding))
+    max_elements = registry.predictors()[0].max_elements
+    server.add_generic_rpc_handlers(tfserving_grpc.handlers(registry, decoding, max_elements))
+    server.add_generic_rpc_handlers(oip_grpc.handlers(registry, decoding, max_elements))
     health_pb2_grpc.add_HealthServicer_to_server(health_service.servicer, server)
     return server

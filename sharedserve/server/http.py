@@ -24,8 +24,9 @@ from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, error, json_response
 from sharedserve.server.oip import rest as oip_rest
 from sharedserve.server.predictor import Predictor
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.tfserving import rest as tfserving_rest
-from sharedserve.server.tfserving.openapi import build_openapi
+from sharedserve.server.tfserving.openapi import build_openapi_for
 
 __all__ = ["create_app"]
 
@@ -33,15 +34,17 @@ log = logging.getLogger(__name__)
 
 
 def create_app(
-    predictor: Predictor,
+    models: ModelRegistry | Predictor,
     limits: Callable[[], dict[str, Any]],
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: ByteBudget,
 ) -> FastAPI:
-    """The HTTP app for one model; ``limits`` builds the ``/sharedserve/v1/limits`` body, and
-    ``decoding`` (shared with the gRPC server) bounds the bytes being decoded at once."""
-    model, metrics = predictor.model, predictor.metrics
+    """The HTTP app for the process's models (a lone predictor: its one model); ``limits``
+    builds the ``/sharedserve/v1/limits`` body, and ``decoding`` (shared with the gRPC server)
+    bounds the bytes being decoded at once."""
+    registry = models if isinstance(models, ModelRegistry) else ModelRegistry.of(models)
+    metrics = registry.metrics
     # REST bodies only: a gRPC message arrives whole inside grpcio, under its own limit.
     arriving = ArrivingBytes(rest.arriving_limit)
     metrics.track_arriving_bytes(lambda: arriving.held)
@@ -65,8 +68,8 @@ def create_app(
         log.exception("unexpected error serving %s %s", request.method, request.url.path)
         return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    tfserving_rest.add_routes(app, predictor, rest, connections, decoding, arriving=arriving)
-    oip_rest.add_routes(app, predictor, rest, connections, decoding, arriving=arriving)
+    tfserving_rest.add_routes(app, registry, rest, connections, decoding, arriving=arriving)
+    oip_rest.add_routes(app, registry, rest, connections, decoding, arriving=arriving)
 
     @app.get("/metrics")
     async def get_metrics() -> Response:
@@ -76,8 +79,8 @@ def create_app(
     async def get_limits() -> Response:
         return json_response(limits())
 
-    # Built once: it describes the served model's name and version, which never change.
-    openapi = orjson.dumps(build_openapi(model.name, model.version, rest.max_body_bytes))
+    # Built once: it describes the served models' names and versions, which never change.
+    openapi = orjson.dumps(build_openapi_for(registry.served(), rest.max_body_bytes))
 
     @app.get("/openapi.json")
     async def get_openapi() -> Response:

@@ -30,7 +30,7 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.server.budget import ArrivingBytes, ArrivingShare, ByteBudget
-from sharedserve.server.metrics import Metrics
+from sharedserve.server.metrics import RequestCounter
 
 __all__ = ["JSON", "counted", "error", "json_response", "read_body"]
 
@@ -47,7 +47,7 @@ def error(status: int, message: str) -> Response:
 
 
 async def counted(
-    metrics: Metrics, protocol: str, answer: Callable[[], Awaitable[Response]]
+    metrics: RequestCounter, protocol: str, answer: Callable[[], Awaitable[Response]]
 ) -> Response:
     """``answer()``, with its status and latency recorded under ``protocol``."""
     started, code = time.perf_counter(), 200

@@ -1,20 +1,35 @@
 """Prometheus metrics of one model server (prometheus-client, one registry per server).
 
-A registry per server instead of the library's global one: tests run servers in-process, and a
-process serves one model, so nothing is lost. GPU memory is read from NVML at scrape time, only
-when NVML sees a real GPU: a simulated inventory has no memory use to report.
+A registry per server instead of the library's global one: tests run servers in-process. A
+process may serve many models: the per-model series (requests, latency, batch size, queue depth)
+take each model's name (``for_model``); the process-wide ones (connections refused, arriving
+bytes, GPU memory), and requests never routed to a model (an unknown name, a message refused
+before it is parsed), take the process's label: the model's name when it serves one, as before.
+GPU memory is read from NVML at scrape time, only when NVML sees a real GPU: a simulated
+inventory has no memory use to report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["GpuMemoryReading", "Metrics"]
+__all__ = [
+    "GpuMemoryReading",
+    "Metrics",
+    "ModelMetrics",
+    "ModelSeries",
+    "RequestCounter",
+    "RequestTally",
+]
+
+EVERY_MODEL = "*"
+"""The process label of a server with several models: its process-wide series are all of
+theirs."""
 
 # Latency buckets from 1 ms to 10 s: model servers live between the two.
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -47,9 +62,25 @@ class _GpuMemory(Collector):
                 yield family
 
 
+class RequestCounter(Protocol):
+    """Where a transport counts a request's status and latency."""
+
+    def observe_request(self, protocol: str, code: str | int, seconds: float) -> None: ...
+
+
+class ModelSeries(RequestCounter, Protocol):
+    """What a model's inference path records: ``Metrics`` (under the process label) or one
+    model's ``ModelMetrics``."""
+
+    def observe_batch(self, rows: int) -> None: ...
+
+    def track_queue_depth(self, depth: Callable[[], float]) -> None: ...
+
+
 class Metrics:
     def __init__(self, model: str) -> None:
-        self.model = model
+        self.model = model  # the process label
+        self._models: dict[str, ModelMetrics] = {}
         self.registry = CollectorRegistry()
         self._requests = Counter(
             "sharedserve_requests",
@@ -77,7 +108,9 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
-        self._queue.labels(model).set(0)
+        # The queue is a model's: its series is made per model (for_model), not for "*".
+        if model != EVERY_MODEL:
+            self._queue.labels(model).set(0)
         self._arriving = Gauge(
             "sharedserve_request_body_arriving_bytes",
             "Bytes held by REST request bodies still arriving or waiting to be decoded "
@@ -108,6 +141,13 @@ class Metrics:
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         self._queue.labels(self.model).set_function(depth)
 
+    def for_model(self, name: str) -> ModelMetrics:
+        """The per-model series of model ``name`` (one object per name, its versions share it)."""
+        if name not in self._models:
+            self._queue.labels(name).set(0)
+            self._models[name] = ModelMetrics(self, name)
+        return self._models[name]
+
     def track_arriving_bytes(self, held: Callable[[], float]) -> None:
         self._arriving.labels(self.model).set_function(held)
 
@@ -117,3 +157,39 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ModelMetrics:
+    """One model's per-model series in its process's registry."""
+
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self._metrics, self.model = metrics, model
+        self._depths: list[Callable[[], float]] = []
+
+    def observe_request(self, protocol: str, code: str | int, seconds: float) -> None:
+        self._metrics._requests.labels(self.model, protocol, str(code)).inc()
+        self._metrics._duration.labels(self.model, protocol).observe(seconds)
+
+    def observe_batch(self, rows: int) -> None:
+        self._metrics._batch.labels(self.model).observe(rows)
+
+    def track_queue_depth(self, depth: Callable[[], float]) -> None:
+        # Each version has its own batcher; the model's queue is all of theirs.
+        self._depths.append(depth)
+        depths = tuple(self._depths)
+        self._metrics._queue.labels(self.model).set_function(lambda: sum(d() for d in depths))
+
+
+class RequestTally:
+    """Counts one request under the model it was routed to once that is known (``routed``),
+    else under the process label: a client's made-up names never become series."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._model: ModelSeries | None = None
+
+    def routed(self, series: ModelSeries) -> None:
+        self._model = series
+
+    def observe_request(self, protocol: str, code: str | int, seconds: float) -> None:
+        (self._model or self._metrics).observe_request(protocol, code, seconds)

@@ -57,7 +57,8 @@ class ModelState(str, Enum):
 
 
 class ServedModel:
-    """The model behind every endpoint; transports call ``check``, ``signature``, ``predict``."""
+    """One served version; transports find it through ``registry.py`` and call ``signature``,
+    ``predict``."""
 
     def __init__(self, source: ModelSource, backend: Backend) -> None:
         self.source = source
@@ -76,6 +77,11 @@ class ServedModel:
     @property
     def version(self) -> int:
         return self.source.version
+
+    @property
+    def serving(self) -> bool:
+        """Loaded and warmed up, not yet unloaded: predictions are answered."""
+        return self._serving
 
     def load(self) -> None:
         """Load and warm up; on failure the state is END with the error kept for status."""
@@ -112,15 +118,6 @@ class ServedModel:
             self._serving = False
             self.state = ModelState.UNLOADING
             self.state = ModelState.END
-
-    def check(self, name: str, version: int | None) -> None:
-        """NotFound unless ``name``/``version`` is this model; TF Serving's wording."""
-        if name != self.name:
-            shown = quoted(name)
-            wanted = f"Latest({shown})" if version is None else f"Specific({shown}, {version})"
-            raise NotFound(f"Servable not found for request: {wanted}")
-        if version is not None and version != self.version:
-            raise NotFound(f"Servable not found for request: Specific({quoted(name)}, {version})")
 
     def require_available(self) -> None:
         """NotReady, saying why, unless the model is ready for traffic (a readiness probe's

@@ -8,6 +8,7 @@ importing each other both ways. Dicts only, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -91,15 +92,19 @@ def path_param(name: str, schema: Schema, description: str) -> dict[str, Any]:
     }
 
 
-def model_params(name: str, version: Schema) -> dict[str, dict[str, Any]]:
-    """The ``{name}`` and ``{version}`` path parameters of the served model; ``version`` is the
-    version's schema (an integer in TF Serving's paths, a string in the OIP's)."""
+def model_params(names: Sequence[str], version: Schema) -> dict[str, dict[str, Any]]:
+    """The ``{name}`` and ``{version}`` path parameters of the served models; ``version`` is the
+    versions' schema (an integer in TF Serving's paths, a string in the OIP's)."""
     return {
         "name": path_param(
-            "name", {"type": "string", "enum": [name]}, "The served model; any other answers 404."
+            "name",
+            {"type": "string", "enum": list(names)},
+            "A served model; any other answers 404.",
         ),
         "version": path_param(
-            "version", version, "The served version; any other answers 404, one not an int64 400."
+            "version",
+            version,
+            "A version the model serves; any other answers 404, one not an int64 400.",
         ),
     }
 

@@ -19,7 +19,7 @@ from anyio import to_thread
 
 from sharedserve.config import BatchingSettings
 from sharedserve.server.batching import Batcher
-from sharedserve.server.metrics import Metrics
+from sharedserve.server.metrics import ModelSeries
 from sharedserve.server.model import ServedModel
 from sharedserve.server.signature import Signature
 from sharedserve.server.validate import check_inputs
@@ -50,7 +50,7 @@ class Predictor:
     def __init__(
         self,
         model: ServedModel,
-        metrics: Metrics,
+        metrics: ModelSeries,
         batching: BatchingSettings | None = None,
         max_elements: int | None = None,
     ) -> None:

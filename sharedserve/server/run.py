@@ -1,9 +1,11 @@
-"""Start a model server: limits first, then the listener, then the model.
+"""Start a model server: limits first, then the listener, then the models.
 
 Order matters: both ports are taken (gRPC's probed) before a framework is imported, so a port in
 use fails at once; the GPU cap and thread pools are applied before the framework first touches
 the device; the REST listener serves before the model loads so status and readiness probes
 answer (LOADING) during a long load; predictions are refused with 503 until warm-up completes.
+The models load one after another in one loader thread, each AVAILABLE as soon as it is warm,
+so a slow one does not hold the others' readiness (the server's waits for all of them).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -22,20 +24,21 @@ import grpc
 import uvicorn
 
 from sharedserve.config import BatchingSettings, ServerSettings
+from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError, SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends import make_backend
-from sharedserve.server.backends.base import Backend, RuntimeConfig
+from sharedserve.server.backends.base import AppliedRuntime, Backend, RuntimeConfig
 from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
 from sharedserve.server.connections import protocol_class
 from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
 from sharedserve.server.http import create_app
-from sharedserve.server.metrics import GpuMemoryReading, Metrics
+from sharedserve.server.metrics import EVERY_MODEL, GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
-from sharedserve.server.model_source import ModelSource, find_model
-from sharedserve.server.predictor import Predictor
+from sharedserve.server.model_source import find_model
+from sharedserve.server.registry import ModelEntry, ModelRegistry
 from sharedserve.server.shutdown import GracefulServer
 
 __all__ = ["limits_report", "run"]
@@ -171,22 +174,58 @@ def _gpu_memory_reader(
     return read
 
 
-def run(settings: ServerSettings) -> int:
-    """Serve until SIGINT/SIGTERM; returns the process exit code."""
+def run(settings: ServerSettings, models: Sequence[ModelEntry] | None = None) -> int:
+    """Serve ``models`` (None: ``--model``'s one, with ``settings.batching``) until SIGINT/SIGTERM;
+    returns the process exit code."""
     # Limits before the model directory: a bad --cpu-limit is reported as such, not as a
     # side effect of some other check.
     cpu = resolve_cpu_limit(settings.cpu_limit_cores)
     threads = thread_pool_sizes(cpu)
-    source = find_model(settings.model_dir, settings.model_name)
+    if models is None:
+        models = [
+            ModelEntry(find_model(settings.model_dir, settings.model_name), settings.batching)
+        ]
+    if not models:
+        raise ConfigError("no model to serve")
     # The ports before the framework: a port in use fails in milliseconds, not after seconds of
     # TensorFlow start-up. The REST socket is bound for good (connections made meanwhile wait in
     # its backlog); gRPC's can only be probed.
     sock = _bind(settings.rest.host, settings.rest.port)
     try:
         _check_grpc_port(settings.rest.host, settings.grpc.port)
-        return _serve(settings, sock, cpu, threads, source)
+        return _serve(settings, sock, cpu, threads, models)
     finally:
         sock.close()  # closed already by the server once it ran; not if start-up failed
+
+
+def _process_label(entries: Sequence[ModelEntry]) -> str:
+    """The process-wide series' model label: the model's name, or every model's mark."""
+    names = {entry.source.name for entry in entries}
+    return names.pop() if len(names) == 1 else EVERY_MODEL
+
+
+def _log_models(entries: Sequence[ModelEntry]) -> None:
+    for entry in entries:
+        source = entry.source
+        log.info(
+            "serving model %r version %d (%s) from %s",
+            source.name,
+            source.version,
+            source.framework.value,
+            source.path,
+        )
+
+
+def _configure(
+    entries: Sequence[ModelEntry], backends: Sequence[Backend], config: RuntimeConfig
+) -> AppliedRuntime:
+    """Each framework's thread pools and GPU cap, once: they can be set only before its runtime
+    starts. -> the first model's framework's, which the limits report and the metrics show."""
+    configured: dict[Framework, AppliedRuntime] = {}
+    for entry, backend in zip(entries, backends, strict=True):
+        if entry.source.framework not in configured:
+            configured[entry.source.framework] = backend.configure(config)
+    return configured[entries[0].source.framework]
 
 
 def _serve(
@@ -194,11 +233,11 @@ def _serve(
     sock: socket.socket,
     cpu: CpuLimit,
     threads: tuple[int, int],
-    source: ModelSource,
+    entries: Sequence[ModelEntry],
 ) -> int:
     gpu_backend, gpu_cap = _gpu_cap(settings)
-    backend = make_backend(source)
-    applied = backend.configure(RuntimeConfig(gpu_cap, *threads))
+    backends = [make_backend(entry.source) for entry in entries]
+    applied = _configure(entries, backends, RuntimeConfig(gpu_cap, *threads))
     cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
     log.info(
         "limits: cpu=%s (%s) threads intra=%d inter=%d; gpu cap fraction=%s mib=%s (%s, %s)",
@@ -212,18 +251,20 @@ def _serve(
         "enforced" if cap.enforced else "not enforced",
     )
     report = limits_report(cap, cpu, threads, _batching_report(settings.batching))
-    model = ServedModel(source, backend)
-    metrics = Metrics(source.name)
+    metrics = Metrics(_process_label(entries))
+    models = [
+        ServedModel(entry.source, each) for entry, each in zip(entries, backends, strict=True)
+    ]
+    registry = ModelRegistry.build(metrics, entries, models, settings.request_element_limit)
     if cap.enforced:
         # NVML stays open for the life of the process: a scrape is then one query, not an
         # initialisation of the driver library.
-        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap, backend))
+        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap, backends[0]))
     elif gpu_backend is not None:
         gpu_backend.close()
-    predictor = Predictor(model, metrics, settings.batching, settings.request_element_limit)
     # One budget for every API: it bounds the memory of decoding, whoever sent the bytes.
     decoding = ByteBudget(settings.rest.decoding_limit, DECODE_WAIT_S)
-    app = create_app(predictor, lambda: report, settings.rest, settings.connections, decoding)
+    app = create_app(registry, lambda: report, settings.rest, settings.connections, decoding)
 
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
@@ -238,9 +279,13 @@ def _serve(
 
     def load(loop: asyncio.AbstractEventLoop, server: GracefulServer, health: GrpcHealth) -> None:
         try:
-            model.load()
+            # Each model's gRPC health turns SERVING as it turns AVAILABLE; the server's at the end.
+            registry.load(
+                lambda name: asyncio.run_coroutine_threadsafe(health.model_serving(name), loop)
+            )
         except Exception as e:
-            log.error("failed to load model %r: %s", model.name, getattr(e, "message", e))
+            failing = next(m.name for m in registry.models() if not m.serving)
+            log.error("failed to load model %r: %s", failing, getattr(e, "message", e))
             failed.set()
             server.should_exit = True
             return
@@ -251,26 +296,22 @@ def _serve(
         gc.freeze()
 
     async def serve() -> None:
-        health = GrpcHealth(model.name)
+        health = GrpcHealth(list(registry.served()))
         await health.not_yet()
         grpc_server = create_grpc_server(
-            model,
-            predictor,
+            registry,
             settings.grpc.max_message_bytes,
             settings.connections,
             decoding,
             health_service=health,
         )
-        server = GracefulServer(config, settings.shutdown, model, grpc_server, health)
+        server = GracefulServer(config, settings.shutdown, registry, grpc_server, health)
         grpc_port = _bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
         await grpc_server.start()
-        await predictor.start()
+        await registry.start()
+        _log_models(entries)
         log.info(
-            "serving model %r version %d (%s) from %s; REST API on http://%s:%d, gRPC on %s:%d",
-            source.name,
-            source.version,
-            source.framework.value,
-            source.path,
+            "REST API on http://%s:%d, gRPC on %s:%d",
             host,
             port,
             settings.rest.host,
@@ -282,9 +323,9 @@ def _serve(
             await server.serve(sockets=[sock])
         finally:
             await server.stop_grpc()
-            await predictor.stop()
+            await registry.stop()
 
     asyncio.run(serve())
-    model.unload()
+    registry.unload()
     log.info("server stopped")
     return 1 if failed.is_set() else 0

@@ -4,7 +4,7 @@ Kubernetes takes a terminating pod out of its Service's endpoints while it sends
 the two race: proxies and load balancers may send new requests for a few seconds more. So, from
 the first SIGTERM or SIGINT:
 
-1. at once, readiness answers not-ready (the model turns UNLOADING, which every REST and gRPC
+1. at once, readiness answers not-ready (every model turns UNLOADING, which every REST and gRPC
    readiness answer reads; the gRPC health service NOT_SERVING), liveness stays up, and each
    REST answer says ``connection: close``, so a keep-alive client reconnects to a ready pod;
 2. requests are served as usual for ``drain_delay_s``;
@@ -34,7 +34,7 @@ import uvicorn
 
 from sharedserve.config import ShutdownSettings
 from sharedserve.server.grpc_server import GrpcHealth
-from sharedserve.server.model import ServedModel
+from sharedserve.server.registry import ModelRegistry
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
@@ -56,14 +56,14 @@ class GracefulServer(uvicorn.Server):
         self,
         config: uvicorn.Config,
         settings: ShutdownSettings,
-        model: ServedModel,
+        models: ModelRegistry,
         grpc_server: grpc.aio.Server,
         health: GrpcHealth,
     ) -> None:
         # run.py's config holds the app itself, not an import string.
         config.app = self._closing_while_stopping(cast("ASGI3Application", config.app))
         super().__init__(config)
-        self._settings, self._model = settings, model
+        self._settings, self._models = settings, models
         self._grpc_server, self._health = grpc_server, health
         self._began: float | None = None  # the loop's time at the first signal
         self._grpc_stop: asyncio.Task[None] | None = None
@@ -105,7 +105,7 @@ class GracefulServer(uvicorn.Server):
             drain,
             grace,
         )
-        self._model.begin_shutdown()
+        self._models.begin_shutdown()
         self._background_task(self._health.stopping())
         loop.call_later(drain, self._close_listeners)
         loop.call_later(self._cut_after(), self._cut)

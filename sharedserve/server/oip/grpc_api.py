@@ -26,13 +26,14 @@ from sharedserve.server.grpc_calls import (
     unary,
     unimplemented,
 )
+from sharedserve.server.metrics import RequestTally
 from sharedserve.server.model import ModelState, ServedModel, parse_version
 from sharedserve.server.oip import tensors
 from sharedserve.server.oip.api import SERVICE
 from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
 from sharedserve.server.oip.grpc_split import Input, Split, split_infer
 from sharedserve.server.oip.metadata import model_metadata, server_metadata
-from sharedserve.server.predictor import Predictor
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.signature import Signature
 from sharedserve.server.validate import check_rank
 
@@ -131,19 +132,19 @@ def _inputs(request: Any) -> list[Input]:
 
 
 class _Servicer:
-    def __init__(self, model: ServedModel, predictor: Predictor) -> None:
-        self._model, self._predictor = model, predictor
+    def __init__(self, registry: ModelRegistry) -> None:
+        self._registry = registry
 
     async def server_live(self, _request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerLiveResponse(live=True)
 
     async def server_ready(self, _request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return pb.ServerReadyResponse(ready=self._model.state is ModelState.AVAILABLE)
+        return pb.ServerReadyResponse(ready=self._registry.ready)
 
     async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            self._model.check(request.name, parse_version(request.version))
-            return pb.ModelReadyResponse(ready=self._model.state is ModelState.AVAILABLE)
+            model = self._registry.lookup(request.name, parse_version(request.version)).model
+            return pb.ModelReadyResponse(ready=model.state is ModelState.AVAILABLE)
 
         return await guard(context, "ModelReady", call)
 
@@ -152,8 +153,9 @@ class _Servicer:
 
     async def model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            self._model.check(request.name, parse_version(request.version))
-            return pb.ModelMetadataResponse(**model_metadata(self._model))
+            model = self._registry.lookup(request.name, parse_version(request.version)).model
+            versions = self._registry.versions_of(request.name)
+            return pb.ModelMetadataResponse(**model_metadata(model, versions))
 
         return await guard(context, "ModelMetadata", call)
 
@@ -163,21 +165,25 @@ class _Servicer:
         # A small message is parsed whole (FromString), a large one split (split_infer).
         split = message if isinstance(message, tuple) else (message, _inputs(message))
         request = split[0]
+        tally = RequestTally(self._registry.metrics)
 
         async def call() -> Any:
-            self._model.check(request.model_name, parse_version(request.model_version))
-            infer = _Infer(self._model, split, size, self._predictor.max_elements)
-            return await self._predictor.predict(infer)
+            version = parse_version(request.model_version)
+            predictor = self._registry.lookup(request.model_name, version)
+            tally.routed(predictor.metrics)
+            infer = _Infer(predictor.model, split, size, predictor.max_elements)
+            return await predictor.predict(infer)
 
-        return await guard(context, "ModelInfer", call, (self._predictor.metrics, "oip-grpc"))
+        return await guard(context, "ModelInfer", call, (tally, "oip-grpc"))
 
 
 def handlers(
-    model: ServedModel, predictor: Predictor, decoding: ByteBudget
+    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None
 ) -> tuple[grpc.GenericRpcHandler, ...]:
-    """The service under its OIP name; the model repository's load and unload are not offered
-    (one model per process, loaded at start)."""
-    servicer = _Servicer(model, predictor)
+    """The service under its OIP name; ``max_elements`` bounds a large message's tensors as it
+    is read, before its model is known. The model repository's load and unload are not offered
+    (the models are loaded at start)."""
+    servicer = _Servicer(registry)
     methods = {
         "ServerLive": (servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
         "ServerReady": (servicer.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
@@ -199,10 +205,10 @@ def handlers(
         servicer.model_infer,
         pb.ModelInferRequest,
         pb.ModelInferResponse,
-        counted=(predictor.metrics, "oip-grpc"),
+        counted=(registry.metrics, "oip-grpc"),
         decoding=decoding,
-        parse_large=split_infer(predictor.max_elements),
+        parse_large=split_infer(max_elements),
     )
     for method in ("RepositoryModelLoad", "RepositoryModelUnload"):
-        table[method] = unimplemented(method, "it serves one model per process, loaded at start")
+        table[method] = unimplemented(method, "its models are loaded at start")
     return (grpc.method_handlers_generic_handler(SERVICE, table),)

@@ -8,6 +8,7 @@ parameter). ``platform`` uses Triton's names, which KServe's tooling and clients
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sharedserve import __version__
@@ -20,12 +21,13 @@ __all__ = ["PLATFORM", "model_metadata", "server_metadata"]
 PLATFORM = {Framework.TENSORFLOW: "tensorflow_savedmodel", Framework.TORCH: "pytorch_libtorch"}
 
 
-def model_metadata(model: ServedModel) -> dict[str, Any]:
-    """NotReady until the model is AVAILABLE (its signatures are known only once loaded)."""
+def model_metadata(model: ServedModel, versions: Sequence[int] = ()) -> dict[str, Any]:
+    """NotReady until the model is AVAILABLE (its signatures are known only once loaded);
+    ``versions``: every version served under its name (else its own)."""
     signature = model.signature(None)
     return {
         "name": model.name,
-        "versions": [str(model.version)],
+        "versions": [str(v) for v in versions or (model.version,)],
         "platform": PLATFORM[model.source.framework],
         "inputs": [tensor_metadata(spec) for spec in signature.inputs.values()],
         "outputs": [tensor_metadata(spec) for spec in signature.outputs.values()],

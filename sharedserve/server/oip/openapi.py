@@ -1,7 +1,7 @@
 """The Open Inference Protocol's part of the OpenAPI document (``/openapi.json``): its ``/v2``
 paths and their schemas, which ``tfserving/openapi.py`` puts beside TF Serving's.
 
-As for TF Serving's part, the served name and version are ``enum`` values so that a fuzzer
+As for TF Serving's part, the served names and versions are ``enum`` values so that a fuzzer
 reaches the model, and each operation lists exactly the statuses the server can answer
 (``oip/rest.py``). The binary tensor extension is described, not modelled: a request's raw
 bytes after its JSON header cannot be a JSON Schema, so the request body is documented as JSON
@@ -11,6 +11,7 @@ alternative whose JSON header length is in ``Inference-Header-Content-Length``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sharedserve.server.oip import HEADER_LENGTH
@@ -134,9 +135,10 @@ def oip_schemas() -> dict[str, Schema]:
     }
 
 
-def oip_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
-    """The ``/v2`` paths for the model served as ``name`` version ``version``."""
-    params = model_params(name, {"type": "string", "enum": [str(version)]})
+def oip_paths(served: Mapping[str, Sequence[int]], max_body_bytes: int) -> dict[str, Any]:
+    """The ``/v2`` paths for the models served (name -> versions)."""
+    versions = sorted({str(v) for vs in served.values() for v in vs})
+    params = model_params(list(served), {"type": "string", "enum": versions})
     infer_ok = json_body("The model's outputs.", "OipInferResponse")
     infer_ok["content"]["application/octet-stream"] = {
         "schema": {

@@ -24,10 +24,11 @@ from sharedserve.errors import InvalidInput, quoted
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.json_values import json_type
+from sharedserve.server.metrics import RequestTally
 from sharedserve.server.model import ServedModel, parse_version
 from sharedserve.server.oip import HEADER_LENGTH, tensors
 from sharedserve.server.oip.metadata import model_metadata, server_metadata
-from sharedserve.server.predictor import Predictor
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.signature import Signature
 
 __all__ = ["add_routes"]
@@ -183,7 +184,7 @@ def _header_length(request: Request) -> int | None:
 
 def add_routes(
     app: FastAPI,
-    predictor: Predictor,
+    registry: ModelRegistry,
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: ByteBudget,
@@ -192,7 +193,6 @@ def add_routes(
 ) -> None:
     """The OIP's ``/v2`` routes; ``arriving`` and ``decoding`` bound the bytes of bodies being
     read and being decoded (shared with TF Serving's API)."""
-    model = predictor.model
 
     @app.get("/v2")
     async def get_server() -> Response:
@@ -204,30 +204,35 @@ def add_routes(
 
     @app.get("/v2/health/ready")
     async def ready() -> Response:
-        model.require_available()  # one model per process: ready when it is (else 503)
+        # The OIP: ready when "all the models are ready for inferencing" (else 503).
+        registry.require_ready()
         return json_response({"ready": True})
 
     async def model_ready(name: str, version: str | None = None) -> Response:
-        model.check(name, parse_version(version))
+        model = registry.lookup(name, parse_version(version)).model
         model.require_available()
         return json_response({"name": model.name, "ready": True})
 
     async def metadata(name: str, version: str | None = None) -> Response:
-        model.check(name, parse_version(version))
-        return json_response(model_metadata(model))
+        model = registry.lookup(name, parse_version(version)).model
+        return json_response(model_metadata(model, registry.versions_of(name)))
 
     async def infer(request: Request, name: str, version: str | None = None) -> Response:
+        tally = RequestTally(registry.metrics)
+
         async def answer() -> Response:
-            model.check(name, parse_version(version))
+            predictor = registry.lookup(name, parse_version(version))
+            tally.routed(predictor.metrics)
             header_length = _header_length(request)
             limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
             async with read_body(request, limit, pause_s, arriving, decoding) as body:
-                content, split = await predictor.predict(_Infer(model, body, header_length))
+                call = _Infer(predictor.model, body, header_length)
+                content, split = await predictor.predict(call)
             if split is None:
                 return Response(content, media_type=JSON)
             return Response(content, media_type=_OCTETS, headers={HEADER_LENGTH: str(split)})
 
-        return await counted(predictor.metrics, "oip-rest", answer)
+        return await counted(tally, "oip-rest", answer)
 
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         app.add_api_route(prefix, metadata, methods=["GET"])

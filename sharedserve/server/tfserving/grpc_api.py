@@ -26,8 +26,10 @@ from sharedserve.server.grpc_calls import (
     unary,
     unimplemented,
 )
+from sharedserve.server.metrics import RequestTally
 from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.predictor import Predictor
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.signature import Signature, TensorSpec
 from sharedserve.server.tfserving.api import MODEL_SERVICE, PREDICTION_SERVICE
 from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
@@ -110,15 +112,16 @@ class _ProtoPredict:
     the loop; a large one (``heavy``) is decoded in a worker thread."""
 
     def __init__(
-        self, servicer: PredictionServicer, request: Any, inputs: Mapping[str, Any], size: int
+        self, predictor: Predictor, request: Any, inputs: Mapping[str, Any], size: int
     ) -> None:
-        self._servicer, self._request, self._inputs = servicer, request, inputs
+        self._model, self._max_elements = predictor.model, predictor.max_elements
+        self._request, self._inputs = request, inputs
         self.heavy = size > OFF_LOOP_BYTES
         self._signature_name = ""
 
     def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
         request = self._request
-        signature = self._servicer.model.signature(request.model_spec.signature_name or None)
+        signature = self._model.signature(request.model_spec.signature_name or None)
         unknown = set(request.output_filter) - set(signature.outputs)
         if unknown:
             raise InvalidInput(f"output_filter names unknown outputs {quoted(sorted(unknown))}")
@@ -131,7 +134,7 @@ class _ProtoPredict:
                 f"unknown input {quoted(min(unknown))}; the signature's inputs are "
                 f"{', '.join(sorted(signature.inputs))}"
             )
-        count = ElementCount(self._servicer.max_elements).add
+        count = ElementCount(self._max_elements).add
         inputs = {
             k: from_tensor_proto(v, f"input {quoted(k)}", count) for k, v in self._inputs.items()
         }
@@ -139,7 +142,7 @@ class _ProtoPredict:
 
     def encode(self, outputs: dict[str, np.ndarray]) -> Any:
         response = pb.PredictResponse()
-        self._servicer.fill_spec(response.model_spec, self._signature_name)
+        _fill_spec(response.model_spec, self._model, self._signature_name)
         wanted = self._request.output_filter
         for key, value in outputs.items():
             if not wanted or key in wanted:
@@ -147,38 +150,47 @@ class _ProtoPredict:
         return response
 
 
-class PredictionServicer:
-    def __init__(self, model: ServedModel, predictor: Predictor) -> None:
-        self.model, self._predictor = model, predictor
+def _lookup(registry: ModelRegistry, spec: Any) -> Predictor:
+    """The version a ModelSpec names: by number, by label (a oneof with it), else the latest."""
+    return registry.lookup(spec.name, _version(spec), spec.version_label or None)
 
-    @property
-    def max_elements(self) -> int | None:
-        return self._predictor.max_elements
+
+def _fill_spec(spec: Any, model: ServedModel, signature_name: str) -> None:
+    spec.name = model.name
+    spec.version.value = model.version
+    spec.signature_name = signature_name
+
+
+class PredictionServicer:
+    def __init__(self, registry: ModelRegistry) -> None:
+        self._registry = registry
 
     async def Predict(  # noqa: N802
         self, message: Any | Split, size: int, context: grpc.aio.ServicerContext
     ) -> Any:
         # A small message is parsed whole (FromString), a large one split (split_predict).
         request, inputs = message if isinstance(message, tuple) else (message, message.inputs)
+        tally = RequestTally(self._registry.metrics)
 
         async def call() -> Any:
-            self._check(request.model_spec)
-            return await self._predictor.predict(_ProtoPredict(self, request, inputs, size))
+            predictor = _lookup(self._registry, request.model_spec)
+            tally.routed(predictor.metrics)
+            return await predictor.predict(_ProtoPredict(predictor, request, inputs, size))
 
-        return await guard(context, "Predict", call, (self._predictor.metrics, "grpc"))
+        return await guard(context, "Predict", call, (tally, "grpc"))
 
     async def GetModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         async def call() -> Any:
-            self._check(request.model_spec)
+            model = _lookup(self._registry, request.model_spec).model
             fields = list(request.metadata_field)
             if fields != ["signature_def"]:
                 raise InvalidInput(
                     "metadata_field must be ['signature_def'] (the only one offered), got "
                     f"{quoted(fields)}"
                 )
-            self.model.metadata_json()  # NotReady until AVAILABLE
+            model.metadata_json()  # NotReady until AVAILABLE
             signature_map = pb.SignatureDefMap()
-            for name, sig in self.model.backend.signatures().items():
+            for name, sig in model.backend.signatures().items():
                 signature_def = signature_map.signature_def[name]
                 signature_def.method_name = sig.method_name
                 for key, spec in sig.inputs.items():
@@ -186,7 +198,7 @@ class PredictionServicer:
                 for key, spec in sig.outputs.items():
                     _fill_tensor_info(signature_def.outputs[key], spec)
             response = pb.GetModelMetadataResponse()
-            self.fill_spec(response.model_spec, "")
+            _fill_spec(response.model_spec, model, "")
             packed = response.metadata["signature_def"]
             packed.type_url = _SIGNATURE_DEF_MAP_URL
             packed.value = signature_map.SerializeToString()
@@ -194,48 +206,39 @@ class PredictionServicer:
 
         return await guard(context, "GetModelMetadata", call)
 
-    def _check(self, spec: Any) -> None:
-        if spec.version_label:
-            raise InvalidInput(
-                f"version labels are not supported (got {quoted(spec.version_label)})"
-            )
-        self.model.check(spec.name, _version(spec))
-
-    def fill_spec(self, spec: Any, signature_name: str) -> None:
-        spec.name = self.model.name
-        spec.version.value = self.model.version
-        spec.signature_name = signature_name
-
 
 class ModelServicer:
-    def __init__(self, model: ServedModel, predictor: Predictor) -> None:
-        self._model, self._predictor = model, predictor
+    def __init__(self, registry: ModelRegistry) -> None:
+        self._registry = registry
 
     async def GetModelStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         async def call() -> Any:
             spec = request.model_spec
-            self._model.check(spec.name, _version(spec))
-            status = self._model.status_json()["model_version_status"][0]
             response = pb.GetModelStatusResponse()
-            entry = response.model_version_status.add(
-                version=self._model.version, state=_STATE[self._model.state]
-            )
-            entry.status.error_message = status["status"]["error_message"]
-            # error_code is tensorflow.error.Code; OK is 0, UNKNOWN is 2.
-            entry.status.error_code = 0 if status["status"]["error_code"] == "OK" else 2
+            # Without a version or label: every version of the model, as TF Serving lists them.
+            versions = self._registry.statuses(spec.name, _version(spec), spec.version_label)
+            for model in versions:
+                status = model.status_json()["model_version_status"][0]
+                entry = response.model_version_status.add(
+                    version=model.version, state=_STATE[model.state]
+                )
+                entry.status.error_message = status["status"]["error_message"]
+                # error_code is tensorflow.error.Code; OK is 0, UNKNOWN is 2.
+                entry.status.error_code = 0 if status["status"]["error_code"] == "OK" else 2
             return response
 
         return await guard(context, "GetModelStatus", call)
 
 
 def handlers(
-    model: ServedModel, predictor: Predictor, decoding: ByteBudget
+    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None
 ) -> tuple[grpc.GenericRpcHandler, ...]:
-    """Both services under TF Serving's names.
+    """Both services under TF Serving's names; ``max_elements`` bounds a large message's tensors
+    as it is read, before its model is known.
 
     Methods sharedserve does not offer answer UNIMPLEMENTED without parsing their requests.
     """
-    prediction, models = PredictionServicer(model, predictor), ModelServicer(model, predictor)
+    prediction, models = PredictionServicer(registry), ModelServicer(registry)
     return (
         grpc.method_handlers_generic_handler(
             PREDICTION_SERVICE,
@@ -245,9 +248,9 @@ def handlers(
                     prediction.Predict,
                     pb.PredictRequest,
                     pb.PredictResponse,
-                    counted=(predictor.metrics, "grpc"),
+                    counted=(registry.metrics, "grpc"),
                     decoding=decoding,
-                    parse_large=split_predict(predictor.max_elements),
+                    parse_large=split_predict(max_elements),
                 ),
                 "GetModelMetadata": unary(
                     "GetModelMetadata",

@@ -9,8 +9,8 @@ one ``Error`` body. 500 is never documented: it is a bug, and the fuzz test
 
 The predict body is TF Serving's generic shape, not the model's own tensors: the document is
 built with the app, before the model has loaded, and TF Serving's way to learn the tensors is
-the metadata endpoint. The served name and version are ``enum`` values so that a fuzzer reaches
-the model; the descriptions say what any other value gets.
+the metadata endpoint. The served names and versions are ``enum`` values so that a fuzzer
+reaches the models; the descriptions say what any other value gets.
 
 The Open Inference Protocol's ``/v2`` part is ``oip/openapi.py``, and the building blocks both
 share are ``server/openapi_parts.py``; this module assembles the whole document.
@@ -18,6 +18,7 @@ share are ``server/openapi_parts.py``; this module assembles the whole document.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -45,7 +46,7 @@ from sharedserve.server.openapi_parts import (
 )
 from sharedserve.server.signature import DTYPE_TO_NUMPY
 
-__all__ = ["build_openapi"]
+__all__ = ["build_openapi", "build_openapi_for"]
 
 _INT64 = {"type": "string", "pattern": "^-?[0-9]+$"}  # proto3 JSON writes int64 as a string
 
@@ -179,10 +180,11 @@ def _schemas() -> dict[str, Schema]:
     }
 
 
-def _model_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
-    params = model_params(name, {"type": "integer", "enum": [version]}) | {
+def _model_paths(served: Mapping[str, Sequence[int]], max_body_bytes: int) -> dict[str, Any]:
+    versions = sorted({v for vs in served.values() for v in vs})
+    params = model_params(list(served), {"type": "integer", "enum": versions}) | {
         "label": path_param(
-            "label", string(), "Always 404: one version is served, never labelled."
+            "label", string(), "A version label the model config assigns; any other is 404."
         ),
     }
     body = {"required": True, "content": {JSON: {"schema": ref("PredictRequest")}}}
@@ -217,18 +219,19 @@ def _model_paths(name: str, version: int, max_body_bytes: int) -> dict[str, Any]
         in_path = [params[p] for p in params if "{" + p + "}" in prefix]
         for suffix, (method, ok, errors, extra) in verbs.items():
             operation_id = f"{method}{suffix.strip('/:').capitalize() or 'Status'}{kind}"
-            if kind == "Label":  # refused before the model, the verb or the body is looked at
-                answers = operation(
-                    operation_id, "TF Serving", None, (404, "Labels are never assigned.")
-                )
-            else:
-                answers = operation(operation_id, "TF Serving", ok, BAD, MISSING, *errors, **extra)
+            answers = operation(operation_id, "TF Serving", ok, BAD, MISSING, *errors, **extra)
             paths[prefix + suffix] = {"parameters": in_path, method: answers}
     return paths
 
 
 def build_openapi(name: str, version: int, max_body_bytes: int) -> dict[str, Any]:
-    """The document for the model served as ``name`` version ``version``."""
+    """The document for one model served as ``name`` version ``version``."""
+    return build_openapi_for({name: [version]}, max_body_bytes)
+
+
+def build_openapi_for(served: Mapping[str, Sequence[int]], max_body_bytes: int) -> dict[str, Any]:
+    """The document for the models served (name -> versions)."""
+    names = ", ".join(f"{n!r} (version {', '.join(map(str, vs))})" for n, vs in served.items())
     own = {
         "/metrics": ("getMetrics", content("Prometheus text format.", "text/plain", string())),
         "/sharedserve/v1/limits": ("getLimits", json_body("The limits in force.", "Limits")),
@@ -241,12 +244,12 @@ def build_openapi(name: str, version: int, max_body_bytes: int) -> dict[str, Any
             "version": __version__,
             "description": (
                 f"TensorFlow Serving's REST API and the Open Inference Protocol's (/v2) for "
-                f"model {name!r} version {version}, and sharedserve's own endpoints. "
+                f"model {names}, and sharedserve's own endpoints. "
                 "Every error is a JSON object {'error': message}."
             ),
         },
-        "paths": _model_paths(name, version, max_body_bytes)
-        | oip_paths(name, version, max_body_bytes)
+        "paths": _model_paths(served, max_body_bytes)
+        | oip_paths(served, max_body_bytes)
         | {path: {"get": operation(op, "sharedserve", ok)} for path, (op, ok) in own.items()},
         "components": {"schemas": _schemas() | oip_schemas()},
     }

@@ -11,6 +11,7 @@ with the status from ``errors.py``; nothing a client sends can stop the process.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -21,8 +22,9 @@ from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, NotFound, Unimplemented, quoted
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, counted, json_response, read_body
+from sharedserve.server.metrics import RequestTally
 from sharedserve.server.model import ServedModel, parse_version
-from sharedserve.server.predictor import Predictor
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.signature import Signature
 from sharedserve.server.tfserving import codec
 
@@ -35,8 +37,15 @@ _PATH = re.compile(
 )
 
 
-def _parse(path: str, method: str) -> tuple[str, int | None, bool, str | None]:
-    """-> (model name, version or None for latest, is metadata, verb or None)."""
+class _Target(NamedTuple):
+    name: str
+    version: int | None  # None: the latest, or the label's
+    label: str | None
+    metadata: bool
+    verb: str | None
+
+
+def _parse(path: str, method: str) -> _Target:
     match = _PATH.match(path)
     if match is None:
         raise NotFound(f"Malformed request: no such path /v1/models/{quoted(path)}")
@@ -50,12 +59,10 @@ def _parse(path: str, method: str) -> tuple[str, int | None, bool, str | None]:
             f"Malformed request: {method} /v1/models/{quoted(path)}; use {allowed}",
             headers={"Allow": allowed},
         )
-    if match["label"] is not None:
-        # sharedserve serves one version per process; labels would always be unassigned.
-        raise NotFound(f"Unrecognized servable version label: {quoted(match['label'])}")
-    return (
+    return _Target(
         match["name"],
         parse_version(match["version"]),
+        match["label"],
         match["metadata"] is not None,
         match["verb"],
     )
@@ -83,7 +90,7 @@ class _JsonPredict:
 
 def add_routes(
     app: FastAPI,
-    predictor: Predictor,
+    registry: ModelRegistry,
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: ByteBudget,
@@ -92,13 +99,15 @@ def add_routes(
 ) -> None:
     """TF Serving's ``/v1/models/...`` routes; ``arriving`` and ``decoding`` bound the bytes of
     bodies being read and being decoded."""
-    model = predictor.model
 
     @app.get("/v1/models/{path:path}")
     async def get_model(path: str) -> Response:
-        name, version, metadata, _ = _parse(path, "GET")
-        model.check(name, version)
-        return json_response(model.metadata_json() if metadata else model.status_json())
+        target = _parse(path, "GET")
+        if target.metadata:
+            model = registry.lookup(target.name, target.version, target.label).model
+            return json_response(model.metadata_json())
+        # Without a version or label: every version's state, as TF Serving lists them.
+        return json_response(registry.status_json(target.name, target.version, target.label))
 
     # Every other method reaches _parse too, for the 405's Allow: Starlette's own would name
     # the GET route's method, the first route that matched the path.
@@ -109,16 +118,23 @@ def add_routes(
 
     @app.post("/v1/models/{path:path}")
     async def post_model(path: str, request: Request) -> Response:
-        name, version, _, verb = _parse(path, "POST")
+        target = _parse(path, "POST")
+        if target.label:  # an unknown label is 404 whatever the verb (the OpenAPI says so)
+            registry.lookup(target.name, label=target.label)
+        verb = target.verb
         if verb in ("classify", "regress"):
             raise Unimplemented(f":{verb} is not supported by sharedserve; use :predict")
         if verb != "predict":
             raise InvalidInput(f"Malformed request: unknown verb {quoted(verb)}")
 
+        tally = RequestTally(registry.metrics)
+
         async def answer() -> Response:
-            model.check(name, version)
+            predictor = registry.lookup(target.name, target.version, target.label)
+            tally.routed(predictor.metrics)
             limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
             async with read_body(request, limit, pause_s, arriving, decoding) as body:
-                return Response(await predictor.predict(_JsonPredict(model, body)), media_type=JSON)
+                call = _JsonPredict(predictor.model, body)
+                return Response(await predictor.predict(call), media_type=JSON)
 
-        return await counted(predictor.metrics, "rest", answer)
+        return await counted(tally, "rest", answer)

@@ -1,0 +1,190 @@
+"""The models one server process serves, and the one place a request's model is looked up.
+
+Each name has one or more versions, a ``ServedModel`` and a ``Predictor`` each (its own batcher
+when the model batches: batching settings are per model, and a batch never mixes versions), and
+optional version labels (label -> version), as TF Serving's model config gives them. Every wire
+format asks ``lookup`` with what the request names and gets the version to run, or NotFound in
+TF Serving's words. The latest version is the highest one serving predictions (TF Serving: the
+highest loaded); while none is, the highest of all, whose answer then says why it is not ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sharedserve.config import BatchingSettings
+from sharedserve.errors import ConfigError, NotFound, quoted
+from sharedserve.server.metrics import Metrics
+from sharedserve.server.model import ModelState, ServedModel
+from sharedserve.server.model_source import ModelSource
+from sharedserve.server.predictor import Predictor
+
+__all__ = ["ModelEntry", "ModelRegistry"]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model version to serve, as ``--model`` or a model config names it."""
+
+    source: ModelSource
+    batching: BatchingSettings | None = None
+    """None: batching off. Per model: each version of it gets a batcher of these settings."""
+    labels: Mapping[str, int] = field(default_factory=dict)
+    """Version labels of the model (label -> version), e.g. TF Serving's ``version_labels``."""
+
+
+class ModelRegistry:
+    """Served model versions by name and version; ``metrics`` is the process's one registry."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._versions: dict[str, dict[int, Predictor]] = {}
+        self._labels: dict[str, dict[str, int]] = {}
+
+    @classmethod
+    def of(cls, predictor: Predictor) -> ModelRegistry:
+        """A registry of the one version ``predictor`` serves, counted in its ``Metrics``."""
+        if not isinstance(predictor.metrics, Metrics):
+            raise TypeError("a lone predictor must record into a Metrics registry")
+        registry = cls(predictor.metrics)
+        registry._put(predictor)
+        return registry
+
+    @classmethod
+    def build(
+        cls,
+        metrics: Metrics,
+        entries: Sequence[ModelEntry],
+        models: Sequence[ServedModel],
+        max_elements: int | None = None,
+    ) -> ModelRegistry:
+        """A registry of ``models``, one per entry (its version), with the entries' labels."""
+        registry = cls(metrics)
+        for entry, model in zip(entries, models, strict=True):
+            registry.add(model, entry.batching, max_elements)
+        for entry in entries:
+            for label, version in entry.labels.items():
+                registry.label(entry.source.name, label, version)
+        return registry
+
+    def add(
+        self,
+        model: ServedModel,
+        batching: BatchingSettings | None = None,
+        max_elements: int | None = None,
+    ) -> Predictor:
+        """Serve ``model`` (one version), with its per-model series and its own batcher."""
+        series = self.metrics.for_model(model.name)
+        predictor = Predictor(model, series, batching, max_elements)
+        self._put(predictor)
+        return predictor
+
+    def _put(self, predictor: Predictor) -> None:
+        model = predictor.model
+        versions = self._versions.setdefault(model.name, {})
+        if model.version in versions:
+            raise ConfigError(f"model {model.name!r} version {model.version} is served twice")
+        versions[model.version] = predictor
+
+    def label(self, name: str, label: str, version: int) -> None:
+        """``label`` names ``version`` of model ``name`` from now on."""
+        if version not in self._versions.get(name, {}):
+            raise ConfigError(
+                f"label {label!r} of model {name!r} names version {version}, which is not served"
+            )
+        self._labels.setdefault(name, {})[label] = version
+
+    # -- what requests ask ---------------------------------------------------------------
+
+    def lookup(self, name: str, version: int | None = None, label: str | None = None) -> Predictor:
+        """The version a request names: by number, by label, else the latest."""
+        versions = self._versions.get(name)
+        if label:
+            number = self._labels.get(name, {}).get(label)
+            if versions is None or number is None:
+                raise NotFound(f"Unrecognized servable version label: {quoted(label)}")
+            return versions[number]
+        if versions is None:
+            shown = quoted(name)
+            wanted = f"Latest({shown})" if version is None else f"Specific({shown}, {version})"
+            raise NotFound(f"Servable not found for request: {wanted}")
+        if version is not None:
+            if version not in versions:
+                raise NotFound(
+                    f"Servable not found for request: Specific({quoted(name)}, {version})"
+                )
+            return versions[version]
+        serving = [v for v, p in versions.items() if p.model.serving]
+        return versions[max(serving or versions)]
+
+    def statuses(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> list[ServedModel]:
+        """The versions a status request names: one if it names one, else all of the model's."""
+        if version is not None or label:
+            return [self.lookup(name, version, label).model]
+        self.lookup(name)  # NotFound for an unknown name
+        return [p.model for _, p in sorted(self._versions[name].items())]
+
+    def status_json(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> dict[str, Any]:
+        """TF Serving's GetModelStatus as JSON: every version of the model, or the one named."""
+        entries = [
+            m.status_json()["model_version_status"][0] for m in self.statuses(name, version, label)
+        ]
+        return {"model_version_status": entries}
+
+    def versions_of(self, name: str) -> list[int]:
+        return sorted(self._versions.get(name, {}))
+
+    def served(self) -> dict[str, list[int]]:
+        """Name -> its versions, every model."""
+        return {name: sorted(versions) for name, versions in self._versions.items()}
+
+    def require_ready(self) -> None:
+        """NotReady, saying why, unless every version of every model is AVAILABLE: the OIP's
+        server readiness ("all the models are ready for inferencing")."""
+        for model in self.models():
+            model.require_available()
+
+    @property
+    def ready(self) -> bool:
+        return all(m.state is ModelState.AVAILABLE for m in self.models())
+
+    def models(self) -> Iterator[ServedModel]:
+        for predictor in self.predictors():
+            yield predictor.model
+
+    def predictors(self) -> list[Predictor]:
+        return [p for versions in self._versions.values() for _, p in sorted(versions.items())]
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def load(self, available: Callable[[str], object] = lambda _: None) -> None:
+        """Load every version, one after another (in the caller's thread), each AVAILABLE as
+        soon as it is warm: a slow model holds no other's readiness. ``available(name)`` once
+        all of a model's versions are; the first failure is raised (the rest stay unloaded)."""
+        for model in self.models():
+            model.load()
+            if all(p.model.serving for p in self._versions[model.name].values()):
+                available(model.name)
+
+    async def start(self) -> None:
+        for predictor in self.predictors():
+            await predictor.start()
+
+    async def stop(self) -> None:
+        for predictor in self.predictors():
+            await predictor.stop()
+
+    def begin_shutdown(self) -> None:
+        """Every model not ready from now on, each still answering until the listeners close."""
+        for model in self.models():
+            model.begin_shutdown()
+
+    def unload(self) -> None:
+        for model in self.models():
+            model.unload()
