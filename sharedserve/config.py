@@ -447,10 +447,15 @@ class PackSettings:
 
 @dataclass(frozen=True)
 class ServerSettings:
-    model_dir: Path
-    """A model base path (``DIR/NAME`` with version subdirectories) or a bare SavedModel dir."""
+    model_dir: Path | None = None
+    """A model base path (``DIR/NAME`` with version subdirectories) or a bare SavedModel dir;
+    or, instead, ``model_config_file`` or ``model_repository`` for many models."""
     model_name: str | None = None
-    """Name in URLs; defaults to the base path's directory name."""
+    """Name in URLs; defaults to the base path's directory name (``model_dir`` only)."""
+    model_config_file: Path | None = None
+    """TF Serving's model config file (``ModelServerConfig`` text format): many models."""
+    model_repository: Path | None = None
+    """A directory of models, one per subdirectory, each named after it: many models."""
     rest: RestSettings = field(default_factory=RestSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
@@ -476,6 +481,25 @@ class ServerSettings:
     def validate(self) -> None:
         """Raise ConfigError naming the first setting that cannot work (the CPU limit and the
         GPU cap are checked where they are resolved against the host)."""
+        given = [
+            flag
+            for flag, value in (
+                ("--model", self.model_dir),
+                ("--model-config-file", self.model_config_file),
+                ("--model-repository", self.model_repository),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise ConfigError(
+                "give one of --model (one model), --model-config-file (TF Serving's model "
+                "config) or --model-repository (a directory of models)"
+                + (f"; got {' and '.join(given)}" if given else "")
+            )
+        if self.model_name is not None and self.model_dir is None:
+            raise ConfigError(
+                "--name names --model's model; a model config or repository names its own"
+            )
         self.rest.validate()
         self.grpc.validate()
         if self.batching is not None:

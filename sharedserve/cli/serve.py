@@ -65,9 +65,31 @@ def models_list() -> None:
 
 
 _Model = Annotated[
-    Path, typer.Option(help="Model base path (DIR/NAME with version dirs) or a SavedModel dir.")
+    Path | None,
+    typer.Option(
+        help="One model: its base path (DIR/NAME with version dirs) or a model directory.",
+        show_default="none: --model-config-file or --model-repository",
+    ),
 ]
-_Name = Annotated[str | None, typer.Option(help="Model name in URLs.", show_default="dir name")]
+_ModelConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        help="Many models: TensorFlow Serving's model config file (model_config_list { config "
+        "{ name base_path model_platform model_version_policy version_labels } }), as TF "
+        "Serving reads it; base_path absolute.",
+        show_default="none",
+    ),
+]
+_ModelRepository = Annotated[
+    Path | None,
+    typer.Option(
+        help="Many models: a directory with one model per subdirectory, named after it "
+        "(version subdirectories as for --model), each optionally with a sharedserve.yaml "
+        "model file (batching, version_policy, version_labels; `sharedserve schema model`).",
+        show_default="none",
+    ),
+]
+_Name = Annotated[str | None, typer.Option(help="--model's name in URLs.", show_default="dir name")]
 _Host = Annotated[str, typer.Option(help="Address to listen on.")]
 _RestPort = Annotated[int, typer.Option(help="REST port (TF Serving and OIP); 0 picks a free one.")]
 _GrpcPort = Annotated[int, typer.Option(help="gRPC port (TF Serving and OIP); 0 picks a free one.")]
@@ -195,7 +217,9 @@ _BatchingParametersFile = Annotated[
 
 @app.command()
 def serve(
-    model: _Model,
+    model: _Model = None,
+    model_config_file: _ModelConfigFile = None,
+    model_repository: _ModelRepository = None,
     name: _Name = ServerSettings.model_name,
     host: _Host = RestSettings.host,
     rest_port: _RestPort = RestSettings.port,
@@ -222,12 +246,15 @@ def serve(
     num_batch_threads: _NumBatchThreads = BatchingSettings.num_batch_threads,
     batching_parameters_file: _BatchingParametersFile = None,
 ) -> None:
-    """Serve a model over the TensorFlow Serving REST and gRPC APIs and the Open Inference
-    Protocol (KServe V2: /v2/... on the REST port, inference.GRPCInferenceService on the gRPC
-    port), both through one predictor.
+    """Serve a model, or many in one process, over the TensorFlow Serving REST and gRPC APIs
+    and the Open Inference Protocol (KServe V2: /v2/... on the REST port,
+    inference.GRPCInferenceService on the gRPC port), all through one predict path.
 
-    The model directory decides the backend: saved_model.pb is TensorFlow, model.pt (with the
-    signature.json that `models build --framework torch` writes) is TorchScript.
+    Give one of --model (one model), --model-config-file (TF Serving's model config: many) or
+    --model-repository (a directory of models: many). Requests are routed by model name,
+    version and version label. Each version directory decides its backend: saved_model.pb is
+    TensorFlow, model.pt (with the signature.json that `models build --framework torch`
+    writes) is TorchScript; both may be served by one process.
 
     The GPU memory cap comes from the flags or, when neither is given, from the env contract
     (SHAREDSERVE_GPU_MEMORY_MIB, then SHAREDSERVE_GPU_MEMORY_FRACTION) that the allocator and
@@ -241,6 +268,8 @@ def serve(
     settings = ServerSettings(
         model_dir=model,
         model_name=name,
+        model_config_file=model_config_file,
+        model_repository=model_repository,
         rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes, max_arriving_bytes),
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=max_body_bytes),
         connections=ConnectionSettings(

@@ -18,21 +18,35 @@ from sharedserve.config import BatchingSettings
 from sharedserve.errors import ConfigError, NotFound, quoted
 from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ModelState, ServedModel
+from sharedserve.server.model_config import ModelEntry, versions_to_serve
 from sharedserve.server.model_source import ModelSource
 from sharedserve.server.predictor import Predictor
 
-__all__ = ["ModelEntry", "ModelRegistry"]
+__all__ = ["ModelRegistry", "VersionToServe", "versions_of"]
 
 
 @dataclass(frozen=True)
-class ModelEntry:
-    """One model version to serve, as ``--model`` or a model config names it."""
+class VersionToServe:
+    """One model version to serve: ``--model``'s, or one of a ``ModelEntry``'s versions."""
 
     source: ModelSource
     batching: BatchingSettings | None = None
     """None: batching off. Per model: each version of it gets a batcher of these settings."""
     labels: Mapping[str, int] = field(default_factory=dict)
     """Version labels of the model (label -> version), e.g. TF Serving's ``version_labels``."""
+
+
+def versions_of(
+    models: Sequence[ModelEntry], batching: BatchingSettings | None
+) -> list[VersionToServe]:
+    """The versions on disk that a model config file or repository names, each with its
+    model's batching (``batching``, the server's flags, where its model file sets none) and
+    labels; ConfigError where a model has no version to serve."""
+    return [
+        VersionToServe(source, model.batching or batching, dict(model.version_labels))
+        for model in models
+        for source in versions_to_serve(model)
+    ]
 
 
 class ModelRegistry:
@@ -56,7 +70,7 @@ class ModelRegistry:
     def build(
         cls,
         metrics: Metrics,
-        entries: Sequence[ModelEntry],
+        entries: Sequence[VersionToServe],
         models: Sequence[ServedModel],
         max_elements: int | None = None,
     ) -> ModelRegistry:

@@ -37,8 +37,10 @@ from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
 from sharedserve.server.http import create_app
 from sharedserve.server.metrics import EVERY_MODEL, GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
+from sharedserve.server.model_config import read_model_config_file
+from sharedserve.server.model_repository import read_model_repository
 from sharedserve.server.model_source import find_model
-from sharedserve.server.registry import ModelEntry, ModelRegistry
+from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
 from sharedserve.server.shutdown import GracefulServer
 
 __all__ = ["limits_report", "run"]
@@ -174,19 +176,17 @@ def _gpu_memory_reader(
     return read
 
 
-def run(settings: ServerSettings, models: Sequence[ModelEntry] | None = None) -> int:
-    """Serve ``models`` (None: ``--model``'s one, with ``settings.batching``) until SIGINT/SIGTERM;
-    returns the process exit code."""
+def run(settings: ServerSettings, models: Sequence[VersionToServe] | None = None) -> int:
+    """Serve ``models`` (None: what ``settings`` names: ``--model``'s one, or a model config
+    file's or repository's) until SIGINT/SIGTERM; returns the process exit code."""
     # Limits before the model directory: a bad --cpu-limit is reported as such, not as a
     # side effect of some other check.
     cpu = resolve_cpu_limit(settings.cpu_limit_cores)
     threads = thread_pool_sizes(cpu)
     if models is None:
-        models = [
-            ModelEntry(find_model(settings.model_dir, settings.model_name), settings.batching)
-        ]
+        models = _versions(settings)
     if not models:
-        raise ConfigError("no model to serve")
+        raise ConfigError("no model to serve: the model config file or repository names none")
     # The ports before the framework: a port in use fails in milliseconds, not after seconds of
     # TensorFlow start-up. The REST socket is bound for good (connections made meanwhile wait in
     # its backlog); gRPC's can only be probed.
@@ -198,13 +198,23 @@ def run(settings: ServerSettings, models: Sequence[ModelEntry] | None = None) ->
         sock.close()  # closed already by the server once it ran; not if start-up failed
 
 
-def _process_label(entries: Sequence[ModelEntry]) -> str:
+def _versions(settings: ServerSettings) -> list[VersionToServe]:
+    """What ``--model``, ``--model-config-file`` or ``--model-repository`` names, on disk."""
+    if settings.model_config_file is not None:
+        return versions_of(read_model_config_file(settings.model_config_file), settings.batching)
+    if settings.model_repository is not None:
+        return versions_of(read_model_repository(settings.model_repository), settings.batching)
+    assert settings.model_dir is not None  # ServerSettings.validate: exactly one is given
+    return [VersionToServe(find_model(settings.model_dir, settings.model_name), settings.batching)]
+
+
+def _process_label(entries: Sequence[VersionToServe]) -> str:
     """The process-wide series' model label: the model's name, or every model's mark."""
     names = {entry.source.name for entry in entries}
     return names.pop() if len(names) == 1 else EVERY_MODEL
 
 
-def _log_models(entries: Sequence[ModelEntry]) -> None:
+def _log_models(entries: Sequence[VersionToServe]) -> None:
     for entry in entries:
         source = entry.source
         log.info(
@@ -217,7 +227,7 @@ def _log_models(entries: Sequence[ModelEntry]) -> None:
 
 
 def _configure(
-    entries: Sequence[ModelEntry], backends: Sequence[Backend], config: RuntimeConfig
+    entries: Sequence[VersionToServe], backends: Sequence[Backend], config: RuntimeConfig
 ) -> AppliedRuntime:
     """Each framework's thread pools and GPU cap, once: they can be set only before its runtime
     starts. -> the first model's framework's, which the limits report and the metrics show."""
@@ -233,7 +243,7 @@ def _serve(
     sock: socket.socket,
     cpu: CpuLimit,
     threads: tuple[int, int],
-    entries: Sequence[ModelEntry],
+    entries: Sequence[VersionToServe],
 ) -> int:
     gpu_backend, gpu_cap = _gpu_cap(settings)
     backends = [make_backend(entry.source) for entry in entries]

@@ -40,7 +40,7 @@ from sharedserve.server.http import create_app
 from sharedserve.server.metrics import EVERY_MODEL, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
-from sharedserve.server.registry import ModelEntry, ModelRegistry
+from sharedserve.server.registry import ModelRegistry, VersionToServe
 from tests.support import protos
 from tests.support.servers import free_port
 from tests.support.triton_client import TritonClient
@@ -104,7 +104,7 @@ def served(
     ]
     backends = [make_backend(s) for s in sources[:3]] + [GatedBackend(sources[3].path, gate)]
     entries = [
-        ModelEntry(s, labels={"stable": 1, "canary": 2} if s.name == "tiny" else {})
+        VersionToServe(s, labels={"stable": 1, "canary": 2} if s.name == "tiny" else {})
         for s in sources
     ]
     models = [ServedModel(s, b) for s, b in zip(sources, backends, strict=True)]

@@ -65,18 +65,20 @@ class Server:
 
     def __init__(
         self,
-        model: Path,
+        model: Path | None,
         log_path: Path,
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         prefix: Sequence[str] = (),
     ) -> None:
+        """``model`` None: ``args`` name the models (--model-config-file, --model-repository)."""
         self.port = free_port()
         self.grpc_port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self.log_path = log_path
-        command = [*prefix, *SHAREDSERVE, "serve", "--model", str(model), "--host", "127.0.0.1"]
+        named = [] if model is None else ["--model", str(model)]
+        command = [*prefix, *SHAREDSERVE, "serve", *named, "--host", "127.0.0.1"]
         command += ["--rest-port", str(self.port), "--grpc-port", str(self.grpc_port), *args]
         self._log = log_path.open("wb")
         self.env = env or clean_env()
