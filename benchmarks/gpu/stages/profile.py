@@ -42,7 +42,7 @@ DURATION, WARMUP = 3.0, 2.0
 CONCURRENCY = 4
 CPU_LIMIT = 1
 VERIFY_DURATION, VERIFY_WARMUP = 15.0, 3.0
-DRY_RUN_QPS_TOLERANCE = 1.0  # measured within 0-2x the planned rate: see judge_verify
+DRY_RUN_QPS_TOLERANCE = 0.9  # measured within 0.1-1.9x the planned rate: see judge_verify
 QPS_TOLERANCE = 0.2
 """Measured QPS may differ from planned by this share, or by three standard deviations of a
 Poisson count in the window, whichever is wider: the load is random, a short window is noisy."""
