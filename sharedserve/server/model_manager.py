@@ -220,8 +220,12 @@ class ModelManager:
 
     async def poll_config_file(self, path: Path, wait_s: float) -> None:
         """TF Serving's ``--model_config_file_poll_wait_seconds``: every ``wait_s``, the file
-        read again and served as it says; one that cannot be read or parsed changes nothing."""
+        read again and, when it changed, served as it says; one that cannot be read or parsed
+        changes nothing. Applied on change only, so a HandleReloadConfigRequest's config stands
+        until the file is edited, and a model that failed to load is not retried every poll."""
         await self._begin()  # a model still loading from start is no changed one
+        catalog = self.catalog
+        last = list(catalog.entries) if isinstance(catalog, ConfigCatalog) else None
         while True:
             await asyncio.sleep(wait_s)
             try:
@@ -229,6 +233,9 @@ class ModelManager:
             except ConfigError as e:
                 log.error("model config file not applied (the served models stay): %s", e.message)
                 continue
+            if entries == last:
+                continue
+            last = entries
             try:
                 await self.converge(entries)
             except SharedServeError as e:
