@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from sharedserve.errors import InvalidInput, SharedServeError, quoted
+from sharedserve.errors import ConfigError, InvalidInput, SharedServeError, quoted
 from sharedserve.server import wire
 from sharedserve.server.budget import ByteBudget
 from sharedserve.server.grpc_calls import (
@@ -227,7 +227,10 @@ class ModelServicer:
 
         async def call() -> Any:
             self._manager.require_changeable()
-            entries = model_config_entries(request.config, "the reload request's config")
+            try:
+                entries = model_config_entries(request.config, "the reload request's config")
+            except ConfigError as e:  # the client's config, not the server's: its error
+                raise InvalidInput(e.message) from None
             response = management.ReloadConfigResponse()
             try:
                 await self._manager.converge(entries)
