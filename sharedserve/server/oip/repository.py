@@ -76,6 +76,10 @@ def add_repository_routes(
         ready = asked.get("ready", False)
         if not isinstance(ready, bool):
             raise InvalidInput(f"'ready' must be true or false, got {json_type(ready)}")
+        # One repository: any name lists it (Triton: the named one's models).
+        named = asked.get("repository_name", "")
+        if not isinstance(named, str):
+            raise InvalidInput(f"'repository_name' must be a string, got {json_type(named)}")
         return json_response(await manager.index(ready_only=ready))
 
     @app.post("/v2/repository/models/{name}/load")
