@@ -456,6 +456,9 @@ class ServerSettings:
     """TF Serving's model config file (``ModelServerConfig`` text format): many models."""
     model_repository: Path | None = None
     """A directory of models, one per subdirectory, each named after it: many models."""
+    model_config_poll_s: float = 0
+    """Seconds between re-reads of ``model_config_file`` (TF Serving's
+    ``--model_config_file_poll_wait_seconds``); 0: read once, at start."""
     rest: RestSettings = field(default_factory=RestSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
@@ -500,6 +503,13 @@ class ServerSettings:
             raise ConfigError(
                 "--name names --model's model; a model config or repository names its own"
             )
+        if not self.model_config_poll_s >= 0:
+            raise ConfigError(
+                "--model-config-file-poll-wait-seconds must be 0 (off) or more, "
+                f"got {self.model_config_poll_s}"
+            )
+        if self.model_config_poll_s and self.model_config_file is None:
+            raise ConfigError("--model-config-file-poll-wait-seconds needs --model-config-file")
         self.rest.validate()
         self.grpc.validate()
         if self.batching is not None:

@@ -17,6 +17,7 @@ __all__ = [
     "ConfigError",
     "GpuError",
     "InvalidInput",
+    "LoadFailed",
     "ModelLoadError",
     "NotFound",
     "NotReady",
@@ -118,6 +119,14 @@ class Unimplemented(SharedServeError):
 
 class ModelLoadError(SharedServeError):
     """The model directory exists but the framework could not load or warm it up."""
+
+
+class LoadFailed(SharedServeError):
+    """A load asked for while serving (the model repository API, a model config reload) could
+    not load the model: its files, not the server, are at fault (Triton answers 400 too)."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
 
 
 class GpuError(SharedServeError):

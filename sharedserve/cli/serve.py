@@ -71,6 +71,15 @@ _Model = Annotated[
         show_default="none: --model-config-file or --model-repository",
     ),
 ]
+_ModelConfigPoll = Annotated[
+    float,
+    typer.Option(
+        "--model-config-file-poll-wait-seconds",
+        help="Re-read --model-config-file every this many seconds and load and unload models "
+        "to match it (TF Serving's flag); a file that fails to parse is logged and ignored. "
+        "0: off.",
+    ),
+]
 _ModelConfigFile = Annotated[
     Path | None,
     typer.Option(
@@ -220,6 +229,7 @@ def serve(
     model: _Model = None,
     model_config_file: _ModelConfigFile = None,
     model_repository: _ModelRepository = None,
+    model_config_file_poll_wait_seconds: _ModelConfigPoll = ServerSettings.model_config_poll_s,
     name: _Name = ServerSettings.model_name,
     host: _Host = RestSettings.host,
     rest_port: _RestPort = RestSettings.port,
@@ -270,6 +280,7 @@ def serve(
         model_name=name,
         model_config_file=model_config_file,
         model_repository=model_repository,
+        model_config_poll_s=model_config_file_poll_wait_seconds,
         rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes, max_arriving_bytes),
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=max_body_bytes),
         connections=ConnectionSettings(

@@ -11,6 +11,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sharedserve.config import ConnectionSettings
 from sharedserve.server.budget import ByteBudget
+from sharedserve.server.model_manager import ModelManager
 from sharedserve.server.oip import grpc_api as oip_grpc
 from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.tfserving import grpc_api as tfserving_grpc
@@ -38,6 +39,10 @@ class GrpcHealth:
         """Model ``name`` is AVAILABLE (the server is not, until every model is)."""
         await self.servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
+    async def model_not_serving(self, name: str) -> None:
+        """Model ``name`` was unloaded."""
+        await self.servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
     async def serving(self) -> None:
         for service in self._services:
             await self.servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -53,6 +58,7 @@ def create_grpc_server(
     decoding: ByteBudget,
     *,
     health_service: GrpcHealth,
+    manager: ModelManager | None = None,
 ) -> grpc.aio.Server:
     """A grpc.aio server with every service; the caller binds ports and starts it. ``decoding``
     is the REST app's budget: a message's bytes count against it as a body's do; every
@@ -72,7 +78,10 @@ def create_grpc_server(
     ]
     server = grpc.aio.server(options=options)
     max_elements = registry.predictors()[0].max_elements
-    server.add_generic_rpc_handlers(tfserving_grpc.handlers(registry, decoding, max_elements))
-    server.add_generic_rpc_handlers(oip_grpc.handlers(registry, decoding, max_elements))
+    manager = manager or ModelManager(registry)
+    server.add_generic_rpc_handlers(
+        tfserving_grpc.handlers(registry, decoding, max_elements, manager)
+    )
+    server.add_generic_rpc_handlers(oip_grpc.handlers(registry, decoding, max_elements, manager))
     health_pb2_grpc.add_HealthServicer_to_server(health_service.servicer, server)
     return server

@@ -22,7 +22,9 @@ from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import ArrivingBytesExhausted, RequestTimeout, SharedServeError
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, error, json_response
+from sharedserve.server.model_manager import ModelManager
 from sharedserve.server.oip import rest as oip_rest
+from sharedserve.server.oip.repository import add_repository_routes
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.tfserving import rest as tfserving_rest
@@ -39,11 +41,15 @@ def create_app(
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: ByteBudget,
+    *,
+    manager: ModelManager | None = None,
 ) -> FastAPI:
     """The HTTP app for the process's models (a lone predictor: its one model); ``limits``
     builds the ``/sharedserve/v1/limits`` body, and ``decoding`` (shared with the gRPC server)
-    bounds the bytes being decoded at once."""
+    bounds the bytes being decoded at once. ``manager`` loads and unloads models for the
+    repository API (None: the models are the ones given, refusing loads)."""
     registry = models if isinstance(models, ModelRegistry) else ModelRegistry.of(models)
+    manager = manager or ModelManager(registry)
     metrics = registry.metrics
     # REST bodies only: a gRPC message arrives whole inside grpcio, under its own limit.
     arriving = ArrivingBytes(rest.arriving_limit)
@@ -70,6 +76,7 @@ def create_app(
 
     tfserving_rest.add_routes(app, registry, rest, connections, decoding, arriving=arriving)
     oip_rest.add_routes(app, registry, rest, connections, decoding, arriving=arriving)
+    add_repository_routes(app, manager, rest, connections, decoding, arriving=arriving)
 
     @app.get("/metrics")
     async def get_metrics() -> Response:
@@ -79,11 +86,15 @@ def create_app(
     async def get_limits() -> Response:
         return json_response(limits())
 
-    # Built once: it describes the served models' names and versions, which never change.
-    openapi = orjson.dumps(build_openapi_for(registry.served(), rest.max_body_bytes))
+    # It describes the served models' names and versions: built again only when they change.
+    built: dict[str, Any] = {}
 
     @app.get("/openapi.json")
     async def get_openapi() -> Response:
-        return Response(openapi, media_type=JSON)
+        served = registry.served()
+        if built.get("served") != served:
+            document = build_openapi_for(served, rest.max_body_bytes)
+            built.update(served=served, body=orjson.dumps(document))
+        return Response(built["body"], media_type=JSON)
 
     return app

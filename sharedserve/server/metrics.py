@@ -76,6 +76,8 @@ class ModelSeries(RequestCounter, Protocol):
 
     def track_queue_depth(self, depth: Callable[[], float]) -> None: ...
 
+    def forget_queue_depth(self, depth: Callable[[], float]) -> None: ...
+
 
 class Metrics:
     def __init__(self, model: str) -> None:
@@ -141,6 +143,9 @@ class Metrics:
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         self._queue.labels(self.model).set_function(depth)
 
+    def forget_queue_depth(self, depth: Callable[[], float]) -> None:
+        self._queue.labels(self.model).set(0)
+
     def for_model(self, name: str) -> ModelMetrics:
         """The per-model series of model ``name`` (one object per name, its versions share it)."""
         if name not in self._models:
@@ -176,6 +181,14 @@ class ModelMetrics:
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         # Each version has its own batcher; the model's queue is all of theirs.
         self._depths.append(depth)
+        self._sum_depths()
+
+    def forget_queue_depth(self, depth: Callable[[], float]) -> None:
+        """An unloaded version's batcher no longer counts."""
+        self._depths = [d for d in self._depths if d is not depth]
+        self._sum_depths()
+
+    def _sum_depths(self) -> None:
         depths = tuple(self._depths)
         self._metrics._queue.labels(self.model).set_function(lambda: sum(d() for d in depths))
 

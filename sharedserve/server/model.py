@@ -113,10 +113,18 @@ class ServedModel:
             if self.state is ModelState.AVAILABLE:
                 self.state = ModelState.UNLOADING
 
+    @property
+    def failed(self) -> bool:
+        """It tried to load and could not (END with its error)."""
+        return self.state is ModelState.END and self.error is not None
+
     def unload(self) -> None:
+        """Predictions refused from now on, and the framework lets go of the model."""
         with self._lock:
             self._serving = False
             self.state = ModelState.UNLOADING
+        self.backend.unload()
+        with self._lock:
             self.state = ModelState.END
 
     def require_available(self) -> None:

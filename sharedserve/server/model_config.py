@@ -50,6 +50,7 @@ __all__ = [
     "VersionPolicy",
     "check_labels",
     "check_model_name",
+    "model_config_entries",
     "parse_model_config",
     "read_model_config_file",
     "versions_to_serve",
@@ -171,6 +172,14 @@ def parse_model_config(text: str, where: str = "model config") -> list[ModelEntr
         # Our copy's package, not TF Serving's, is in protobuf's words: a user knows the types.
         detail = re.sub(r"^\d+:\d+ : ", "", str(e)).replace("sharedserve.tfserving.", "")
         raise ConfigError(f"{where}:{e.GetLine() or 1}:{e.GetColumn() or 1}: {detail}") from None
+    return model_config_entries(config, where, _config_lines(text))
+
+
+def model_config_entries(
+    config: ModelServerConfig, where: str = "model config", lines: Sequence[int] = ()
+) -> list[ModelEntry]:
+    """A ``ModelServerConfig`` message (a reload request's, or a file's parsed) as entries,
+    by the same rules as a file; ``lines``: each model's line in the file, when read from one."""
     if config.WhichOneof("config") == "custom_model_config":
         raise ConfigError(
             f"{where}: custom_model_config is not supported; list the models in "
@@ -178,9 +187,8 @@ def parse_model_config(text: str, where: str = "model config") -> list[ModelEntr
         )
     entries: list[ModelEntry] = []
     seen: set[str] = set()
-    lines = _config_lines(text)
     for i, model in enumerate(config.model_config_list.config):
-        place = f"{where}:{lines[i]}" if i < len(lines) else where
+        place = f"{where}:{lines[i]}" if i < len(lines) else f"{where}: config {i + 1}"
         if model.name in seen:
             # TF Serving's words: "Illegal to list model X multiple times in config list".
             raise ConfigError(f"{place}: model {model.name!r} is listed more than once")

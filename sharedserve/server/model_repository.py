@@ -58,6 +58,8 @@ __all__ = [
     "model_schema",
     "read_model_file",
     "read_model_repository",
+    "read_repository_model",
+    "repository_names",
 ]
 
 MODEL_FILE = "sharedserve.yaml"
@@ -227,5 +229,21 @@ def read_model_repository(root: Path) -> list[ModelEntry]:
             f"{root} is one model (a model directory or its base path), not a model "
             "repository; serve it with --model, or pass the directory above it"
         )
-    subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    return [_entry(p) for p in subdirs]
+    return [_entry(root / name) for name in repository_names(root)]
+
+
+def repository_names(root: Path) -> list[str]:
+    """The names of ``root``'s models (its subdirectories), unchecked: what a load may name."""
+    try:
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as e:
+        raise ConfigError(f"cannot read model repository {root}: {e.strerror or e}") from None
+
+
+def read_repository_model(root: Path, name: str) -> ModelEntry | None:
+    """Model ``name`` of repository ``root`` as it is on disk now (None: no such model);
+    ConfigError when its directory holds no model or a bad model file. Read alone, so that
+    one broken model does not stop another's load while the server runs."""
+    if name not in repository_names(root):
+        return None
+    return _entry(root / name)

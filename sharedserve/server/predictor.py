@@ -11,6 +11,8 @@ encodes on the loop around the hop. With batching, the batcher's own threads run
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Protocol, TypeVar
 
@@ -18,6 +20,7 @@ import numpy as np
 from anyio import to_thread
 
 from sharedserve.config import BatchingSettings
+from sharedserve.errors import NotFound, quoted
 from sharedserve.server.batching import Batcher
 from sharedserve.server.metrics import ModelSeries
 from sharedserve.server.model import ServedModel
@@ -57,11 +60,43 @@ class Predictor:
         self.model = model
         self.metrics = metrics
         self.max_elements = max_elements
+        self.batching = batching
         self.batcher: Batcher | None = None
+        self._depth: Callable[[], float] | None = None
         if batching is not None:
             self.batcher = Batcher(self._run_batch, batching, on_batch=metrics.observe_batch)
             batcher = self.batcher
-            metrics.track_queue_depth(lambda: batcher.queue_depth)
+            self._depth = lambda: batcher.queue_depth
+            metrics.track_queue_depth(self._depth)
+        # Requests in predict() now, so that an unload waits for them (registry.py retires a
+        # version, then waits for idle; only then its batcher stops and its backend unloads).
+        self._flight = threading.Lock()
+        self._in_flight = 0
+        self._retired = False
+        self._idle = threading.Event()
+        self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def retire(self) -> None:
+        """No new request from now on (NotFound, as for a version never served); those in
+        flight finish. The registry has stopped routing to it already."""
+        with self._flight:
+            self._retired = True
+            if self._in_flight:
+                self._idle.clear()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Blocks (a worker thread) until no request is in flight; False if ``timeout_s`` ran
+        out first."""
+        return self._idle.wait(timeout_s)
+
+    def forget_metrics(self) -> None:
+        """Its batcher's queue leaves the model's queue-depth series (the version is gone)."""
+        if self._depth is not None:
+            self.metrics.forget_queue_depth(self._depth)
 
     def _run_batch(self, signature_name: str, inputs: Arrays) -> Arrays:
         return self.model.predict(self.model.signature(signature_name), inputs)
@@ -76,6 +111,24 @@ class Predictor:
 
     async def predict(self, call: Call[R]) -> R:
         """Decode, check, run and encode ``call``; our errors propagate for the transport."""
+        with self._flight:
+            if self._retired:
+                model = self.model
+                raise NotFound(
+                    f"Servable not found for request: Specific({quoted(model.name)}, "
+                    f"{model.version})"
+                )
+            self._in_flight += 1
+            self._idle.clear()
+        try:
+            return await self._predict(call)
+        finally:
+            with self._flight:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.set()
+
+    async def _predict(self, call: Call[R]) -> R:
         if call.heavy and self.batcher is None:
             return await to_thread.run_sync(self._whole, call)
         if call.heavy:

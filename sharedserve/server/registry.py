@@ -6,12 +6,18 @@ optional version labels (label -> version), as TF Serving's model config gives t
 format asks ``lookup`` with what the request names and gets the version to run, or NotFound in
 TF Serving's words. The latest version is the highest one serving predictions (TF Serving: the
 highest loaded); while none is, the highest of all, whose answer then says why it is not ready.
+
+The table changes while serving (``model_manager.py`` loads and unloads): a writer builds a new
+table and swaps it in with one assignment, under a lock that only writers take, so a lookup
+reads one table, the old or the new, and never waits.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from sharedserve.config import BatchingSettings
@@ -49,13 +55,29 @@ def versions_of(
     ]
 
 
+@dataclass(frozen=True)
+class _Table:
+    """Never changed once swapped in: name -> version -> predictor, name -> label -> version."""
+
+    versions: Mapping[str, Mapping[int, Predictor]] = field(default_factory=dict)
+    labels: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
 class ModelRegistry:
     """Served model versions by name and version; ``metrics`` is the process's one registry."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
-        self._versions: dict[str, dict[int, Predictor]] = {}
-        self._labels: dict[str, dict[str, int]] = {}
+        self._table = _Table()
+        self._writing = threading.Lock()
+
+    @property
+    def _versions(self) -> Mapping[str, Mapping[int, Predictor]]:
+        return self._table.versions
+
+    @property
+    def _labels(self) -> Mapping[str, Mapping[str, int]]:
+        return self._table.labels
 
     @classmethod
     def of(cls, predictor: Predictor) -> ModelRegistry:
@@ -97,26 +119,65 @@ class ModelRegistry:
 
     def _put(self, predictor: Predictor) -> None:
         model = predictor.model
-        versions = self._versions.setdefault(model.name, {})
-        if model.version in versions:
-            raise ConfigError(f"model {model.name!r} version {model.version} is served twice")
-        versions[model.version] = predictor
+        with self._writing:
+            versions = dict(self._versions.get(model.name, {}))
+            if model.version in versions:
+                raise ConfigError(f"model {model.name!r} version {model.version} is served twice")
+            versions[model.version] = predictor
+            self._swap(model.name, versions, self._labels.get(model.name, {}))
 
     def label(self, name: str, label: str, version: int) -> None:
         """``label`` names ``version`` of model ``name`` from now on."""
-        if version not in self._versions.get(name, {}):
-            raise ConfigError(
-                f"label {label!r} of model {name!r} names version {version}, which is not served"
-            )
-        self._labels.setdefault(name, {})[label] = version
+        with self._writing:
+            if version not in self._versions.get(name, {}):
+                raise ConfigError(
+                    f"label {label!r} of model {name!r} names version {version}, "
+                    "which is not served"
+                )
+            labels = {**self._labels.get(name, {}), label: version}
+            self._swap(name, self._versions[name], labels)
+
+    def replace(
+        self, name: str, predictors: Sequence[Predictor], labels: Mapping[str, int]
+    ) -> list[Predictor]:
+        """Model ``name`` is served by ``predictors`` (none: no longer served) with ``labels``
+        from now on, in one swap; -> the predictors it no longer routes to, retired (their
+        requests in flight finish; the caller waits for them, then stops and unloads them)."""
+        with self._writing:
+            old = list(self._versions.get(name, {}).values())
+            versions = {p.model.version: p for p in predictors}
+            for label, version in labels.items():
+                if version not in versions:
+                    raise ConfigError(
+                        f"label {label!r} of model {name!r} names version {version}, "
+                        "which is not served"
+                    )
+            self._swap(name, versions, labels)
+        gone = [p for p in old if all(p is not q for q in predictors)]
+        for predictor in gone:
+            predictor.retire()
+        return gone
+
+    def _swap(
+        self, name: str, versions: Mapping[int, Predictor], labels: Mapping[str, int]
+    ) -> None:
+        """The new table, with ``name``'s entries as given; under ``_writing``."""
+        table = self._table
+        all_versions = {**table.versions, name: MappingProxyType(dict(versions))}
+        all_labels = {**table.labels, name: MappingProxyType(dict(labels))}
+        if not versions:
+            del all_versions[name]
+            del all_labels[name]
+        self._table = _Table(MappingProxyType(all_versions), MappingProxyType(all_labels))
 
     # -- what requests ask ---------------------------------------------------------------
 
     def lookup(self, name: str, version: int | None = None, label: str | None = None) -> Predictor:
         """The version a request names: by number, by label, else the latest."""
-        versions = self._versions.get(name)
+        table = self._table  # one table throughout, whatever a writer swaps in meanwhile
+        versions = table.versions.get(name)
         if label:
-            number = self._labels.get(name, {}).get(label)
+            number = table.labels.get(name, {}).get(label)
             if versions is None or number is None:
                 raise NotFound(f"Unrecognized servable version label: {quoted(label)}")
             return versions[number]
@@ -139,8 +200,10 @@ class ModelRegistry:
         """The versions a status request names: one if it names one, else all of the model's."""
         if version is not None or label:
             return [self.lookup(name, version, label).model]
-        self.lookup(name)  # NotFound for an unknown name
-        return [p.model for _, p in sorted(self._versions[name].items())]
+        versions = self._versions.get(name)
+        if versions is None:
+            self.lookup(name)  # NotFound for an unknown name, in TF Serving's words
+        return [p.model for _, p in sorted((versions or {}).items())]
 
     def status_json(
         self, name: str, version: int | None = None, label: str | None = None
@@ -151,6 +214,10 @@ class ModelRegistry:
         ]
         return {"model_version_status": entries}
 
+    def versions_by_number(self, name: str) -> Mapping[int, Predictor]:
+        """Model ``name``'s versions now (empty: not served)."""
+        return self._versions.get(name, {})
+
     def versions_of(self, name: str) -> list[int]:
         return sorted(self._versions.get(name, {}))
 
@@ -160,13 +227,16 @@ class ModelRegistry:
 
     def require_ready(self) -> None:
         """NotReady, saying why, unless every version of every model is AVAILABLE: the OIP's
-        server readiness ("all the models are ready for inferencing")."""
+        server readiness ("all the models are ready for inferencing"). A version that failed
+        to load does not count: it is reported (status, repository index), and the others
+        serve; a server that stays unready for it would take their traffic away too."""
         for model in self.models():
-            model.require_available()
+            if not model.failed:
+                model.require_available()
 
     @property
     def ready(self) -> bool:
-        return all(m.state is ModelState.AVAILABLE for m in self.models())
+        return all(m.state is ModelState.AVAILABLE or m.failed for m in self.models())
 
     def models(self) -> Iterator[ServedModel]:
         for predictor in self.predictors():
@@ -177,13 +247,25 @@ class ModelRegistry:
 
     # -- life cycle ----------------------------------------------------------------------
 
-    def load(self, available: Callable[[str], object] = lambda _: None) -> None:
+    def load(
+        self,
+        available: Callable[[str], object] = lambda _: None,
+        failed: Callable[[ServedModel, Exception], object] | None = None,
+    ) -> None:
         """Load every version, one after another (in the caller's thread), each AVAILABLE as
         soon as it is warm: a slow model holds no other's readiness. ``available(name)`` once
-        all of a model's versions are; the first failure is raised (the rest stay unloaded)."""
+        all of a model's versions are. A failure is raised at once (the rest stay unloaded),
+        or, given ``failed``, reported to it (the version stays END with its error) and the
+        others load."""
         for model in self.models():
-            model.load()
-            if all(p.model.serving for p in self._versions[model.name].values()):
+            try:
+                model.load()
+            except Exception as e:
+                if failed is None:
+                    raise
+                failed(model, e)
+                continue
+            if all(p.model.serving for p in self._versions.get(model.name, {}).values()):
                 available(model.name)
 
     async def start(self) -> None:

@@ -5,7 +5,10 @@ use fails at once; the GPU cap and thread pools are applied before the framework
 the device; the REST listener serves before the model loads so status and readiness probes
 answer (LOADING) during a long load; predictions are refused with 503 until warm-up completes.
 The models load one after another in one loader thread, each AVAILABLE as soon as it is warm,
-so a slow one does not hold the others' readiness (the server's waits for all of them).
+so a slow one does not hold the others' readiness (the server's waits for all of them). With
+``--model`` a model that fails to load stops the server (exit 1); with many, it is reported
+(status END with its error, the repository index) and the others serve. From then on
+``model_manager.py`` loads and unloads models on request, and on a model config file's re-read.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ from sharedserve.server.http import create_app
 from sharedserve.server.metrics import EVERY_MODEL, GpuMemoryReading, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_config import read_model_config_file
+from sharedserve.server.model_manager import (
+    Catalog,
+    ConfigCatalog,
+    ModelManager,
+    RepositoryCatalog,
+)
 from sharedserve.server.model_repository import read_model_repository
 from sharedserve.server.model_source import find_model
 from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
@@ -183,8 +192,9 @@ def run(settings: ServerSettings, models: Sequence[VersionToServe] | None = None
     # side effect of some other check.
     cpu = resolve_cpu_limit(settings.cpu_limit_cores)
     threads = thread_pool_sizes(cpu)
+    catalog: Catalog | None = None
     if models is None:
-        models = _versions(settings)
+        models, catalog = _versions(settings)
     if not models:
         raise ConfigError("no model to serve: the model config file or repository names none")
     # The ports before the framework: a port in use fails in milliseconds, not after seconds of
@@ -193,19 +203,23 @@ def run(settings: ServerSettings, models: Sequence[VersionToServe] | None = None
     sock = _bind(settings.rest.host, settings.rest.port)
     try:
         _check_grpc_port(settings.rest.host, settings.grpc.port)
-        return _serve(settings, sock, cpu, threads, models)
+        return _serve(settings, sock, cpu, threads, entries=models, catalog=catalog)
     finally:
         sock.close()  # closed already by the server once it ran; not if start-up failed
 
 
-def _versions(settings: ServerSettings) -> list[VersionToServe]:
-    """What ``--model``, ``--model-config-file`` or ``--model-repository`` names, on disk."""
+def _versions(settings: ServerSettings) -> tuple[list[VersionToServe], Catalog | None]:
+    """What ``--model``, ``--model-config-file`` or ``--model-repository`` names, on disk, and
+    what may be loaded while serving (None: nothing but ``--model``'s model, loaded at start)."""
+    batching = settings.batching
     if settings.model_config_file is not None:
-        return versions_of(read_model_config_file(settings.model_config_file), settings.batching)
+        entries = read_model_config_file(settings.model_config_file)
+        return versions_of(entries, batching), ConfigCatalog(entries, batching)
     if settings.model_repository is not None:
-        return versions_of(read_model_repository(settings.model_repository), settings.batching)
+        versions = versions_of(read_model_repository(settings.model_repository), batching)
+        return versions, RepositoryCatalog(settings.model_repository, batching)
     assert settings.model_dir is not None  # ServerSettings.validate: exactly one is given
-    return [VersionToServe(find_model(settings.model_dir, settings.model_name), settings.batching)]
+    return [VersionToServe(find_model(settings.model_dir, settings.model_name), batching)], None
 
 
 def _process_label(entries: Sequence[VersionToServe]) -> str:
@@ -227,28 +241,24 @@ def _log_models(entries: Sequence[VersionToServe]) -> None:
 
 
 def _configure(
-    entries: Sequence[VersionToServe], backends: Sequence[Backend], config: RuntimeConfig
+    entries: Sequence[VersionToServe],
+    backends: Sequence[Backend],
+    config: RuntimeConfig,
+    configured: dict[Framework, AppliedRuntime],
 ) -> AppliedRuntime:
-    """Each framework's thread pools and GPU cap, once: they can be set only before its runtime
-    starts. -> the first model's framework's, which the limits report and the metrics show."""
-    configured: dict[Framework, AppliedRuntime] = {}
+    """Each framework's thread pools and GPU cap, once (into ``configured``): they can be set
+    only before its runtime starts. -> the first model's framework's, which the limits report
+    and the metrics show."""
     for entry, backend in zip(entries, backends, strict=True):
         if entry.source.framework not in configured:
             configured[entry.source.framework] = backend.configure(config)
     return configured[entries[0].source.framework]
 
 
-def _serve(
-    settings: ServerSettings,
-    sock: socket.socket,
-    cpu: CpuLimit,
-    threads: tuple[int, int],
-    entries: Sequence[VersionToServe],
-) -> int:
-    gpu_backend, gpu_cap = _gpu_cap(settings)
-    backends = [make_backend(entry.source) for entry in entries]
-    applied = _configure(entries, backends, RuntimeConfig(gpu_cap, *threads))
-    cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
+def _report_limits(
+    settings: ServerSettings, cap: GpuCap, cpu: CpuLimit, threads: tuple[int, int]
+) -> dict[str, Any]:
+    """Logs the limits in force; -> the ``/sharedserve/v1/limits`` body."""
     log.info(
         "limits: cpu=%s (%s) threads intra=%d inter=%d; gpu cap fraction=%s mib=%s (%s, %s)",
         cpu.cores,
@@ -260,23 +270,92 @@ def _serve(
         cap.source.value,
         "enforced" if cap.enforced else "not enforced",
     )
-    report = limits_report(cap, cpu, threads, _batching_report(settings.batching))
-    metrics = Metrics(_process_label(entries))
-    models = [
-        ServedModel(entry.source, each) for entry, each in zip(entries, backends, strict=True)
-    ]
-    registry = ModelRegistry.build(metrics, entries, models, settings.request_element_limit)
+    return limits_report(cap, cpu, threads, _batching_report(settings.batching))
+
+
+def _track_gpu_memory(
+    metrics: Metrics, gpu_backend: GpuBackend | None, cap: GpuCap, framework: Backend
+) -> None:
     if cap.enforced:
         # NVML stays open for the life of the process: a scrape is then one query, not an
         # initialisation of the driver library.
-        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap, backends[0]))
+        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap, framework))
     elif gpu_backend is not None:
         gpu_backend.close()
+
+
+def _poll_task(settings: ServerSettings, manager: ModelManager) -> asyncio.Task[None] | None:
+    """TF Serving's ``--model_config_file_poll_wait_seconds``, when given."""
+    path, wait_s = settings.model_config_file, settings.model_config_poll_s
+    if path is None or not wait_s:
+        return None
+    return asyncio.get_running_loop().create_task(manager.poll_config_file(path, wait_s))
+
+
+def _load_at_start(
+    registry: ModelRegistry, loop: asyncio.AbstractEventLoop, health: GrpcHealth, *, one_model: bool
+) -> bool:
+    """In the loader thread: every model named at start; False when ``--model``'s (the one
+    model) failed to load. With many models a failure is logged and the others load."""
+
+    def failing(model: ServedModel, e: Exception) -> None:
+        log.error("failed to load model %r: %s", model.name, getattr(e, "message", e))
+
+    try:
+        # Each model's gRPC health turns SERVING as it turns AVAILABLE; the server's at the end.
+        registry.load(
+            lambda name: asyncio.run_coroutine_threadsafe(health.model_serving(name), loop),
+            None if one_model else failing,
+        )
+    except Exception as e:
+        failing(next(m for m in registry.models() if not m.serving), e)
+        return False
+    asyncio.run_coroutine_threadsafe(health.serving(), loop)
+    # The framework and the model leave hundreds of thousands of objects that live as long as
+    # the process. A large JSON body allocates enough lists to start full collections, each of
+    # which would walk all of them; frozen, they are skipped (benchmarks/README.md).
+    gc.freeze()
+    return True
+
+
+def _serve(
+    settings: ServerSettings,
+    sock: socket.socket,
+    cpu: CpuLimit,
+    threads: tuple[int, int],
+    *,
+    entries: Sequence[VersionToServe],
+    catalog: Catalog | None,
+) -> int:
+    gpu_backend, gpu_cap = _gpu_cap(settings)
+    backends = [make_backend(entry.source) for entry in entries]
+    runtime = RuntimeConfig(gpu_cap, *threads)
+    configured: dict[Framework, AppliedRuntime] = {}
+    applied = _configure(entries, backends, runtime, configured)
+    cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
+    report = _report_limits(settings, cap, cpu, threads)
+    metrics = Metrics(_process_label(entries))
+    registry = ModelRegistry.build(
+        metrics,
+        entries,
+        [ServedModel(entry.source, each) for entry, each in zip(entries, backends, strict=True)],
+        settings.request_element_limit,
+    )
+    manager = ModelManager(
+        registry,
+        catalog,
+        runtime,
+        set(configured),
+        settings.request_element_limit,
+        batching=settings.batching,
+    )
+    _track_gpu_memory(metrics, gpu_backend, cap, backends[0])
     # One budget for every API: it bounds the memory of decoding, whoever sent the bytes.
     decoding = ByteBudget(settings.rest.decoding_limit, DECODE_WAIT_S)
-    app = create_app(registry, lambda: report, settings.rest, settings.connections, decoding)
+    app = create_app(
+        registry, lambda: report, settings.rest, settings.connections, decoding, manager=manager
+    )
 
-    host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
         app,
         http=protocol_class(settings.connections, metrics.refuse_connection),
@@ -287,51 +366,58 @@ def _serve(
     )
     failed = threading.Event()
 
-    def load(loop: asyncio.AbstractEventLoop, server: GracefulServer, health: GrpcHealth) -> None:
+    def load(
+        loop: asyncio.AbstractEventLoop,
+        server: GracefulServer,
+        health: GrpcHealth,
+        loaded: asyncio.Event,
+    ) -> None:
         try:
-            # Each model's gRPC health turns SERVING as it turns AVAILABLE; the server's at the end.
-            registry.load(
-                lambda name: asyncio.run_coroutine_threadsafe(health.model_serving(name), loop)
-            )
-        except Exception as e:
-            failing = next(m.name for m in registry.models() if not m.serving)
-            log.error("failed to load model %r: %s", failing, getattr(e, "message", e))
-            failed.set()
-            server.should_exit = True
-            return
-        asyncio.run_coroutine_threadsafe(health.serving(), loop)
-        # The framework and the model leave hundreds of thousands of objects that live as long as
-        # the process. A large JSON body allocates enough lists to start full collections, each
-        # of which would walk all of them; frozen, they are skipped (benchmarks/README.md).
-        gc.freeze()
+            if not _load_at_start(registry, loop, health, one_model=catalog is None):
+                failed.set()
+                server.should_exit = True
+        finally:
+            loop.call_soon_threadsafe(loaded.set)
 
     async def serve() -> None:
         health = GrpcHealth(list(registry.served()))
         await health.not_yet()
+        manager.on_available, manager.on_gone = health.model_serving, health.model_not_serving
         grpc_server = create_grpc_server(
             registry,
             settings.grpc.max_message_bytes,
             settings.connections,
             decoding,
             health_service=health,
+            manager=manager,
         )
         server = GracefulServer(config, settings.shutdown, registry, grpc_server, health)
         grpc_port = _bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
         await grpc_server.start()
         await registry.start()
         _log_models(entries)
+        rest_host, rest_port = sock.getsockname()[:2]
         log.info(
             "REST API on http://%s:%d, gRPC on %s:%d",
-            host,
-            port,
+            rest_host,
+            rest_port,
             settings.rest.host,
             grpc_port,
         )
-        loader_args = (asyncio.get_running_loop(), server, health)
-        threading.Thread(target=load, args=loader_args, name="model-loader", daemon=True).start()
+        loaded = asyncio.Event()
+        manager.wait_for(loaded)
+        threading.Thread(
+            target=load,
+            args=(asyncio.get_running_loop(), server, health, loaded),
+            name="model-loader",
+            daemon=True,
+        ).start()
+        poll = _poll_task(settings, manager)
         try:
             await server.serve(sockets=[sock])
         finally:
+            if poll is not None:
+                poll.cancel()
             await server.stop_grpc()
             await registry.stop()
 

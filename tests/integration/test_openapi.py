@@ -65,6 +65,8 @@ FUZZ = {
             (r"(:predict|/infer)$", ["2XX", 400, 404]),
             (r"/labels/", [404]),
             (r"(:classify|:regress)$", [501]),
+            # tiny_server serves one --model, loaded at start: loads and unloads are refused.
+            (r"^/v2/repository/models/", [400]),
         ]
     ],
 }
@@ -120,6 +122,9 @@ EXPECTED = {
     ("get", "/v2/models/{name}/versions/{version}"): 200,
     ("get", "/v2/models/{name}/versions/{version}/ready"): 200,
     ("post", "/v2/models/{name}/versions/{version}/infer"): 200,
+    ("post", "/v2/repository/index"): 200,
+    ("post", "/v2/repository/models/{name}/load"): 400,
+    ("post", "/v2/repository/models/{name}/unload"): 400,
 }
 
 

@@ -52,6 +52,11 @@ class Backend(Protocol):
         """Load the model; raises ModelLoadError."""
         ...
 
+    def unload(self) -> None:
+        """Drop the model, so that the framework can free its memory (host and device) once
+        nothing else holds it; predict fails from then on. Safe to call twice or unloaded."""
+        ...
+
     def signatures(self) -> dict[str, Signature]: ...
 
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -117,6 +117,13 @@ class TensorFlowBackend:
         if not self._signatures:
             raise ModelLoadError(f"{self._path} has no serving signatures")
 
+    def unload(self) -> None:
+        # The functions hold the loaded object's graph; with both gone, what TensorFlow holds
+        # for them (variables, device buffers) goes at the next garbage collection, which the
+        # model manager runs after an unload (a SavedModel's objects form cycles).
+        self._functions = {}
+        self._loaded = None
+
     def signatures(self) -> dict[str, Signature]:
         return self._signatures
 
@@ -128,7 +135,9 @@ class TensorFlowBackend:
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tensorflow as tf
 
-        function = self._functions[signature.name]
+        function = self._functions.get(signature.name)
+        if function is None:
+            raise SharedServeError("the model is not loaded")
         try:
             tensors = {
                 key: tf.constant(value, dtype=tf.dtypes.as_dtype(signature.inputs[key].numpy_dtype))

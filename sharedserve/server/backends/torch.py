@@ -218,6 +218,13 @@ class TorchBackend:
         self._signatures = {signature.name: signature}
         log.info("loaded %s on %s", model_file, device)
 
+    def unload(self) -> None:
+        self._model = None
+        # The caching allocator keeps freed blocks for reuse by this process; an unloaded
+        # model's are handed back to the device, for other processes and NVML to see.
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def signatures(self) -> dict[str, Signature]:
         return self._signatures
 

@@ -24,10 +24,10 @@ from sharedserve.server.grpc_calls import (
     guard,
     predict,
     unary,
-    unimplemented,
 )
 from sharedserve.server.metrics import RequestTally
 from sharedserve.server.model import ModelState, ServedModel, parse_version
+from sharedserve.server.model_manager import ModelManager
 from sharedserve.server.oip import tensors
 from sharedserve.server.oip.api import SERVICE
 from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
@@ -131,9 +131,46 @@ def _inputs(request: Any) -> list[Input]:
     return [(t, t.contents if t.HasField("contents") else None) for t in request.inputs]
 
 
+def _repository_parameters(request: Any) -> None:
+    """Triton's load parameters (a config or files to load instead of the repository's) are
+    not offered: InvalidInput, not a load that silently ignores them. Unload's
+    ``unload_dependents`` is accepted: no model here has dependents."""
+    for key in request.parameters:
+        if key != "unload_dependents":
+            raise InvalidInput(
+                f"load parameter {quoted(key)} is not supported: models load as the model "
+                "config or repository has them"
+            )
+
+
 class _Servicer:
-    def __init__(self, registry: ModelRegistry) -> None:
-        self._registry = registry
+    def __init__(self, registry: ModelRegistry, manager: ModelManager) -> None:
+        self._registry, self._manager = registry, manager
+
+    async def repository_index(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def call() -> Any:
+            rows = await self._manager.index(ready_only=request.ready)
+            return pb.RepositoryIndexResponse(
+                models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
+            )
+
+        return await guard(context, "RepositoryIndex", call)
+
+    async def repository_load(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def call() -> Any:
+            _repository_parameters(request)
+            await self._manager.load(request.model_name)
+            return pb.RepositoryModelLoadResponse()
+
+        return await guard(context, "RepositoryModelLoad", call)
+
+    async def repository_unload(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def call() -> Any:
+            _repository_parameters(request)
+            await self._manager.unload(request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+
+        return await guard(context, "RepositoryModelUnload", call)
 
     async def server_live(self, _request: Any, context: grpc.aio.ServicerContext) -> Any:
         return pb.ServerLiveResponse(live=True)
@@ -178,12 +215,12 @@ class _Servicer:
 
 
 def handlers(
-    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None
+    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None, manager: ModelManager
 ) -> tuple[grpc.GenericRpcHandler, ...]:
-    """The service under its OIP name; ``max_elements`` bounds a large message's tensors as it
-    is read, before its model is known. The model repository's load and unload are not offered
-    (the models are loaded at start)."""
-    servicer = _Servicer(registry)
+    """The service under its OIP name, with Triton's model repository calls (``manager``);
+    ``max_elements`` bounds a large message's tensors as it is read, before its model is
+    known."""
+    servicer = _Servicer(registry, manager)
     methods = {
         "ServerLive": (servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
         "ServerReady": (servicer.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
@@ -198,6 +235,21 @@ def handlers(
             pb.ModelMetadataRequest,
             pb.ModelMetadataResponse,
         ),
+        "RepositoryIndex": (
+            servicer.repository_index,
+            pb.RepositoryIndexRequest,
+            pb.RepositoryIndexResponse,
+        ),
+        "RepositoryModelLoad": (
+            servicer.repository_load,
+            pb.RepositoryModelLoadRequest,
+            pb.RepositoryModelLoadResponse,
+        ),
+        "RepositoryModelUnload": (
+            servicer.repository_unload,
+            pb.RepositoryModelUnloadRequest,
+            pb.RepositoryModelUnloadResponse,
+        ),
     }
     table = {name: unary(name, *spec) for name, spec in methods.items()}
     table["ModelInfer"] = predict(
@@ -209,6 +261,4 @@ def handlers(
         decoding=decoding,
         parse_large=split_infer(max_elements),
     )
-    for method in ("RepositoryModelLoad", "RepositoryModelUnload"):
-        table[method] = unimplemented(method, "its models are loaded at start")
     return (grpc.method_handlers_generic_handler(SERVICE, table),)

@@ -28,6 +28,7 @@ from sharedserve.server.openapi_parts import (
     model_params,
     object_of,
     operation,
+    path_param,
     ref,
     string,
 )
@@ -107,6 +108,35 @@ def oip_schemas() -> dict[str, Schema]:
             },
             "required": ["inputs"],
         },
+        "OipRepositoryIndexRequest": {
+            "type": "object",
+            "description": "May be left out: every model. Other keys are ignored.",
+            "properties": {
+                "repository_name": string(),
+                "ready": {"type": "boolean", "description": "Only the models READY."},
+            },
+        },
+        "OipRepositoryIndex": {
+            "type": "array",
+            "items": object_of(
+                {
+                    "name": string(),
+                    "version": string(),
+                    "state": {"enum": ["READY", "LOADING", "UNAVAILABLE"]},
+                    "reason": string(),
+                },
+                required=["name", "version", "state", "reason"],
+            ),
+        },
+        "OipRepositoryModelRequest": {
+            "type": "object",
+            "description": (
+                "May be left out. Load takes no parameters (Triton's 'config' and file "
+                "overrides are refused with 400); unload takes 'unload_dependents'. Other keys "
+                "are ignored."
+            ),
+            "properties": {"parameters": parameters},
+        },
         "OipInferResponse": {
             "type": "object",
             "properties": {
@@ -172,6 +202,7 @@ def oip_paths(served: Mapping[str, Sequence[int]], max_body_bytes: int) -> dict[
             "get": operation("getOipReady", _TAG, json_body("Ready.", "OipReady"), _NOT_READY)
         },
     }
+    paths |= _repository_paths(served, max_body_bytes)
     for kind, prefix in [
         ("Latest", "/v2/models/{name}"),
         ("Version", "/v2/models/{name}/versions/{version}"),
@@ -185,5 +216,55 @@ def oip_paths(served: Mapping[str, Sequence[int]], max_body_bytes: int) -> dict[
         paths[prefix + "/infer"] = {
             "parameters": in_path,
             "post": infer | {"operationId": f"postOipInfer{kind}"},
+        }
+    return paths
+
+
+def _repository_paths(served: Mapping[str, Sequence[int]], max_body_bytes: int) -> dict[str, Any]:
+    """Triton's model repository extension (``oip/repository.py``)."""
+
+    def body(schema: str) -> dict[str, Any]:
+        return {"required": False, "content": {JSON: {"schema": ref(schema)}}}
+
+    limits = body_errors(min(max_body_bytes, 64 * 1024))
+    name = path_param(
+        "name",
+        {"type": "string", "enum": list(served)},
+        "A model the model config or repository names; any other answers 404.",
+    )
+    changes = (
+        400,
+        "A malformed body, a parameter not offered, a model that failed to load (the reason "
+        "says why), or a server of one --model, whose model is loaded at start.",
+    )
+    paths: dict[str, Any] = {
+        "/v2/repository/index": {
+            "post": operation(
+                "postOipRepositoryIndex",
+                _TAG,
+                json_body(
+                    "Every model the server knows of, a row per version.", "OipRepositoryIndex"
+                ),
+                BAD,
+                *limits,
+                requestBody=body("OipRepositoryIndexRequest"),
+            )
+        }
+    }
+    for verb, done in [
+        ("load", "The model is loaded and serving."),
+        ("unload", "The model is unloaded."),
+    ]:
+        paths[f"/v2/repository/models/{{name}}/{verb}"] = {
+            "parameters": [name],
+            "post": operation(
+                f"postOipRepository{verb.capitalize()}",
+                _TAG,
+                {"description": done},
+                changes,
+                MISSING,
+                *limits,
+                requestBody=body("OipRepositoryModelRequest"),
+            ),
         }
     return paths

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from sharedserve.errors import InvalidInput, quoted
+from sharedserve.errors import ConfigError, InvalidInput, SharedServeError, quoted
 from sharedserve.server import wire
 from sharedserve.server.budget import ByteBudget
 from sharedserve.server.grpc_calls import (
@@ -28,10 +28,13 @@ from sharedserve.server.grpc_calls import (
 )
 from sharedserve.server.metrics import RequestTally
 from sharedserve.server.model import ModelState, ServedModel
+from sharedserve.server.model_config import model_config_entries
+from sharedserve.server.model_manager import ModelManager
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.signature import Signature, TensorSpec
 from sharedserve.server.tfserving.api import MODEL_SERVICE, PREDICTION_SERVICE
+from sharedserve.server.tfserving.api import model_management_pb2 as management
 from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
 from sharedserve.server.tfserving.tensor_proto import (
     DTYPE_ENUM,
@@ -207,9 +210,37 @@ class PredictionServicer:
         return await guard(context, "GetModelMetadata", call)
 
 
+# tensorflow.error.Code, as TF Serving's StatusProto carries it.
+_ERROR_CODE = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5, "RESOURCE_EXHAUSTED": 8, "UNAVAILABLE": 14}
+
+
 class ModelServicer:
-    def __init__(self, registry: ModelRegistry) -> None:
-        self._registry = registry
+    def __init__(self, registry: ModelRegistry, manager: ModelManager) -> None:
+        self._registry, self._manager = registry, manager
+
+    async def HandleReloadConfigRequest(  # noqa: N802
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> Any:
+        """Serve what the request's ModelServerConfig names, and nothing else. As TF Serving
+        does, a config that cannot be served is an error status, a model that fails to load
+        is the response's status (the others converge all the same)."""
+
+        async def call() -> Any:
+            self._manager.require_changeable()
+            try:
+                entries = model_config_entries(request.config, "the reload request's config")
+            except ConfigError as e:  # the client's config, not the server's: its error
+                raise InvalidInput(e.message) from None
+            response = management.ReloadConfigResponse()
+            try:
+                await self._manager.converge(entries)
+            except SharedServeError as e:
+                code = _ERROR_CODE.get(e.grpc_code, 2)  # 2: UNKNOWN
+                response.status.error_code = code  # type: ignore[assignment]
+                response.status.error_message = e.message
+            return response
+
+        return await guard(context, "HandleReloadConfigRequest", call)
 
     async def GetModelStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         async def call() -> Any:
@@ -231,14 +262,14 @@ class ModelServicer:
 
 
 def handlers(
-    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None
+    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None, manager: ModelManager
 ) -> tuple[grpc.GenericRpcHandler, ...]:
     """Both services under TF Serving's names; ``max_elements`` bounds a large message's tensors
-    as it is read, before its model is known.
+    as it is read, before its model is known; ``manager`` applies a reloaded model config.
 
     Methods sharedserve does not offer answer UNIMPLEMENTED without parsing their requests.
     """
-    prediction, models = PredictionServicer(registry), ModelServicer(registry)
+    prediction, models = PredictionServicer(registry), ModelServicer(registry, manager)
     return (
         grpc.method_handlers_generic_handler(
             PREDICTION_SERVICE,
@@ -273,8 +304,11 @@ def handlers(
                     pb.GetModelStatusRequest,
                     pb.GetModelStatusResponse,
                 ),
-                "HandleReloadConfigRequest": unimplemented(
-                    "HandleReloadConfigRequest", "use Predict"
+                "HandleReloadConfigRequest": unary(
+                    "HandleReloadConfigRequest",
+                    models.HandleReloadConfigRequest,
+                    management.ReloadConfigRequest,
+                    management.ReloadConfigResponse,
                 ),
             },
         ),
