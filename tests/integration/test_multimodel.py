@@ -75,9 +75,18 @@ class Served:
 
 def _poll(client: httpx.Client, path: str, status: int = 200, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while client.get(path).status_code != status:
+    while _status(client, path) != status:
         assert time.monotonic() < deadline, f"{path} never answered {status}"
         time.sleep(0.1)
+
+
+def _status(client: httpx.Client, path: str) -> int | None:
+    # None until the listener is up: the server thread starts it after gRPC and the batchers,
+    # which may take a while on a loaded machine.
+    try:
+        return client.get(path).status_code
+    except httpx.ConnectError:
+        return None
 
 
 @pytest.fixture(scope="module")
