@@ -41,6 +41,7 @@ from sharedserve.server.model_config import read_model_config_file
 from sharedserve.server.model_repository import read_model_repository
 from sharedserve.server.model_source import find_model
 from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
+from sharedserve.server.scheduler import Share, model_call_slots
 from sharedserve.server.shutdown import GracefulServer
 
 __all__ = ["limits_report", "run"]
@@ -265,7 +266,14 @@ def _serve(
     models = [
         ServedModel(entry.source, each) for entry, each in zip(entries, backends, strict=True)
     ]
-    registry = ModelRegistry.build(metrics, entries, models, settings.request_element_limit)
+    registry = ModelRegistry.build(
+        metrics,
+        entries,
+        models,
+        settings.request_element_limit,
+        slots=model_call_slots(threads[1]),
+        defaults=Share(max_inflight=settings.max_inflight_per_model),
+    )
     if cap.enforced:
         # NVML stays open for the life of the process: a scrape is then one query, not an
         # initialisation of the driver library.
@@ -274,7 +282,13 @@ def _serve(
         gpu_backend.close()
     # One budget for every API: it bounds the memory of decoding, whoever sent the bytes.
     decoding = ByteBudget(settings.rest.decoding_limit, DECODE_WAIT_S)
-    app = create_app(registry, lambda: report, settings.rest, settings.connections, decoding)
+    app = create_app(
+        registry,
+        lambda: {**report, **registry.scheduling_report()},
+        settings.rest,
+        settings.connections,
+        decoding,
+    )
 
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
