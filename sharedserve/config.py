@@ -472,6 +472,10 @@ class ServerSettings:
     """Most elements a request's tensors may hold together, counted from their declared shapes
     before anything is allocated (one value may fill any shape over gRPC, so a tiny message can
     declare a huge tensor); more gets 413 / RESOURCE_EXHAUSTED. None: ``request_element_limit``."""
+    max_inflight_per_model: int = 1024
+    """Requests of one model queued or running at most, where its model file sets no
+    ``max_inflight``; more get 503 / RESOURCE_EXHAUSTED at once. Generous on purpose: it bounds
+    a model's backlog (memory, and latency no client waits for), it does not shape traffic."""
 
     @property
     def request_element_limit(self) -> int:
@@ -515,5 +519,6 @@ class ServerSettings:
         if self.batching is not None:
             self.batching.validate()
         _check_positive("--max-request-elements", self.max_request_elements)
+        _check_positive("--max-inflight-per-model", self.max_inflight_per_model)
         self.connections.validate()
         self.shutdown.validate()

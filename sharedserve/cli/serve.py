@@ -113,6 +113,13 @@ _MaxRequestElements = Annotated[
         show_default="--max-body-bytes / 2, what a full JSON body can carry",
     ),
 ]
+_MaxInflightPerModel = Annotated[
+    int,
+    typer.Option(
+        help="Requests of one model queued or running at most, unless its model file sets "
+        "max_inflight; more get 503 / RESOURCE_EXHAUSTED at once, naming the model.",
+    ),
+]
 _MaxDecodingBytes = Annotated[
     int | None,
     typer.Option(
@@ -236,6 +243,7 @@ def serve(
     grpc_port: _GrpcPort = GrpcSettings.port,
     max_body_bytes: _MaxBodyBytes = RestSettings.max_body_bytes,
     max_request_elements: _MaxRequestElements = ServerSettings.max_request_elements,
+    max_inflight_per_model: _MaxInflightPerModel = ServerSettings.max_inflight_per_model,
     max_decoding_bytes: _MaxDecodingBytes = RestSettings.max_decoding_bytes,
     max_arriving_bytes: _MaxArrivingBytes = RestSettings.max_arriving_bytes,
     max_header_bytes: _MaxHeaderBytes = ConnectionSettings.max_header_bytes,
@@ -301,6 +309,7 @@ def serve(
         ),
         cpu_limit_cores=cpu_limit,
         max_request_elements=max_request_elements,
+        max_inflight_per_model=max_inflight_per_model,
     )
     settings.validate()
     raise typer.Exit(run(settings))

@@ -10,8 +10,11 @@ so that its tuning advice and parameter files carry over:
 * at most ``max_enqueued_batches`` batches wait (open ones included): a request that needs one
   more is refused at once with ResourceExhausted, so overload shows as fast 503s a client can
   retry elsewhere instead of latency that grows without bound;
-* the framework call blocks, so it runs in a dedicated thread pool, off the event loop; merging
-  and splitting run there too, since concatenating large inputs is not free either.
+* the framework call blocks, so it runs in a thread, off the event loop: the server's shared
+  scheduler's (``execute``; a batch takes its model's fair turn there like any model call), else
+  a pool of the batcher's own; merging and splitting run there too, since concatenating large
+  inputs is not free either. ``num_batch_threads`` is then how many of the model's batches may
+  be running or waiting for a thread at once.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import contextlib
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
@@ -39,12 +42,15 @@ from sharedserve.server.batching_policy import (
     take_batch,
 )
 
-__all__ = ["Batcher", "BatcherStats", "RunBatch"]
+__all__ = ["Batcher", "BatcherStats", "Execute", "RunBatch"]
 
 log = logging.getLogger(__name__)
 
 RunBatch = Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]]
 """(signature name, merged inputs) -> outputs with the same dim 0; blocking."""
+
+Execute = Callable[..., Awaitable[list[dict[str, np.ndarray]]]]
+"""(blocking function, its arguments) -> its result, run in some thread off the loop."""
 
 
 @dataclass(frozen=True)
@@ -90,12 +96,15 @@ class Batcher:
         run_batch: RunBatch,
         settings: BatchingSettings,
         on_batch: Callable[[int], None] | None = None,
+        execute: Execute | None = None,
     ) -> None:
-        """``on_batch(rows)`` is called on the event loop as each batch starts (a histogram)."""
+        """``on_batch(rows)`` is called on the event loop as each batch starts (a histogram);
+        ``execute`` runs each batch (None: a thread pool of ``num_batch_threads``)."""
         settings.validate()
         self._run_batch = run_batch
         self._settings = settings
         self._on_batch = on_batch
+        self._execute_in = execute
         self._timeout_s = settings.batch_timeout_micros / 1_000_000
         self._open: dict[BatchKey, _Batch] = {}
         self._closed: deque[_Batch] = deque()
@@ -122,7 +131,8 @@ class Batcher:
         if self._state is _State.STOPPED:
             raise NotReady("this batcher was stopped; create a new one")
         threads = self._settings.num_batch_threads
-        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="sharedserve-batch")
+        if self._execute_in is None:
+            self._executor = ThreadPoolExecutor(threads, thread_name_prefix="sharedserve-batch")
         self._workers = [
             asyncio.create_task(self._worker(), name=f"sharedserve-batch-{i}")
             for i in range(threads)
@@ -237,12 +247,15 @@ class Batcher:
                 self._on_batch(rows)
             except Exception:
                 log.exception("batching: on_batch hook failed; the batch runs regardless")
-        loop = asyncio.get_running_loop()
         inputs = [r.inputs for r in live]
         try:
-            outputs = await loop.run_in_executor(
-                self._executor, self._execute, batch.signature_name, inputs
-            )
+            if self._execute_in is not None:
+                outputs = await self._execute_in(self._execute, batch.signature_name, inputs)
+            else:
+                loop = asyncio.get_running_loop()
+                outputs = await loop.run_in_executor(
+                    self._executor, self._execute, batch.signature_name, inputs
+                )
         except asyncio.CancelledError:
             _fail(live, NotReady("the server stopped while this request's batch was running"))
             raise

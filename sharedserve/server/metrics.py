@@ -1,7 +1,8 @@
 """Prometheus metrics of one model server (prometheus-client, one registry per server).
 
 A registry per server instead of the library's global one: tests run servers in-process. A
-process may serve many models: the per-model series (requests, latency, batch size, queue depth)
+process may serve many models: the per-model series (requests, latency, batch size, queue depth
+and wait)
 take each model's name (``for_model``); the process-wide ones (connections refused, arriving
 bytes, GPU memory), and requests never routed to a model (an unknown name, a message refused
 before it is parsed), take the process's label: the model's name when it serves one, as before.
@@ -78,6 +79,8 @@ class ModelSeries(RequestCounter, Protocol):
 
     def forget_queue_depth(self, depth: Callable[[], float]) -> None: ...
 
+    def observe_queue_wait(self, seconds: float) -> None: ...
+
 
 class Metrics:
     def __init__(self, model: str) -> None:
@@ -106,8 +109,17 @@ class Metrics:
         )
         self._queue = Gauge(
             "sharedserve_queue_depth",
-            "Requests waiting for the batcher",
+            "Model calls waiting for their turn in the shared scheduler, plus requests waiting "
+            "for their batch",
             ["model"],
+            registry=self.registry,
+        )
+        self._depths: list[Callable[[], float]] = []
+        self._wait = Histogram(
+            "sharedserve_queue_wait_seconds",
+            "Time a model call waited in the shared scheduler's queue for a thread",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         # The queue is a model's: its series is made per model (for_model), not for "*".
@@ -141,10 +153,15 @@ class Metrics:
         self._batch.labels(self.model).observe(rows)
 
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
-        self._queue.labels(self.model).set_function(depth)
+        self._depths.append(depth)
+        _sum_into(self._queue.labels(self.model), self._depths)
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        self._wait.labels(self.model).observe(seconds)
 
     def forget_queue_depth(self, depth: Callable[[], float]) -> None:
-        self._queue.labels(self.model).set(0)
+        self._depths = [d for d in self._depths if d is not depth]
+        _sum_into(self._queue.labels(self.model), self._depths)
 
     def for_model(self, name: str) -> ModelMetrics:
         """The per-model series of model ``name`` (one object per name, its versions share it)."""
@@ -179,18 +196,22 @@ class ModelMetrics:
         self._metrics._batch.labels(self.model).observe(rows)
 
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
-        # Each version has its own batcher; the model's queue is all of theirs.
+        # The scheduler's queue and each version's batcher: the model's queue is all of theirs.
         self._depths.append(depth)
-        self._sum_depths()
+        _sum_into(self._metrics._queue.labels(self.model), self._depths)
 
     def forget_queue_depth(self, depth: Callable[[], float]) -> None:
         """An unloaded version's batcher no longer counts."""
         self._depths = [d for d in self._depths if d is not depth]
-        self._sum_depths()
+        _sum_into(self._metrics._queue.labels(self.model), self._depths)
 
-    def _sum_depths(self) -> None:
-        depths = tuple(self._depths)
-        self._metrics._queue.labels(self.model).set_function(lambda: sum(d() for d in depths))
+    def observe_queue_wait(self, seconds: float) -> None:
+        self._metrics._wait.labels(self.model).observe(seconds)
+
+
+def _sum_into(gauge: Gauge, depths: list[Callable[[], float]]) -> None:
+    frozen = tuple(depths)
+    gauge.set_function(lambda: sum(d() for d in frozen))
 
 
 class RequestTally:

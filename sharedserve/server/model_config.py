@@ -112,6 +112,10 @@ class ModelEntry:
     """(label, version) pairs, by label."""
     batching: BatchingSettings | None = None
     """Its own batching (a repository's model file); None: the server's."""
+    weight: float | None = None
+    """Its share of the process's model-call threads (a repository's model file); None: 1."""
+    max_inflight: int | None = None
+    """Its requests queued or running at most (a model file); None: the server's default."""
 
     def version_of(self, label: str) -> int | None:
         return dict(self.version_labels).get(label)

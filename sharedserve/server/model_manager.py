@@ -308,8 +308,13 @@ class ModelManager:
 
     def _predictor(self, entry: VersionToServe) -> Predictor:
         model = ServedModel(entry.source, make_backend(entry.source))
-        series = self.registry.metrics.for_model(entry.source.name)
-        return Predictor(model, series, entry.batching, self._max_elements)
+        return self.registry.predictor_for(
+            model,
+            entry.batching,
+            self._max_elements,
+            weight=entry.weight,
+            max_inflight=entry.max_inflight,
+        )
 
     def _load_models(self, predictors: Sequence[Predictor]) -> str | None:
         """In a worker thread: each version loaded and warmed; the first failure's reason."""

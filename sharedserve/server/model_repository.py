@@ -11,9 +11,12 @@ file ``DIR/NAME/sharedserve.yaml`` for what the directory cannot say::
       latest: {num_versions: 2}
     version_labels:           # label -> version; each must be a version the policy serves
       stable: 3
+    weight: 2                 # its share of the model-call threads against busy models' (1)
+    max_inflight: 64          # its requests queued or running; more get 503 at once
 
-The three keys mean what they mean in a TF Serving model config file (``model_config``); a key
-the server cannot honour yet is refused like a misspelt one, not read and ignored.
+The first three keys mean what they mean in a TF Serving model config file (``model_config``);
+``weight`` and ``max_inflight`` are the shared scheduler's (``scheduler.py``). A key the server
+cannot honour yet is refused like a misspelt one, not read and ignored.
 
 A subdirectory that holds no model is an error naming it, and nothing is served: Triton, by
 default (``--exit-on-error``), also refuses to start when a model fails, and a server that
@@ -34,6 +37,7 @@ from sharedserve.config import BatchingSettings
 from sharedserve.documents import (
     DOCUMENT,
     Must,
+    Positive,
     PositiveWhole,
     json_schema,
     parse,
@@ -163,6 +167,12 @@ class ModelFile:
         ),
     ] = None
     """Names for versions (``/v1/models/NAME/labels/LABEL``), each a version served."""
+    weight: Positive | None = None
+    """Its share of the server's model-call threads against the other busy models' (each 1
+    unless set): 2 runs twice the calls of a model of weight 1 while both have calls waiting."""
+    max_inflight: PositiveWhole | None = None
+    """Its requests queued or running at most; more are refused at once (503 /
+    RESOURCE_EXHAUSTED). None: ``serve --max-inflight-per-model``."""
 
 
 def model_schema() -> dict[str, Any]:
@@ -210,6 +220,8 @@ def _entry(model_dir: Path) -> ModelEntry:
         version_policy=policy,
         version_labels=check_labels(name, policy, dict(settings.version_labels or {}), str(file)),
         batching=_batching(settings.batching, str(file)),
+        weight=settings.weight,
+        max_inflight=settings.max_inflight,
     )
 
 

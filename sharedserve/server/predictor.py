@@ -6,7 +6,9 @@ to encode outputs back. The predictor then decodes, checks the arrays against th
 runs on the event loop, and each hop to a thread costs tens of microseconds, most of the overhead
 on a small model. So with a heavy codec (JSON: a 3 MB body takes milliseconds) decoding, the
 model call and encoding share one worker-thread hop, while a light one (protobuf) decodes and
-encodes on the loop around the hop. With batching, the batcher's own threads run the model.
+encodes on the loop around the hop. Every model call, unbatched or a batch, runs through the
+process's one ``Scheduler`` (``scheduler.py``), in the model's fair turn; each request holds one
+of its model's ``max_inflight`` places from the moment it is routed until it is answered.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from sharedserve.errors import NotFound, quoted
 from sharedserve.server.batching import Batcher
 from sharedserve.server.metrics import ModelSeries
 from sharedserve.server.model import ServedModel
+from sharedserve.server.scheduler import ModelLane, Scheduler, model_call_slots
 from sharedserve.server.signature import Signature
 from sharedserve.server.validate import check_inputs
 
@@ -56,15 +59,26 @@ class Predictor:
         metrics: ModelSeries,
         batching: BatchingSettings | None = None,
         max_elements: int | None = None,
+        lane: ModelLane | None = None,
     ) -> None:
+        """``lane``: the model's lane into the process's scheduler; None (a lone predictor):
+        one of a scheduler of its own."""
         self.model = model
         self.metrics = metrics
         self.max_elements = max_elements
         self.batching = batching
+        self._own_scheduler = lane is None
+        if lane is None:
+            lane = Scheduler(model_call_slots(1)).lane(model.name)
+            metrics.track_queue_depth(lambda: lane.depth)
+            lane.on_wait(metrics.observe_queue_wait)
+        self.lane = lane
         self.batcher: Batcher | None = None
         self._depth: Callable[[], float] | None = None
         if batching is not None:
-            self.batcher = Batcher(self._run_batch, batching, on_batch=metrics.observe_batch)
+            self.batcher = Batcher(
+                self._run_batch, batching, on_batch=metrics.observe_batch, execute=lane.call
+            )
             batcher = self.batcher
             self._depth = lambda: batcher.queue_depth
             metrics.track_queue_depth(self._depth)
@@ -108,9 +122,12 @@ class Predictor:
     async def stop(self) -> None:
         if self.batcher is not None:
             await self.batcher.stop()
+        if self._own_scheduler:
+            self.lane.scheduler.close()
 
     async def predict(self, call: Call[R]) -> R:
-        """Decode, check, run and encode ``call``; our errors propagate for the transport."""
+        """Decode, check, run and encode ``call``; our errors propagate for the transport, and
+        ResourceExhausted at once while the model has ``max_inflight`` requests in flight."""
         with self._flight:
             if self._retired:
                 model = self.model
@@ -121,7 +138,8 @@ class Predictor:
             self._in_flight += 1
             self._idle.clear()
         try:
-            return await self._predict(call)
+            with self.lane.admit():
+                return await self._predict(call)
         finally:
             with self._flight:
                 self._in_flight -= 1
@@ -130,13 +148,14 @@ class Predictor:
 
     async def _predict(self, call: Call[R]) -> R:
         if call.heavy and self.batcher is None:
-            return await to_thread.run_sync(self._whole, call)
+            # Decoding a heavy body is the model's work too: it takes its turn with the call.
+            return await self.lane.call(self._whole, call)
         if call.heavy:
             signature, inputs = await to_thread.run_sync(self._decoded, call)
         else:
             signature, inputs = self._decoded(call)
         if self.batcher is None:
-            outputs = await to_thread.run_sync(self._run, signature, inputs)
+            outputs = await self.lane.call(self._run, signature, inputs)
         else:
             outputs = await self.batcher.submit(signature.name, inputs)
         if call.heavy:
@@ -149,7 +168,7 @@ class Predictor:
         return signature, inputs
 
     def _run(self, signature: Signature, inputs: Arrays) -> Arrays:
-        """One unbatched model call, in a worker thread, counted as a batch of its rows."""
+        """One unbatched model call, in a scheduler thread, counted as a batch of its rows."""
         outputs = self.model.predict(signature, inputs)
         self.metrics.observe_batch(_rows(inputs))
         return outputs

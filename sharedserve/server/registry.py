@@ -9,7 +9,9 @@ highest loaded); while none is, the highest of all, whose answer then says why i
 
 The table changes while serving (``model_manager.py`` loads and unloads): a writer builds a new
 table and swaps it in with one assignment, under a lock that only writers take, so a lookup
-reads one table, the old or the new, and never waits.
+reads one table, the old or the new, and never waits. Every version's model calls go through
+the registry's one ``Scheduler``, in its model's lane (weight and ``max_inflight`` per model,
+shared by its versions).
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.model_config import ModelEntry, versions_to_serve
 from sharedserve.server.model_source import ModelSource
 from sharedserve.server.predictor import Predictor
+from sharedserve.server.scheduler import (
+    DEFAULT_SHARE,
+    ModelLane,
+    Scheduler,
+    Share,
+    model_call_slots,
+)
 
 __all__ = ["ModelRegistry", "VersionToServe", "versions_of"]
 
@@ -40,6 +49,10 @@ class VersionToServe:
     """None: batching off. Per model: each version of it gets a batcher of these settings."""
     labels: Mapping[str, int] = field(default_factory=dict)
     """Version labels of the model (label -> version), e.g. TF Serving's ``version_labels``."""
+    weight: float | None = None
+    """The model's share of the scheduler (``Share.weight``); None: 1."""
+    max_inflight: int | None = None
+    """The model's requests in flight at most; None: the server's ``--max-inflight-per-model``."""
 
 
 def versions_of(
@@ -49,7 +62,13 @@ def versions_of(
     model's batching (``batching``, the server's flags, where its model file sets none) and
     labels; ConfigError where a model has no version to serve."""
     return [
-        VersionToServe(source, model.batching or batching, dict(model.version_labels))
+        VersionToServe(
+            source,
+            model.batching or batching,
+            dict(model.version_labels),
+            model.weight,
+            model.max_inflight,
+        )
         for model in models
         for source in versions_to_serve(model)
     ]
@@ -64,10 +83,17 @@ class _Table:
 
 
 class ModelRegistry:
-    """Served model versions by name and version; ``metrics`` is the process's one registry."""
+    """Served model versions by name and version; ``metrics`` is the process's one registry.
 
-    def __init__(self, metrics: Metrics) -> None:
+    ``slots``: model calls that run at once (``scheduler.model_call_slots``); ``defaults``: a
+    model's share where its entry sets none."""
+
+    def __init__(
+        self, metrics: Metrics, slots: int = model_call_slots(1), defaults: Share = DEFAULT_SHARE
+    ) -> None:
         self.metrics = metrics
+        self.scheduler = Scheduler(slots)
+        self.defaults = defaults
         self._table = _Table()
         self._writing = threading.Lock()
 
@@ -85,6 +111,7 @@ class ModelRegistry:
         if not isinstance(predictor.metrics, Metrics):
             raise TypeError("a lone predictor must record into a Metrics registry")
         registry = cls(predictor.metrics)
+        registry.scheduler = predictor.lane.scheduler  # its own: nothing else shares it
         registry._put(predictor)
         return registry
 
@@ -95,11 +122,20 @@ class ModelRegistry:
         entries: Sequence[VersionToServe],
         models: Sequence[ServedModel],
         max_elements: int | None = None,
+        *,
+        slots: int = model_call_slots(1),
+        defaults: Share = DEFAULT_SHARE,
     ) -> ModelRegistry:
         """A registry of ``models``, one per entry (its version), with the entries' labels."""
-        registry = cls(metrics)
+        registry = cls(metrics, slots, defaults)
         for entry, model in zip(entries, models, strict=True):
-            registry.add(model, entry.batching, max_elements)
+            registry.add(
+                model,
+                entry.batching,
+                max_elements,
+                weight=entry.weight,
+                max_inflight=entry.max_inflight,
+            )
         for entry in entries:
             for label, version in entry.labels.items():
                 registry.label(entry.source.name, label, version)
@@ -110,12 +146,56 @@ class ModelRegistry:
         model: ServedModel,
         batching: BatchingSettings | None = None,
         max_elements: int | None = None,
+        *,
+        weight: float | None = None,
+        max_inflight: int | None = None,
     ) -> Predictor:
-        """Serve ``model`` (one version), with its per-model series and its own batcher."""
-        series = self.metrics.for_model(model.name)
-        predictor = Predictor(model, series, batching, max_elements)
+        """Serve ``model`` (one version), with its per-model series and its own batcher, in its
+        model's lane of the scheduler (a weight or limit given replaces the model's)."""
+        predictor = self.predictor_for(
+            model, batching, max_elements, weight=weight, max_inflight=max_inflight
+        )
         self._put(predictor)
         return predictor
+
+    def predictor_for(
+        self,
+        model: ServedModel,
+        batching: BatchingSettings | None = None,
+        max_elements: int | None = None,
+        *,
+        weight: float | None = None,
+        max_inflight: int | None = None,
+    ) -> Predictor:
+        """A predictor for ``model`` in its model's series and lane, not routed to yet (the
+        model manager loads it first, then ``replace`` routes to it)."""
+        series = self.metrics.for_model(model.name)
+        lane = self._lane(model.name, weight, max_inflight)
+        return Predictor(model, series, batching, max_elements, lane)
+
+    def _lane(self, name: str, weight: float | None, max_inflight: int | None) -> ModelLane:
+        known = name in self.scheduler.shares()
+        old = self.scheduler.shares().get(name, self.defaults)
+        share = Share(
+            old.weight if weight is None else weight,
+            old.max_inflight if max_inflight is None else max_inflight,
+        )
+        lane = self.scheduler.lane(name, share)
+        if not known:  # the model's series read its lane, once whatever its versions
+            series = self.metrics.for_model(name)
+            series.track_queue_depth(lambda: lane.depth)
+            lane.on_wait(series.observe_queue_wait)
+        return lane
+
+    def scheduling_report(self) -> dict[str, Any]:
+        """For ``/sharedserve/v1/limits``: the scheduler's threads, each model's share."""
+        return {
+            "model_call_slots": self.scheduler.slots,
+            "models": {
+                name: {"weight": share.weight, "max_inflight": share.max_inflight}
+                for name, share in self.scheduler.shares().items()
+            },
+        }
 
     def _put(self, predictor: Predictor) -> None:
         model = predictor.model
@@ -275,6 +355,7 @@ class ModelRegistry:
     async def stop(self) -> None:
         for predictor in self.predictors():
             await predictor.stop()
+        self.scheduler.close()
 
     def begin_shutdown(self) -> None:
         """Every model not ready from now on, each still answering until the listeners close."""

@@ -50,6 +50,7 @@ from sharedserve.server.model_manager import (
 from sharedserve.server.model_repository import read_model_repository
 from sharedserve.server.model_source import find_model
 from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
+from sharedserve.server.scheduler import Share, model_call_slots
 from sharedserve.server.shutdown import GracefulServer
 
 __all__ = ["limits_report", "run"]
@@ -340,6 +341,8 @@ def _serve(
         entries,
         [ServedModel(entry.source, each) for entry, each in zip(entries, backends, strict=True)],
         settings.request_element_limit,
+        slots=model_call_slots(threads[1]),
+        defaults=Share(max_inflight=settings.max_inflight_per_model),
     )
     manager = ModelManager(
         registry,
@@ -353,7 +356,12 @@ def _serve(
     # One budget for every API: it bounds the memory of decoding, whoever sent the bytes.
     decoding = ByteBudget(settings.rest.decoding_limit, DECODE_WAIT_S)
     app = create_app(
-        registry, lambda: report, settings.rest, settings.connections, decoding, manager=manager
+        registry,
+        lambda: {**report, **registry.scheduling_report()},
+        settings.rest,
+        settings.connections,
+        decoding,
+        manager=manager,
     )
 
     config = uvicorn.Config(

@@ -293,7 +293,7 @@ def test_metrics_count_each_model_under_its_name(served: Served) -> None:
     )
     text = client.get("/metrics").text
     queues = {
-        line.split()[0] for line in text.splitlines() if line.startswith("sharedserve_queue_")
+        line.split()[0] for line in text.splitlines() if line.startswith("sharedserve_queue_depth")
     }
     assert queues == {
         f'sharedserve_queue_depth{{model="{n}"}}' for n in ("tiny", "tiny_torch", "slow")

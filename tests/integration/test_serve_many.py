@@ -34,7 +34,11 @@ def server(
         "model_platform: 'pytorch' }\n"
         "}\n"
     )
-    served = Server(None, work / "serve.log", ["--model-config-file", str(config)])
+    served = Server(
+        None,
+        work / "serve.log",
+        ["--model-config-file", str(config), "--max-inflight-per-model", "64"],
+    )
     try:
         served.wait_available("tf-tiny")
         served.wait_available("torch-tiny")
@@ -55,6 +59,15 @@ def test_one_process_serves_both_frameworks_by_name(server: Server) -> None:
     assert server.client.get("/v2/health/ready").status_code == 200
     missing = server.client.post("/v1/models/tiny:predict", json={"instances": [ROW]})
     assert missing.status_code == 404, missing.text
+
+
+def test_limits_show_each_models_share_of_the_scheduler(server: Server) -> None:
+    limits = server.client.get("/sharedserve/v1/limits").json()
+    assert limits["models"] == {
+        "tf-tiny": {"weight": 1.0, "max_inflight": 64},
+        "torch-tiny": {"weight": 1.0, "max_inflight": 64},
+    }
+    assert limits["model_call_slots"] == max(2, limits["inter_op_threads"])
 
 
 @pytest.mark.parametrize(

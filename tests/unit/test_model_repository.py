@@ -61,7 +61,8 @@ def test_the_model_file_sets_batching_versions_and_labels(tmp_path: Path) -> Non
         resnet,
         "batching:\n  max_batch_size: 32\n  batch_timeout_micros: 2000\n"
         "version_policy:\n  latest: {num_versions: 2}\n"
-        "version_labels: {stable: 2, canary: 3}\n",
+        "version_labels: {stable: 2, canary: 3}\n"
+        "weight: 2.5\nmax_inflight: 16\n",
     )
     for name, policy in [
         ("all", "all: {}"),
@@ -78,7 +79,9 @@ def test_the_model_file_sets_batching_versions_and_labels(tmp_path: Path) -> Non
     assert [s.version for s in versions_to_serve(entries["resnet"])] == [2, 3]
     assert [s.version for s in versions_to_serve(entries["all"])] == [1, 2, 3]
     assert [s.version for s in versions_to_serve(entries["specific"])] == [1, 3]
+    assert (entries["resnet"].weight, entries["resnet"].max_inflight) == (2.5, 16)
     assert entries["empty"].batching is None
+    assert (entries["empty"].weight, entries["empty"].max_inflight) == (None, None)
 
 
 def test_a_subdirectory_with_no_model_is_an_error_naming_it(tmp_path: Path) -> None:
@@ -102,10 +105,13 @@ def test_a_model_is_not_taken_for_a_repository(tmp_path: Path) -> None:
         (
             "gpu_memory_mib: 2000\n",
             r": unknown key 'gpu_memory_mib'; known keys: batching, "
-            r"version_policy, version_labels",
+            r"version_policy, version_labels, weight, max_inflight",
         ),
         ("pinned: true\n", r"unknown key 'pinned'"),
-        ("max_inflight: 4\n", r"unknown key 'max_inflight'"),
+        ("max_inflight: 0\n", r"max_inflight must be a positive whole number, got 0"),
+        ("max_inflight: 2.5\n", r"max_inflight must be a positive whole number, got 2.5"),
+        ("weight: 0\n", r"weight must be a positive number, got 0"),
+        ("weight: fast\n", r"weight must be a positive number, got 'fast'"),
         ("batchng: {}\n", r"unknown key 'batchng'; did you mean 'batching'\?"),
         (
             "batching: {max_batch_size: 0}\n",

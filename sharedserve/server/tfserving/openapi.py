@@ -175,6 +175,23 @@ def _schemas() -> dict[str, Schema]:
                     "required": ["enabled"],
                     "additionalProperties": False,
                 },
+                "model_call_slots": {
+                    "type": "integer",
+                    "description": "Model calls run at once by the shared scheduler.",
+                },
+                "models": {
+                    "type": "object",
+                    "description": "Each served model's share of the scheduler.",
+                    "additionalProperties": {
+                        "type": "object",
+                        "properties": {
+                            "weight": {"type": "number"},
+                            "max_inflight": {"type": "integer"},
+                        },
+                        "required": ["weight", "max_inflight"],
+                        "additionalProperties": False,
+                    },
+                },
             }
         ),
     }

@@ -1,0 +1,191 @@
+"""Isolation between models in one process: the shared scheduler's fair turns and each model's
+``max_inflight`` (issue 30 item 5).
+
+One registry serves ``aggressor`` and ``victim`` (both TensorFlow ``tiny``) over REST and gRPC
+in this process, with 2 model-call threads and ``aggressor``'s ``max_inflight`` at 6.
+``aggressor``'s model calls wait at a gate the test opens, so its backlog is built without any
+race against time: 2 calls hold both threads, 4 more queue, a 7th request is refused at once.
+A ``victim`` request then queues behind them; once the gate opens, the scheduler's own record
+of the calls it started says the victim ran before the aggressor's backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+from sharedserve.config import ConnectionSettings, RestSettings
+from sharedserve.server.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
+from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
+from sharedserve.server.http import create_app
+from sharedserve.server.metrics import EVERY_MODEL, Metrics
+from sharedserve.server.model import ServedModel
+from sharedserve.server.model_source import find_model
+from sharedserve.server.registry import ModelRegistry, VersionToServe
+from sharedserve.server.signature import Signature
+from tests.support import protos
+from tests.support.servers import free_port
+
+ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
+LIMIT = 6
+SLOTS = 2
+
+
+class GatedPredictBackend(TensorFlowBackend):
+    """The real TensorFlow backend whose predictions wait until the test opens the gate."""
+
+    def __init__(self, path: Path, gate: threading.Event) -> None:
+        super().__init__(path)
+        self.gate = gate
+
+    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        assert self.gate.wait(120)
+        return super().predict(signature, inputs)
+
+
+@dataclass
+class Served:
+    client: httpx.Client
+    grpc_target: str
+    registry: ModelRegistry
+    gate: threading.Event
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def served(models_dir: Path) -> Iterator[Served]:
+    gate = threading.Event()
+    gate.set()  # open for the warm-up; the test closes it
+    sources = [find_model(models_dir / "tiny" / "1", n) for n in ("aggressor", "victim")]
+    backends = [GatedPredictBackend(sources[0].path, gate), TensorFlowBackend(sources[1].path)]
+    entries = [VersionToServe(sources[0], max_inflight=LIMIT), VersionToServe(sources[1])]
+    models = [ServedModel(s, b) for s, b in zip(sources, backends, strict=True)]
+    registry = ModelRegistry.build(Metrics(EVERY_MODEL), entries, models, 1 << 20, slots=SLOTS)
+    rest, connections = RestSettings(max_body_bytes=1 << 20), ConnectionSettings()
+    decoding = ByteBudget(rest.decoding_limit, DECODE_WAIT_S)
+    app = create_app(registry, registry.scheduling_report, rest, connections, decoding)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    grpc_ports: queue.Queue[int] = queue.Queue()
+
+    async def serve() -> None:
+        health = GrpcHealth(list(registry.served()))
+        grpc_server = create_grpc_server(
+            registry, 4 << 20, connections, decoding, health_service=health
+        )
+        grpc_ports.put(grpc_server.add_insecure_port("127.0.0.1:0"))
+        await grpc_server.start()
+        await registry.start()
+        try:
+            await server.serve()
+        finally:
+            await grpc_server.stop(0)
+            await registry.stop()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    registry.load()  # as run.py's loader thread, while the listeners already answer
+    grpc_target = f"127.0.0.1:{grpc_ports.get(timeout=60)}"
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            _until(lambda: client.get("/v2/health/ready").status_code == 200, "ready")
+            yield Served(client, grpc_target, registry, gate)
+    finally:
+        gate.set()
+        server.should_exit = True
+        thread.join(30)
+
+
+def _predict(served: Served, model: str) -> httpx.Response:
+    return served.client.post(f"/v1/models/{model}:predict", json={"instances": ROWS})
+
+
+def _queue_depth(served: Served, model: str) -> float:
+    for family in text_string_to_metric_families(served.client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == "sharedserve_queue_depth" and sample.labels["model"] == model:
+                return sample.value
+    raise AssertionError(f"no queue depth series for {model}")
+
+
+def test_a_victim_runs_before_an_aggressors_backlog_and_the_limit_refuses(served: Served) -> None:
+    registry, scheduler = served.registry, served.registry.scheduler
+    aggressor = scheduler.lane("aggressor")
+    assert _predict(served, "victim").status_code == 200  # warm, and not gated
+    served.gate.clear()
+    with ThreadPoolExecutor(LIMIT + 1) as pool:
+        backlog = [pool.submit(_predict, served, "aggressor") for _ in range(LIMIT)]
+        _until(lambda: aggressor.inflight == LIMIT, f"{LIMIT} aggressor requests in flight")
+        _until(lambda: scheduler.running == SLOTS, "both threads held by the aggressor")
+        assert _queue_depth(served, "aggressor") == LIMIT - SLOTS
+        assert _queue_depth(served, "victim") == 0
+
+        # Past its max_inflight the aggressor is refused at once on every protocol...
+        refused = _predict(served, "aggressor")
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"] == (
+            f"model 'aggressor' has {LIMIT} requests in flight, its limit "
+            f"(max_inflight {LIMIT}); retry later"
+        )
+        tensor = {"name": "x", "datatype": "FP32", "shape": [1, 8], "data": ROWS}
+        oip = served.client.post("/v2/models/aggressor/infer", json={"inputs": [tensor]})
+        assert oip.status_code == 503 and "max_inflight 6" in oip.json()["error"]
+        with grpc.insecure_channel(served.grpc_target) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            request = protos.predict_request("aggressor", {"x": np.asarray(ROWS, np.float32)})
+            with pytest.raises(grpc.RpcError) as info:
+                stub.Predict(request, timeout=30)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "model 'aggressor'" in str(info.value.details())
+        assert "max_inflight 6" in str(info.value.details())
+
+        # ...while the victim, queued behind a full backlog, is taken next.
+        mark = len(scheduler.started)
+        victim: Future[httpx.Response] = pool.submit(_predict, served, "victim")
+        _until(lambda: scheduler.depth("victim") == 1, "the victim's call queued")
+        served.gate.set()
+        assert victim.result(60).status_code == 200
+        assert [f.result(60).status_code for f in backlog] == [200] * LIMIT
+    started = list(scheduler.started)[mark:]
+    # FIFO would start the 4 queued aggressor calls first; fair turns start the victim's.
+    assert started[0] == "victim", started
+    assert sorted(started) == ["aggressor"] * (LIMIT - SLOTS) + ["victim"]
+    assert aggressor.inflight == 0
+    assert _predict(served, "aggressor").status_code == 200  # room again
+    assert registry.scheduling_report()["models"]["aggressor"] == {
+        "weight": 1.0,
+        "max_inflight": LIMIT,
+    }
+
+
+def test_queue_wait_is_recorded_per_model(served: Served) -> None:
+    assert _predict(served, "victim").status_code == 200
+    counts = {
+        sample.labels["model"]: sample.value
+        for family in text_string_to_metric_families(served.client.get("/metrics").text)
+        for sample in family.samples
+        if sample.name == "sharedserve_queue_wait_seconds_count"
+    }
+    assert counts.keys() == {"aggressor", "victim"}
+    assert counts["victim"] >= 1
