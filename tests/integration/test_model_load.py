@@ -137,6 +137,9 @@ def test_tritonclient_indexes_loads_and_unloads(
         assert results[i] == {"value": None}, results[i]
     assert _state(server, "late") == "AVAILABLE"  # the gRPC load, last
     assert server.client.post("/v1/models/late:predict", json=BODY).status_code == 200
+    # Loaded while serving, it takes its turn in the shared scheduler like the others.
+    shares = server.client.get("/sharedserve/v1/limits").json()["models"]
+    assert set(shares) >= {"tiny", "late"}, shares
     http_unknown, grpc_unknown = results[6]["error"], results[7]["error"]
     assert http_unknown["status"] == "404" and "no-such-model" in http_unknown["message"]
     assert grpc_unknown["status"] == "StatusCode.NOT_FOUND"
