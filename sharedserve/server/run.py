@@ -16,29 +16,23 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
 import socket
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
-from typing import Any
+from collections.abc import Sequence
 
-import grpc
 import uvicorn
 
-from sharedserve.config import BatchingSettings, ServerSettings
+from sharedserve.config import ServerSettings
 from sharedserve.enums import Framework
-from sharedserve.errors import ConfigError, SharedServeError
-from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
+from sharedserve.errors import ConfigError
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
-from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import AppliedRuntime, Backend, RuntimeConfig
 from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
 from sharedserve.server.connections import protocol_class
 from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
 from sharedserve.server.http import create_app
-from sharedserve.server.metrics import EVERY_MODEL, GpuMemoryReading, Metrics
+from sharedserve.server.metrics import EVERY_MODEL, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_config import read_model_config_file
 from sharedserve.server.model_manager import (
@@ -52,138 +46,18 @@ from sharedserve.server.model_source import find_model
 from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
 from sharedserve.server.scheduler import Share, model_call_slots
 from sharedserve.server.shutdown import GracefulServer
+from sharedserve.server.start_up import (
+    bind,
+    bind_grpc,
+    check_grpc_port,
+    report_limits,
+    size_gpu_cap,
+    track_gpu_memory,
+)
 
-__all__ = ["limits_report", "run"]
+__all__ = ["run"]
 
 log = logging.getLogger(__name__)
-
-
-def _batching_report(batching: BatchingSettings | None) -> dict[str, Any]:
-    if batching is None:
-        return {"enabled": False}
-    return {"enabled": True, **asdict(batching)}
-
-
-def _gpu_cap(settings: ServerSettings) -> tuple[GpuBackend | None, GpuCap]:
-    """The cap sized against the visible GPU, and the GPU backend, left open for metrics."""
-    backend = open_gpu_backend(settings.gpu.fake_gpus)
-    try:
-        gpus = backend.list_gpus() if backend is not None else []
-        gpu = select_visible_gpu(gpus, settings.gpu.visible_devices)
-        return backend, resolve_cap(settings.gpu.cap, gpu)
-    except SharedServeError:
-        if backend is not None:
-            backend.close()
-        raise
-
-
-def limits_report(
-    cap: GpuCap, cpu: CpuLimit, threads: tuple[int, int], batching: dict[str, Any]
-) -> dict[str, Any]:
-    """The ``/sharedserve/v1/limits`` body: the caps in force, where each came from, whether
-    it is enforced (README shows it)."""
-    return {
-        "device": cap.share.uuid if cap.enforced and cap.share.uuid else "cpu",
-        "gpu_memory_fraction": cap.share.fraction,
-        "gpu_memory_mib": cap.share.mib,
-        "gpu_memory_total_mib": cap.total_mib,
-        "gpu_memory_source": cap.source.value,
-        "gpu_memory_enforced": cap.enforced,
-        "cpu_limit": cpu.cores,
-        "cpu_limit_source": cpu.source.value,
-        "cpu_limit_cgroup": cpu.cgroup_path,
-        "available_cpus": cpu.available_cpus,
-        "intra_op_threads": threads[0],
-        "inter_op_threads": threads[1],
-        "batching": batching,
-    }
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto must be IPPROTO_TCP, not 0: asyncio turns on TCP_NODELAY only for sockets that say
-    # so. Without it, Nagle holds back a response's body until the client ACKs its headers,
-    # which a keep-alive client delays by up to 40 ms (delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise ConfigError(f"cannot listen on {_address(host, port)}: {e.strerror}") from e
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-def _check_grpc_port(host: str, port: int) -> None:
-    """Fail now if gRPC's own bind, made once the model's framework is up, is bound to fail.
-
-    A probe socket binds as gRPC core's listener does (SO_REUSEADDR on, SO_REUSEPORT off:
-    grpc_api sets ``grpc.so_reuseport=0``) and is closed at once. A wildcard host is bound by
-    gRPC as ``[::]`` (dual-stack) or, failing that, ``0.0.0.0``: either will do, as for gRPC.
-    The port can still be taken in between; gRPC's bind then fails with its own error.
-    """
-    if port == 0:
-        return
-    if host in ("", "0.0.0.0", "::"):
-        candidates = [(socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")]
-    else:
-        candidates = [(socket.AF_INET6 if ":" in host else socket.AF_INET, host)]
-    errors: list[OSError] = []
-    for family, address in candidates:
-        try:
-            with socket.socket(family, socket.SOCK_STREAM) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6 and address == "::":
-                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-                probe.bind((address, port))
-            return
-        except OSError as e:
-            errors.append(e)
-    first = errors[0]
-    raise ConfigError(f"cannot listen on {_address(host, port)}: {first.strerror}") from first
-
-
-def _bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
-    address = _address(host, port)
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError as e:  # grpc raises RuntimeError("Failed to bind ...")
-        raise SharedServeError(f"cannot listen for gRPC on {address}: {e}") from e
-    if bound == 0:  # older grpc versions signal failure with port 0
-        raise SharedServeError(f"cannot listen for gRPC on {address}")
-    return int(bound)
-
-
-def _gpu_memory_reader(
-    backend: GpuBackend | None, cap: GpuCap, framework: Backend
-) -> Callable[[], GpuMemoryReading]:
-    """Reads this process's GPU memory at scrape time through the backend opened at start-up.
-
-    A simulated backend answers None itself, so no figure is ever made up here.
-    """
-    mib = 1024 * 1024
-    cap_bytes = None if cap.share.mib is None else float(cap.share.mib * mib)
-    pid = os.getpid()
-    device = cap.share.uuid
-
-    def read() -> GpuMemoryReading:
-        pool = framework.allocator_reserved_bytes()
-        pool_bytes = None if pool is None else float(pool)
-        if backend is None or device is None:
-            return None, cap_bytes, pool_bytes
-        try:
-            used = backend.process_memory_mib(device, pid)
-        except SharedServeError:
-            used = None
-        return (None if used is None else float(used * mib)), cap_bytes, pool_bytes
-
-    return read
 
 
 def run(settings: ServerSettings, models: Sequence[VersionToServe] | None = None) -> int:
@@ -201,9 +75,9 @@ def run(settings: ServerSettings, models: Sequence[VersionToServe] | None = None
     # The ports before the framework: a port in use fails in milliseconds, not after seconds of
     # TensorFlow start-up. The REST socket is bound for good (connections made meanwhile wait in
     # its backlog); gRPC's can only be probed.
-    sock = _bind(settings.rest.host, settings.rest.port)
+    sock = bind(settings.rest.host, settings.rest.port)
     try:
-        _check_grpc_port(settings.rest.host, settings.grpc.port)
+        check_grpc_port(settings.rest.host, settings.grpc.port)
         return _serve(settings, sock, cpu, threads, entries=models, catalog=catalog)
     finally:
         sock.close()  # closed already by the server once it ran; not if start-up failed
@@ -256,35 +130,6 @@ def _configure(
     return configured[entries[0].source.framework]
 
 
-def _report_limits(
-    settings: ServerSettings, cap: GpuCap, cpu: CpuLimit, threads: tuple[int, int]
-) -> dict[str, Any]:
-    """Logs the limits in force; -> the ``/sharedserve/v1/limits`` body."""
-    log.info(
-        "limits: cpu=%s (%s) threads intra=%d inter=%d; gpu cap fraction=%s mib=%s (%s, %s)",
-        cpu.cores,
-        cpu.source.value,
-        threads[0],
-        threads[1],
-        cap.share.fraction,
-        cap.share.mib,
-        cap.source.value,
-        "enforced" if cap.enforced else "not enforced",
-    )
-    return limits_report(cap, cpu, threads, _batching_report(settings.batching))
-
-
-def _track_gpu_memory(
-    metrics: Metrics, gpu_backend: GpuBackend | None, cap: GpuCap, framework: Backend
-) -> None:
-    if cap.enforced:
-        # NVML stays open for the life of the process: a scrape is then one query, not an
-        # initialisation of the driver library.
-        metrics.track_gpu_memory(_gpu_memory_reader(gpu_backend, cap, framework))
-    elif gpu_backend is not None:
-        gpu_backend.close()
-
-
 def _poll_task(settings: ServerSettings, manager: ModelManager) -> asyncio.Task[None] | None:
     """TF Serving's ``--model_config_file_poll_wait_seconds``, when given."""
     path, wait_s = settings.model_config_file, settings.model_config_poll_s
@@ -328,13 +173,13 @@ def _serve(
     entries: Sequence[VersionToServe],
     catalog: Catalog | None,
 ) -> int:
-    gpu_backend, gpu_cap = _gpu_cap(settings)
+    gpu_backend, gpu_cap = size_gpu_cap(settings)
     backends = [make_backend(entry.source) for entry in entries]
     runtime = RuntimeConfig(gpu_cap, *threads)
     configured: dict[Framework, AppliedRuntime] = {}
     applied = _configure(entries, backends, runtime, configured)
     cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
-    report = _report_limits(settings, cap, cpu, threads)
+    report = report_limits(settings, cap, cpu, threads)
     metrics = Metrics(_process_label(entries))
     registry = ModelRegistry.build(
         metrics,
@@ -352,7 +197,7 @@ def _serve(
         settings.request_element_limit,
         batching=settings.batching,
     )
-    _track_gpu_memory(metrics, gpu_backend, cap, backends[0])
+    track_gpu_memory(metrics, gpu_backend, cap, backends[0])
     # One budget for every API: it bounds the memory of decoding, whoever sent the bytes.
     decoding = ByteBudget(settings.rest.decoding_limit, DECODE_WAIT_S)
     app = create_app(
@@ -400,7 +245,7 @@ def _serve(
             manager=manager,
         )
         server = GracefulServer(config, settings.shutdown, registry, grpc_server, health)
-        grpc_port = _bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
+        grpc_port = bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
         await grpc_server.start()
         await registry.start()
         _log_models(entries)

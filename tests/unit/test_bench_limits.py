@@ -16,7 +16,7 @@ from sharedserve.bench.limits import (
 
 
 def body(**changes: Any) -> dict[str, Any]:
-    """A ``/sharedserve/v1/limits`` body (``server.run.limits_report``'s fields)."""
+    """A ``/sharedserve/v1/limits`` body (``server.start_up.limits_report``'s fields)."""
     return {
         "device": "cpu", "gpu_memory_fraction": 0.25, "gpu_memory_mib": 4096,
         "gpu_memory_total_mib": 16384, "gpu_memory_source": "flag", "gpu_memory_enforced": False,
