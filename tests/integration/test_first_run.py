@@ -47,7 +47,7 @@ def served_log(model: Path, log_path: Path, level: str, *args: str) -> tuple[str
 def test_serve_hides_the_frameworks_start_up_lines(models_dir: Path, tmp_path: Path) -> None:
     log, enforced = served_log(models_dir / "tiny", tmp_path / "serve.log", "info")
     assert framework_lines(log) == [], log
-    limits = [line for line in log.splitlines() if "sharedserve.server.run: limits:" in line]
+    limits = [line for line in log.splitlines() if "sharedserve.server.start_up: limits:" in line]
     assert len(limits) == 1, log
     assert enforced or "not enforced" in limits[0]
 
