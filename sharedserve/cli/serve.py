@@ -9,18 +9,17 @@ from typing import Annotated
 import typer
 
 from sharedserve.cli._app import ExampleModelName, FakeGpus, app, models_app
-from sharedserve.config import (
-    BatchingSettings,
+from sharedserve.config import BatchingSettings, GpuSettings
+from sharedserve.contract import Grant
+from sharedserve.enums import Framework
+from sharedserve.errors import ConfigError
+from sharedserve.server.settings import (
     ConnectionSettings,
-    GpuSettings,
     GrpcSettings,
     RestSettings,
     ServerSettings,
     ShutdownSettings,
 )
-from sharedserve.contract import Grant
-from sharedserve.enums import Framework
-from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
 

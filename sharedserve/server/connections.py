@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from sharedserve.config import ConnectionSettings
+from sharedserve.server.settings import ConnectionSettings
 
 if TYPE_CHECKING:
     from uvicorn._types import (

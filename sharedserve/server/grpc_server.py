@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sharedserve.config import ConnectionSettings
 from sharedserve.server.budget import ByteBudget
 from sharedserve.server.model_manager import ModelManager
 from sharedserve.server.oip import grpc_api as oip_grpc
 from sharedserve.server.registry import ModelRegistry
+from sharedserve.server.settings import ConnectionSettings
 from sharedserve.server.tfserving import grpc_api as tfserving_grpc
 
 __all__ = ["GrpcHealth", "create_grpc_server"]

@@ -18,7 +18,6 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import ArrivingBytesExhausted, RequestTimeout, SharedServeError
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, error, json_response
@@ -27,6 +26,7 @@ from sharedserve.server.oip import rest as oip_rest
 from sharedserve.server.oip.repository import add_repository_routes
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.registry import ModelRegistry
+from sharedserve.server.settings import ConnectionSettings, RestSettings
 from sharedserve.server.tfserving import rest as tfserving_rest
 from sharedserve.server.tfserving.openapi import build_openapi_for
 

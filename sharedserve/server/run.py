@@ -22,7 +22,6 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from sharedserve.config import ServerSettings
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
@@ -45,6 +44,7 @@ from sharedserve.server.model_repository import read_model_repository
 from sharedserve.server.model_source import find_model
 from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
 from sharedserve.server.scheduler import Share, model_call_slots
+from sharedserve.server.settings import ServerSettings
 from sharedserve.server.shutdown import GracefulServer
 from sharedserve.server.start_up import (
     bind,

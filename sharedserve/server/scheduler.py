@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from sharedserve.config import ServerSettings
 from sharedserve.errors import NotReady, ResourceExhausted
 from sharedserve.server.fair_queue import FairQueue
+from sharedserve.server.settings import ServerSettings
 
 __all__ = [
     "DEFAULT_MAX_INFLIGHT",

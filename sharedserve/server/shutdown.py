@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 import uvicorn
 
-from sharedserve.config import ShutdownSettings
 from sharedserve.server.grpc_server import GrpcHealth
 from sharedserve.server.registry import ModelRegistry
+from sharedserve.server.settings import ShutdownSettings
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope

@@ -14,13 +14,14 @@ from typing import Any
 
 import grpc
 
-from sharedserve.config import BatchingSettings, ServerSettings
+from sharedserve.config import BatchingSettings
 from sharedserve.errors import ConfigError, SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 from sharedserve.limits.cpu import CpuLimit
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends.base import Backend
 from sharedserve.server.metrics import GpuMemoryReading, Metrics
+from sharedserve.server.settings import ServerSettings
 
 __all__ = [
     "batching_report",

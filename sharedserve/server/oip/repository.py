@@ -15,12 +15,12 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, quoted
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import json_response, read_body
 from sharedserve.server.json_values import json_type
 from sharedserve.server.model_manager import ModelManager
+from sharedserve.server.settings import ConnectionSettings, RestSettings
 
 __all__ = ["add_repository_routes"]
 

@@ -19,7 +19,6 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, quoted
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, counted, json_response, read_body
@@ -29,6 +28,7 @@ from sharedserve.server.model import ServedModel, parse_version
 from sharedserve.server.oip import HEADER_LENGTH, tensors
 from sharedserve.server.oip.metadata import model_metadata, server_metadata
 from sharedserve.server.registry import ModelRegistry
+from sharedserve.server.settings import ConnectionSettings, RestSettings
 from sharedserve.server.signature import Signature
 
 __all__ = ["add_routes"]

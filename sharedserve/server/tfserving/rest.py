@@ -18,13 +18,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.errors import InvalidInput, NotFound, Unimplemented, quoted
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.metrics import RequestTally
 from sharedserve.server.model import ServedModel, parse_version
 from sharedserve.server.registry import ModelRegistry
+from sharedserve.server.settings import ConnectionSettings, RestSettings
 from sharedserve.server.signature import Signature
 from sharedserve.server.tfserving import codec
 

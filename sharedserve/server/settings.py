@@ -1,0 +1,226 @@
+"""The settings of one model server process (``sharedserve serve``): its listeners, connection
+limits, stop on SIGTERM, and the models it serves. Frozen dataclasses, each field documented with
+its unit; ``validate`` names the flag of the first setting that cannot work. The settings other
+commands share (batching, GPU caps, bench, pack) are ``sharedserve/config.py``'s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sharedserve.config import (
+    DEFAULT_MAX_BODY_BYTES,
+    BatchingSettings,
+    GpuSettings,
+)
+from sharedserve.errors import ConfigError
+
+__all__ = [
+    "ARRIVING_BODIES_PER_LIMIT",
+    "ConnectionSettings",
+    "GrpcSettings",
+    "RestSettings",
+    "ServerSettings",
+    "ShutdownSettings",
+]
+
+#: Largest bodies that may be arriving at once by default (``RestSettings.arriving_limit``).
+ARRIVING_BODIES_PER_LIMIT = 4
+
+
+@dataclass(frozen=True)
+class RestSettings:
+    host: str = "0.0.0.0"
+    """Address to bind; 0.0.0.0 as TF Serving does, so a container's port is reachable."""
+    port: int = 8501
+    """TCP port for the REST API (TF Serving's default 8501); 0 picks a free one."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest request body accepted, in bytes; larger ones get 413."""
+    max_decoding_bytes: int | None = None
+    """Request-body bytes decoded from JSON at once, at most (decoding costs ~18x a body's size
+    in memory); a body waits briefly for room, then gets 503. None: ``max_body_bytes``, one
+    largest body at a time."""
+    max_arriving_bytes: int | None = None
+    """Bytes held at once by request bodies still arriving, over all connections, at most; a
+    body's memory grows with what arrived, and one that would take the total past this gets 503
+    at once (slow clients declaring large bodies cannot fill memory). None:
+    ``ARRIVING_BODIES_PER_LIMIT`` x ``max_body_bytes``."""
+
+    @property
+    def decoding_limit(self) -> int:
+        return self.max_body_bytes if self.max_decoding_bytes is None else self.max_decoding_bytes
+
+    @property
+    def arriving_limit(self) -> int:
+        if self.max_arriving_bytes is not None:
+            return self.max_arriving_bytes
+        return ARRIVING_BODIES_PER_LIMIT * self.max_body_bytes
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        _check_port("--rest-port", self.port)
+        _check_positive("--max-body-bytes", self.max_body_bytes)
+        _check_positive("--max-decoding-bytes", self.max_decoding_bytes)
+        _check_positive("--max-arriving-bytes", self.max_arriving_bytes)
+
+
+@dataclass(frozen=True)
+class GrpcSettings:
+    port: int = 8500
+    """TCP port for the gRPC API (TF Serving's default 8500); 0 picks a free one."""
+    max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest gRPC message accepted or sent, in bytes; larger gets RESOURCE_EXHAUSTED."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        _check_port("--grpc-port", self.port)
+
+
+def _check_port(flag: str, port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{flag} must be in 0..65535, got {port}")
+
+
+def _check_positive(flag: str, limit: int | None) -> None:
+    if limit is not None and limit <= 0:
+        raise ConfigError(f"{flag} must be positive, got {limit}")
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Deadlines and a cap for client connections, on both listeners: without them a client can
+    hold connections open for ever by sending nothing, or a byte at a time (slowloris)."""
+
+    keep_alive_timeout_s: float = 75.0
+    """How long a connection may sit idle between two requests. nginx's default: longer than
+    the 60 s idle timeout of the proxies usually in front (ingress-nginx, cloud load balancers),
+    so it is the proxy that closes an idle connection, never racing a request into one the
+    server has just closed."""
+    header_timeout_s: float = 10.0
+    """How long a request's line and headers may take to arrive (from the connection opening,
+    or from the request's first byte); then 408, or a silent close if nothing came."""
+    body_timeout_s: float = 30.0
+    """Longest pause between two reads of a request body (nginx's client_body_timeout); then
+    408. A slow client is fine as long as it keeps sending."""
+    max_connections: int = 1024
+    """Open connections per listener (REST and gRPC each) at most; past it a REST request gets
+    503 and its connection closes, a gRPC connection is closed at once."""
+    max_header_bytes: int = 64 * 1024
+    """Bytes of a REST request's line and headers, at most; past it 431 and the connection
+    closes (a deadline alone lets a fast client send gigabytes of headers in time)."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        for flag, value in (
+            ("--keep-alive-timeout", self.keep_alive_timeout_s),
+            ("--header-timeout", self.header_timeout_s),
+            ("--body-timeout", self.body_timeout_s),
+            ("--max-connections", self.max_connections),
+            ("--max-header-bytes", self.max_header_bytes),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{flag} must be positive, got {value:g}")
+
+
+@dataclass(frozen=True)
+class ShutdownSettings:
+    """How a server stops on SIGTERM so that a rolling update loses no request: readiness
+    turns not-ready at once, requests are still served for ``drain_delay_s`` (while the
+    endpoints are removed), then both listeners stop accepting, in-flight requests finish, and
+    whatever is left at ``grace_s`` is cut."""
+
+    drain_delay_s: float = 0.0
+    """Seconds between SIGTERM and closing the listeners, serving as usual but answering
+    not-ready. 0 where the pod's ``preStop`` hook already waits (the Deployments here do)."""
+    grace_s: float = 20.0
+    """Seconds from SIGTERM to exit, at most (drain delay included); what is still running
+    then is cut. Below Kubernetes' default terminationGracePeriodSeconds of 30."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        if not self.drain_delay_s >= 0:
+            raise ConfigError(f"--drain-delay must be >= 0, got {self.drain_delay_s:g}")
+        if not self.grace_s > self.drain_delay_s:
+            raise ConfigError(
+                f"--shutdown-grace ({self.grace_s:g} s) must be longer than --drain-delay "
+                f"({self.drain_delay_s:g} s)"
+            )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model_dir: Path | None = None
+    """A model base path (``DIR/NAME`` with version subdirectories) or a bare SavedModel dir;
+    or, instead, ``model_config_file`` or ``model_repository`` for many models."""
+    model_name: str | None = None
+    """Name in URLs; defaults to the base path's directory name (``model_dir`` only)."""
+    model_config_file: Path | None = None
+    """TF Serving's model config file (``ModelServerConfig`` text format): many models."""
+    model_repository: Path | None = None
+    """A directory of models, one per subdirectory, each named after it: many models."""
+    model_config_poll_s: float = 0
+    """Seconds between re-reads of ``model_config_file`` (TF Serving's
+    ``--model_config_file_poll_wait_seconds``); 0: read once, at start."""
+    rest: RestSettings = field(default_factory=RestSettings)
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
+    shutdown: ShutdownSettings = field(default_factory=ShutdownSettings)
+    batching: BatchingSettings | None = None
+    """None: batching off (TF Serving's default); each request is one model call."""
+    gpu: GpuSettings = field(default_factory=GpuSettings)
+    cpu_limit_cores: float | None = None
+    """CPU limit in cores (0.5 = half a core); None reads it from the process's cgroup."""
+    max_request_elements: int | None = None
+    """Most elements a request's tensors may hold together, counted from their declared shapes
+    before anything is allocated (one value may fill any shape over gRPC, so a tiny message can
+    declare a huge tensor); more gets 413 / RESOURCE_EXHAUSTED. None: ``request_element_limit``."""
+    max_inflight_per_model: int = 1024
+    """Requests of one model queued or running at most, where its model file sets no
+    ``max_inflight``; more get 503 / RESOURCE_EXHAUSTED at once. Generous on purpose: it bounds
+    a model's backlog (memory, and latency no client waits for), it does not shape traffic."""
+
+    @property
+    def request_element_limit(self) -> int:
+        """The limit in force; by default what a full honest body can carry: JSON spends at least
+        two bytes an element ("1,"), so ``--max-body-bytes`` / 2."""
+        if self.max_request_elements is not None:
+            return self.max_request_elements
+        return max(1, self.rest.max_body_bytes // 2)
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work (the CPU limit and the
+        GPU cap are checked where they are resolved against the host)."""
+        given = [
+            flag
+            for flag, value in (
+                ("--model", self.model_dir),
+                ("--model-config-file", self.model_config_file),
+                ("--model-repository", self.model_repository),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise ConfigError(
+                "give one of --model (one model), --model-config-file (TF Serving's model "
+                "config) or --model-repository (a directory of models)"
+                + (f"; got {' and '.join(given)}" if given else "")
+            )
+        if self.model_name is not None and self.model_dir is None:
+            raise ConfigError(
+                "--name names --model's model; a model config or repository names its own"
+            )
+        if not self.model_config_poll_s >= 0:
+            raise ConfigError(
+                "--model-config-file-poll-wait-seconds must be 0 (off) or more, "
+                f"got {self.model_config_poll_s}"
+            )
+        if self.model_config_poll_s and self.model_config_file is None:
+            raise ConfigError("--model-config-file-poll-wait-seconds needs --model-config-file")
+        self.rest.validate()
+        self.grpc.validate()
+        if self.batching is not None:
+            self.batching.validate()
+        _check_positive("--max-request-elements", self.max_request_elements)
+        _check_positive("--max-inflight-per-model", self.max_inflight_per_model)
+        self.connections.validate()
+        self.shutdown.validate()
