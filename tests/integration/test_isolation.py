@@ -11,8 +11,6 @@ of the calls it started says the victim ran before the aggressor's backlog.
 
 from __future__ import annotations
 
-import asyncio
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,22 +22,17 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.server.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
-from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
-from sharedserve.server.http import create_app
 from sharedserve.server.metrics import EVERY_MODEL, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
 from sharedserve.server.registry import ModelRegistry, VersionToServe
 from sharedserve.server.signature import Signature
 from tests.support import protos
-from tests.support.servers import free_port
+from tests.support.in_process import serving_in_process
 
 ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
 LIMIT = 6
@@ -82,39 +75,16 @@ def served(models_dir: Path) -> Iterator[Served]:
     entries = [VersionToServe(sources[0], max_inflight=LIMIT), VersionToServe(sources[1])]
     models = [ServedModel(s, b) for s, b in zip(sources, backends, strict=True)]
     registry = ModelRegistry.build(Metrics(EVERY_MODEL), entries, models, 1 << 20, slots=SLOTS)
-    rest, connections = RestSettings(max_body_bytes=1 << 20), ConnectionSettings()
-    decoding = ByteBudget(rest.decoding_limit, DECODE_WAIT_S)
-    app = create_app(registry, registry.scheduling_report, rest, connections, decoding)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    grpc_ports: queue.Queue[int] = queue.Queue()
-
-    async def serve() -> None:
-        health = GrpcHealth(list(registry.served()))
-        grpc_server = create_grpc_server(
-            registry, 4 << 20, connections, decoding, health_service=health
-        )
-        grpc_ports.put(grpc_server.add_insecure_port("127.0.0.1:0"))
-        await grpc_server.start()
-        await registry.start()
-        try:
-            await server.serve()
-        finally:
-            await grpc_server.stop(0)
-            await registry.stop()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    thread.start()
-    registry.load()  # as run.py's loader thread, while the listeners already answer
-    grpc_target = f"127.0.0.1:{grpc_ports.get(timeout=60)}"
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        with (
+            serving_in_process(registry, registry.scheduling_report) as (base, grpc_target),
+            httpx.Client(base_url=base, timeout=60) as client,
+        ):
+            registry.load()  # as run.py's loader thread, while the listeners already answer
             _until(lambda: client.get("/v2/health/ready").status_code == 200, "ready")
             yield Served(client, grpc_target, registry, gate)
     finally:
         gate.set()
-        server.should_exit = True
-        thread.join(30)
 
 
 def _predict(served: Served, model: str) -> httpx.Response:

@@ -20,9 +20,9 @@ import httpx
 import pytest
 import yaml
 
-from sharedserve.config import ShutdownSettings
 from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
 from sharedserve.quantity import parse_cpu
+from sharedserve.server.settings import ShutdownSettings
 from tests.integration import test_readme as readme
 from tests.support import manifests as m
 from tests.support.cli import invoke

@@ -23,8 +23,8 @@ import pytest
 import typer
 
 from sharedserve.cli import app
-from sharedserve.config import ShutdownSettings
 from sharedserve.contract import VGPU_RESOURCE
+from sharedserve.server.settings import ShutdownSettings
 from tests.support import crds
 from tests.support import manifests as m
 from tests.support.manifests import K8S, Obj

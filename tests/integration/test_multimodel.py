@@ -9,8 +9,6 @@ over that registry, and are asked with TF Serving's own client messages and Trit
 
 from __future__ import annotations
 
-import asyncio
-import queue
 import shutil
 import threading
 import time
@@ -23,7 +21,6 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import (
     get_model_status_pb2,
@@ -31,18 +28,14 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
-from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
-from sharedserve.server.http import create_app
 from sharedserve.server.metrics import EVERY_MODEL, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
 from sharedserve.server.registry import ModelRegistry, VersionToServe
 from tests.support import protos
-from tests.support.servers import free_port
+from tests.support.in_process import serving_in_process
 from tests.support.triton_client import TritonClient
 
 # TorchScript loads in this process here, where pytest makes warnings errors; torch warns that
@@ -75,18 +68,9 @@ class Served:
 
 def _poll(client: httpx.Client, path: str, status: int = 200, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while _status(client, path) != status:
+    while client.get(path).status_code != status:
         assert time.monotonic() < deadline, f"{path} never answered {status}"
         time.sleep(0.1)
-
-
-def _status(client: httpx.Client, path: str) -> int | None:
-    # None until the listener is up: the server thread starts it after gRPC and the batchers,
-    # which may take a while on a loaded machine.
-    try:
-        return client.get(path).status_code
-    except httpx.ConnectError:
-        return None
 
 
 @pytest.fixture(scope="module")
@@ -118,46 +102,23 @@ def served(
     ]
     models = [ServedModel(s, b) for s, b in zip(sources, backends, strict=True)]
     registry = ModelRegistry.build(Metrics(EVERY_MODEL), entries, models, 1 << 20)
-    rest, connections = RestSettings(max_body_bytes=1 << 20), ConnectionSettings()
-    decoding = ByteBudget(rest.decoding_limit, DECODE_WAIT_S)
-    app = create_app(registry, lambda: {}, rest, connections, decoding)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    grpc_ports: queue.Queue[int] = queue.Queue()
-
-    async def serve() -> None:
-        health = GrpcHealth(list(registry.served()))
-        await health.not_yet()
-        grpc_server = create_grpc_server(
-            registry, 4 << 20, connections, decoding, health_service=health
-        )
-        grpc_ports.put(grpc_server.add_insecure_port("127.0.0.1:0"))
-        await grpc_server.start()
-        await registry.start()
-        try:
-            await server.serve()
-        finally:
-            await grpc_server.stop(0)
-            await registry.stop()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    thread.start()
     loader = threading.Thread(target=registry.load, daemon=True)  # as run.py's loader thread
-    loader.start()
-    grpc_target = f"127.0.0.1:{grpc_ports.get(timeout=60)}"
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        with (
+            serving_in_process(registry) as (base, grpc_target),
+            httpx.Client(base_url=base, timeout=60) as client,
+        ):
+            loader.start()
             _poll(client, "/v2/models/tiny_torch/ready")  # the last before slow
             paths = ["/v2/health/ready", "/v2/models/tiny/ready", "/v2/models/slow/ready"]
             before = {path: client.get(path).status_code for path in paths}
             gate.set()
             _poll(client, "/v2/health/ready")
-            yield Served(client, grpc_target, f"127.0.0.1:{port}", before)
+            yield Served(client, grpc_target, base.removeprefix("http://"), before)
     finally:
         gate.set()
-        server.should_exit = True
-        thread.join(30)
-        loader.join(60)
+        if loader.is_alive():
+            loader.join(60)
 
 
 def test_each_model_turns_available_on_its_own(served: Served) -> None:

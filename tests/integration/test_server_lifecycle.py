@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from sharedserve.config import ConnectionSettings, RestSettings
 from sharedserve.server.backends.tensorflow import TensorFlowBackend
 from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
 from sharedserve.server.http import create_app
@@ -22,6 +21,7 @@ from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
 from sharedserve.server.predictor import Predictor
+from sharedserve.server.settings import ConnectionSettings, RestSettings
 from tests.support.cli import invoke
 from tests.support.servers import Server, free_port
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sharedserve.config import (
-    BatchingSettings,
+from sharedserve.config import BatchingSettings
+from sharedserve.errors import ConfigError
+from sharedserve.server.settings import (
     ConnectionSettings,
     GrpcSettings,
     RestSettings,
     ServerSettings,
 )
-from sharedserve.errors import ConfigError
 
 GOOD = ServerSettings(model_dir=Path("m"))
 
