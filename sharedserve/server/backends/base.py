@@ -16,7 +16,7 @@ from sharedserve.errors import SharedServeError
 from sharedserve.limits.gpu import GpuCap
 from sharedserve.server.signature import Signature
 
-__all__ = ["AppliedRuntime", "Backend", "RuntimeConfig", "warm_up"]
+__all__ = ["AppliedRuntime", "Backend", "DeviceMemory", "RuntimeConfig", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,23 @@ class AppliedRuntime:
     inter_op_threads: int
 
 
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The framework's own GPU allocator counters, process-wide on the model's device: what a
+    model holds is read as the difference across its load and warm-up (``model.py``)."""
+
+    in_use: int
+    """Bytes the allocator has handed out now (torch ``memory_allocated``, TensorFlow
+    ``get_memory_info``'s ``current``)."""
+    peak: int
+    """The most bytes handed out at once since the last ``reset_peak``."""
+
+
 class Backend(Protocol):
     framework: str
+    pages_to_host: bool
+    """True where ``page_out`` keeps the model in host memory and ``page_in`` is a device copy
+    (torch); False where paging out unloads it and paging in reloads it from disk (TensorFlow)."""
 
     def configure(self, config: RuntimeConfig) -> AppliedRuntime:
         """Apply threads and the GPU cap; returns them as read back from the framework."""
@@ -71,30 +86,69 @@ class Backend(Protocol):
         the process holds outside the cap: CUDA context, library workspaces."""
         ...
 
+    def weight_bytes(self) -> int:
+        """Bytes of the loaded model's own tensors (weights, buffers, variables), each shared
+        tensor once; 0 while unloaded. The footprint on a host without a GPU, where no
+        allocator counts for us."""
+        ...
 
-def warm_up(backend: Backend) -> None:
-    """Run every signature once on a batch of one, so the first request is not the slow one.
+    def device_memory(self) -> DeviceMemory | None:
+        """The allocator's counters on the device the model runs on; None off the GPU."""
+        ...
 
-    A signature whose warm-up fails is logged, not fatal: the others still serve.
+    def reset_peak(self) -> None:
+        """Start ``device_memory().peak`` again from what is in use now; a no-op off the GPU."""
+        ...
+
+    def page_out(self) -> None:
+        """Free the model's device memory while keeping it servable after ``page_in``; predict
+        raises SharedServeError meanwhile. The caller pages out only an idle model."""
+        ...
+
+    def page_in(self) -> None:
+        """Make a paged-out model servable again, answering as before; a no-op if resident."""
+        ...
+
+
+def warm_up(backend: Backend, rows: int = 1) -> int:
+    """Run every signature once on a batch of ``rows``, so the first request is not the slow one
+    and, run at the largest batch the model serves, so that its peak memory is measured.
+
+    Returns the most bytes one signature's inputs plus outputs took: on a host without a GPU,
+    what a batch of ``rows`` adds to the weights (no allocator counts it there). A signature
+    whose warm-up fails is logged, not fatal: the others still serve.
     """
+    most = 0
     for signature in backend.signatures().values():
-        inputs = _warmup_inputs(signature)
+        inputs = _warmup_inputs(signature, rows)
         if inputs is None:
             log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
             continue
         try:
-            backend.predict(signature, inputs)
+            outputs = backend.predict(signature, inputs)
         except SharedServeError as e:
             log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
+            continue
+        took = sum(_nbytes(a) for a in inputs.values()) + sum(_nbytes(a) for a in outputs.values())
+        most = max(most, took)
+    return most
 
 
-def _warmup_inputs(signature: Signature) -> dict[str, np.ndarray] | None:
-    """Zeros (or empty strings) with every unknown dimension set to 1; None for unknown rank."""
+def _nbytes(array: np.ndarray) -> int:
+    # An object array's nbytes counts pointers; its strings are what a batch holds.
+    if array.dtype == object:
+        return sum(len(item) for item in array.flat if isinstance(item, (bytes, str)))
+    return int(array.nbytes)
+
+
+def _warmup_inputs(signature: Signature, rows: int) -> dict[str, np.ndarray] | None:
+    """Zeros (or empty strings): an unknown first dimension (the batch) is ``rows``, any other
+    unknown one 1; None for unknown rank."""
     inputs = {}
     for key, spec in signature.inputs.items():
         if spec.shape is None:
             return None
-        shape = tuple(1 if d < 0 else d for d in spec.shape)
+        shape = tuple((rows if i == 0 else 1) if d < 0 else d for i, d in enumerate(spec.shape))
         if spec.dtype == "DT_STRING":
             inputs[key] = np.full(shape, b"", dtype=object)
         else:

@@ -4,10 +4,14 @@ Signatures are read from ``saved_model.pb`` itself (not from the loaded function
 shows exactly what TF Serving would: graph tensor names, ``-1`` dimensions, method names.
 TensorFlow's own errors are wrapped here: an allocation past the GPU cap
 (``ResourceExhaustedError``) becomes ``ResourceExhausted`` (503) and the process serves on.
+
+Paging unloads and reloads: a loaded SavedModel's functions are bound to its variables on the
+device, and TensorFlow has no supported way to move them to host memory and back.
 """
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,7 @@ from sharedserve.errors import (
 )
 from sharedserve.framework_output import framework_startup
 from sharedserve.limits.gpu import apply_tensorflow
-from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
+from sharedserve.server.backends.base import AppliedRuntime, DeviceMemory, RuntimeConfig
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec
 
 __all__ = ["TensorFlowBackend", "read_signature_defs"]
@@ -29,6 +33,8 @@ __all__ = ["TensorFlowBackend", "read_signature_defs"]
 # Graph-internal entries TF writes into every SavedModel; not callable signatures.
 _INTERNAL_PREFIX = "__"
 _MAX_ERROR_CHARS = 400
+# TensorFlow places a model on the first GPU it sees; the cap applies to that one.
+_GPU = "GPU:0"
 
 
 def _short(error: Exception) -> str:
@@ -82,6 +88,7 @@ class TensorFlowBackend:
     """Serves one SavedModel version."""
 
     framework = "tensorflow"
+    pages_to_host = False
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -132,12 +139,55 @@ class TensorFlowBackend:
         # the device (with a memory_limit it may take all of it up front): no honest figure.
         return None
 
+    def weight_bytes(self) -> int:
+        import tensorflow as tf
+
+        if self._loaded is None:
+            return 0
+        # A SavedModel saved through a tf.Module (as `models build` saves) loads as a plain
+        # trackable object without Keras' `.variables`: walk everything it holds. Variables
+        # reached by two paths (a layer and its model) are one tensor: count once.
+        variables = {
+            id(node): node
+            for node in tf.train.TrackableView(self._loaded).descendants()
+            if isinstance(node, tf.Variable)
+        }
+        return sum(
+            v.shape.num_elements() * v.dtype.size
+            for v in variables.values()
+            if v.shape.is_fully_defined()
+        )
+
+    def device_memory(self) -> DeviceMemory | None:
+        if not _gpu_visible():
+            return None
+        import tensorflow as tf
+
+        info = tf.config.experimental.get_memory_info(_GPU)
+        return DeviceMemory(in_use=int(info["current"]), peak=int(info["peak"]))
+
+    def reset_peak(self) -> None:
+        if _gpu_visible():
+            import tensorflow as tf
+
+            tf.config.experimental.reset_memory_stats(_GPU)
+
+    def page_out(self) -> None:
+        self.unload()
+        # A SavedModel's objects form cycles: without a collection now, the memory paging out
+        # is meant to free would wait for the next automatic one.
+        gc.collect()
+
+    def page_in(self) -> None:
+        if self._loaded is None:
+            self.load()
+
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tensorflow as tf
 
         function = self._functions.get(signature.name)
         if function is None:
-            raise SharedServeError("the model is not loaded")
+            raise SharedServeError("the model is not loaded (or is paged out)")
         try:
             tensors = {
                 key: tf.constant(value, dtype=tf.dtypes.as_dtype(signature.inputs[key].numpy_dtype))
@@ -156,3 +206,10 @@ class TensorFlowBackend:
         except tf.errors.OpError as e:
             raise SharedServeError(f"model execution failed: {_short(e)}") from e
         return {key: result[key].numpy() for key in signature.outputs}
+
+
+def _gpu_visible() -> bool:
+    import tensorflow as tf
+
+    # Logical, not physical: a GPU hidden by the configuration holds nothing of ours.
+    return bool(tf.config.list_logical_devices("GPU"))

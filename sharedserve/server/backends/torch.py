@@ -3,8 +3,11 @@
 Why TorchScript plus a sidecar: a TorchScript file carries the model's code with its weights, so
 serving needs neither the model's Python source nor torchvision; but it has no named signatures,
 so ``signature.json`` declares what TF Serving would show (input and output names, dtypes, ``-1``
-dimensions) and clients see one API whichever framework serves. ``forward`` takes the inputs
-positionally in the sidecar's order.
+dimensions) and clients see one API whichever framework serves (``torch_sidecar.py`` reads it).
+``forward`` takes the inputs positionally in the sidecar's order.
+
+Paging keeps the module in host memory: page-out moves its tensors to the CPU, page-in copies
+them back to the device, without reading the file again.
 
 torch's errors are wrapped here: CUDA out of memory under the cap becomes ``ResourceExhausted``
 (503) and the process serves on; shape and dtype errors raised inside the model become
@@ -14,11 +17,9 @@ its last line, the actual message.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -30,13 +31,9 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.limits.gpu import apply_torch
-from sharedserve.server.backends.base import AppliedRuntime, RuntimeConfig
-from sharedserve.server.signature import (
-    DTYPE_TO_NUMPY,
-    PREDICT_METHOD,
-    Signature,
-    TensorSpec,
-)
+from sharedserve.server.backends.base import AppliedRuntime, DeviceMemory, RuntimeConfig
+from sharedserve.server.backends.torch_sidecar import SIGNATURE_FILE, read_signature_file
+from sharedserve.server.signature import Signature, TensorSpec
 
 __all__ = ["MODEL_FILE", "SIGNATURE_FILE", "TorchBackend", "read_signature_file"]
 
@@ -44,11 +41,7 @@ log = logging.getLogger(__name__)
 
 # Written by sharedserve.models.torch_models, which this layer may not import.
 MODEL_FILE = "model.pt"
-SIGNATURE_FILE = "signature.json"
 
-_DEFAULT_SIGNATURE = "serving_default"
-_TOP_KEYS = {"signature_name", "method_name", "inputs", "outputs"}
-_SPEC_KEYS = {"dtype", "shape"}
 _MAX_ERROR_CHARS = 400
 _SCRIPT_PREFIX = "The following operation failed in the TorchScript interpreter"
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception): ", re.MULTILINE)
@@ -71,80 +64,6 @@ def _short(error: Exception) -> str:
     # CUDA OOM texts run to a paragraph; a client needs the first line.
     lines = [line.strip() for line in _message(error).splitlines() if line.strip()]
     return lines[0][:_MAX_ERROR_CHARS] if lines else type(error).__name__
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    duplicated = sorted({key for key in keys if keys.count(key) > 1})
-    if duplicated:
-        raise ValueError(f"duplicate keys {duplicated}")
-    return dict(pairs)
-
-
-def read_signature_file(path: Path) -> Signature:
-    """Parse and validate a ``signature.json`` sidecar; ModelLoadError says what is wrong."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ModelLoadError(
-            f"{path.parent} has no {path.name}: a TorchScript model needs one to declare its "
-            "signature (`sharedserve models build --framework torch` writes it)"
-        ) from None
-    except OSError as e:
-        raise ModelLoadError(f"cannot read {path}: {e}") from e
-    try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates)
-    except ValueError as e:  # JSONDecodeError is a ValueError, and so are duplicate keys
-        raise ModelLoadError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(doc, dict):
-        raise ModelLoadError(f"{path} must hold a JSON object, got {type(doc).__name__}")
-    unknown = sorted(set(doc) - _TOP_KEYS)
-    if unknown:
-        raise ModelLoadError(f"{path}: unknown keys {unknown}; allowed: {sorted(_TOP_KEYS)}")
-    name = doc.get("signature_name", _DEFAULT_SIGNATURE)
-    method = doc.get("method_name", PREDICT_METHOD)
-    for key, value in (("signature_name", name), ("method_name", method)):
-        if not isinstance(value, str) or not value:
-            raise ModelLoadError(f"{path}: {key!r} must be a non-empty string, got {value!r}")
-    return Signature(
-        name=name,
-        inputs=_read_specs(path, doc, "inputs"),
-        outputs=_read_specs(path, doc, "outputs"),
-        method_name=method,
-    )
-
-
-def _read_specs(path: Path, doc: dict[str, Any], key: str) -> dict[str, TensorSpec]:
-    entries = doc.get(key)
-    if not isinstance(entries, dict) or not entries:
-        raise ModelLoadError(
-            f'{path}: {key!r} must be a non-empty object like {{"x": {{"dtype": "DT_FLOAT", '
-            f'"shape": [-1, 8]}}}}, got {entries!r}'
-        )
-    specs = {}
-    for name, entry in entries.items():
-        where = f"{path}: {key}.{name}"
-        if not isinstance(entry, dict) or not set(entry) <= _SPEC_KEYS or "dtype" not in entry:
-            raise ModelLoadError(f'{where} must be an object with "dtype" and optional "shape"')
-        dtype = entry["dtype"]
-        if dtype == "DT_STRING" or dtype not in DTYPE_TO_NUMPY:
-            choices = sorted(set(DTYPE_TO_NUMPY) - {"DT_STRING"})
-            raise ModelLoadError(f"{where}: dtype {dtype!r} cannot be served by torch; {choices}")
-        shape = entry.get("shape")
-        if shape is not None and not (
-            isinstance(shape, list)
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape)
-        ):
-            raise ModelLoadError(
-                f"{where}: shape must be a list of sizes (-1 for any) or null, got {shape!r}"
-            )
-        specs[name] = TensorSpec(
-            name=name,
-            dtype=dtype,
-            shape=None if shape is None else tuple(shape),
-            tensor_name=name,
-        )
-    return specs
 
 
 def _check_forward(model: torch.jit.ScriptModule, signature: Signature, path: Path) -> None:
@@ -173,12 +92,14 @@ class TorchBackend:
     """Serves one TorchScript model version: ``model.pt`` and ``signature.json``."""
 
     framework = "torch"
+    pages_to_host = True
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._signatures: dict[str, Signature] = {}
         self._model: torch.jit.ScriptModule | None = None
         self._device = torch.device("cpu")
+        self._paged_out = False
 
     def configure(self, config: RuntimeConfig) -> AppliedRuntime:
         torch.set_num_threads(config.intra_op_threads)
@@ -204,7 +125,7 @@ class TorchBackend:
     def load(self) -> None:
         signature = read_signature_file(self._path / SIGNATURE_FILE)
         model_file = self._path / MODEL_FILE
-        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        device = _serving_device()
         try:
             model: torch.jit.ScriptModule = torch.jit.load(  # type: ignore[no-untyped-call]
                 str(model_file), map_location=device
@@ -215,11 +136,13 @@ class TorchBackend:
         model.eval()
         self._model = model
         self._device = device
+        self._paged_out = False
         self._signatures = {signature.name: signature}
         log.info("loaded %s on %s", model_file, device)
 
     def unload(self) -> None:
         self._model = None
+        self._paged_out = False
         # The caching allocator keeps freed blocks for reuse by this process; an unloaded
         # model's are handed back to the device, for other processes and NVML to see.
         if self._device.type == "cuda":
@@ -231,6 +154,10 @@ class TorchBackend:
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._model is None:
             raise SharedServeError("the model is not loaded")
+        if self._paged_out:
+            # On a GPU its tensors are in host memory now: running it would put the inputs on
+            # the device beside weights on the CPU, or, worse, quietly serve from the CPU.
+            raise SharedServeError("the model is paged out")
         try:
             # Inside the try: copying the inputs to the GPU can itself run out of memory.
             args = [self._tensor(spec, inputs[spec.name]) for spec in signature.inputs.values()]
@@ -256,11 +183,64 @@ class TorchBackend:
         # (set_per_process_memory_fraction) bounds what it reserves.
         return int(torch.cuda.memory_reserved(self._device))
 
+    def weight_bytes(self) -> int:
+        if self._model is None:
+            return 0
+        # Parameters and buffers (batch norm's running statistics) are all a module holds
+        # between calls. Tied weights appear under two names but are one tensor: count once.
+        tensors = {}
+        for tensor in [*self._model.parameters(), *self._model.buffers()]:
+            tensors[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
+        return sum(tensors.values())
+
+    def device_memory(self) -> DeviceMemory | None:
+        # Before load(), the device load() will pick: the caller reads the counters before
+        # loading, to tell what the load took.
+        device = self._device if self._model is not None else _serving_device()
+        if device.type != "cuda":
+            return None
+        # Allocated, not reserved: the bytes the tensors hold, not the allocator's cache.
+        return DeviceMemory(
+            in_use=int(torch.cuda.memory_allocated(device)),
+            peak=int(torch.cuda.max_memory_allocated(device)),
+        )
+
+    def reset_peak(self) -> None:
+        device = self._device if self._model is not None else _serving_device()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def page_out(self) -> None:
+        if self._model is None or self._paged_out:
+            return
+        self._paged_out = True
+        if self._device.type != "cuda":
+            return  # already in host memory: nothing to move, and no copy to pay for
+        self._model.to("cpu")  # in place: the same module, its tensors now in host memory
+        # Freed blocks stay in this process's allocator cache otherwise; the point of paging
+        # out is that another model (or process) can have them.
+        torch.cuda.empty_cache()
+
+    def page_in(self) -> None:
+        if self._model is None:
+            raise SharedServeError("the model is not loaded: page-in needs a paged-out model")
+        if not self._paged_out:
+            return
+        if self._device.type == "cuda":
+            self._model.to(self._device)
+            # Done when the copy is, so that a timed page-in is the copy's real time.
+            torch.cuda.synchronize(self._device)
+        self._paged_out = False
+
     def _tensor(self, spec: TensorSpec, value: np.ndarray) -> torch.Tensor:
         array = np.ascontiguousarray(value, dtype=spec.numpy_dtype)  # checked: a no-op cast
         if not array.flags.writeable:
             array = array.copy()  # torch.from_numpy warns on read-only memory
         return torch.from_numpy(array).to(self._device)
+
+
+def _serving_device() -> torch.device:
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
 def _outputs(signature: Signature, result: object) -> dict[str, np.ndarray]:

@@ -1,0 +1,127 @@
+"""What the backends measure of their own memory, and paging out and back in (issue 30, items
+3-4), on the real ``tiny`` of each framework built once per session by ``models build``.
+
+On a host without a GPU the budgets rest on these figures: the model's tensors' bytes
+(``weight_bytes``) and a warm-up's inputs plus outputs (``warm_up``'s result); the GPU's
+allocator counters (``device_memory``) are None. Each figure is checked against one computed
+here another way: torch's ``state_dict`` of the file loaded by hand, Keras ``tiny``'s layer sizes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from sharedserve.errors import SharedServeError
+from sharedserve.server.backends.base import Backend, warm_up
+from sharedserve.server.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.backends.torch import TorchBackend
+
+# TorchScript loads in this process, where pytest makes warnings errors; torch warns that its
+# own torch.jit is deprecated (a served process only logs it).
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+
+# tiny: 8 features -> Dense/Linear 16 -> 4 classes (sharedserve/models/*_models.py), float32.
+FEATURES, HIDDEN, CLASSES, FLOAT = 8, 16, 4, 4
+TINY_WEIGHT_BYTES = ((FEATURES * HIDDEN + HIDDEN) + (HIDDEN * CLASSES + CLASSES)) * FLOAT
+ROWS = np.array(
+    [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]],
+    dtype=np.float32,
+)
+
+
+@pytest.fixture(params=["tensorflow", "torch"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A freshly loaded ``tiny`` of each framework: paging changes its state."""
+    if request.param == "tensorflow":
+        loaded: Backend = TensorFlowBackend(request.getfixturevalue("models_dir") / "tiny" / "1")
+    else:
+        loaded = TorchBackend(request.getfixturevalue("torch_models_dir") / "tiny" / "1")
+    loaded.load()
+    yield loaded
+    loaded.unload()
+
+
+def predict(backend: Backend) -> np.ndarray:
+    signature = backend.signatures()["serving_default"]
+    return backend.predict(signature, {"x": ROWS})["probabilities"]
+
+
+def test_torch_weights_are_its_parameters_and_buffers(torch_models_dir: Path) -> None:
+    version = torch_models_dir / "tiny" / "1"
+    by_hand = torch.jit.load(str(version / "model.pt"))  # type: ignore[no-untyped-call]
+    expected = sum(t.numel() * t.element_size() for t in by_hand.state_dict().values())
+    backend = TorchBackend(version)
+    assert backend.weight_bytes() == 0  # not loaded yet
+    backend.load()
+    assert backend.weight_bytes() == expected == TINY_WEIGHT_BYTES
+
+
+def test_tensorflow_weights_are_its_variables(models_dir: Path) -> None:
+    backend = TensorFlowBackend(models_dir / "tiny" / "1")
+    assert backend.weight_bytes() == 0
+    backend.load()
+    assert backend.weight_bytes() == TINY_WEIGHT_BYTES
+    backend.unload()
+    assert backend.weight_bytes() == 0
+
+
+def test_warm_up_returns_its_batch_bytes(backend: Backend) -> None:
+    # One row in is 8 floats, one row out 4: a batch of `rows` moves rows * 12 floats.
+    assert warm_up(backend) == 1 * (FEATURES + CLASSES) * FLOAT
+    assert warm_up(backend, rows=4) == 4 * (FEATURES + CLASSES) * FLOAT
+
+
+def test_paged_out_and_back_in_answers_the_same(backend: Backend) -> None:
+    before = predict(backend)
+    backend.page_out()
+    backend.page_out()  # twice is harmless: the caller need not track it
+    with pytest.raises(SharedServeError, match="paged out"):
+        predict(backend)
+    backend.page_in()
+    np.testing.assert_array_equal(predict(backend), before)
+    backend.page_in()  # resident already: nothing to do
+    np.testing.assert_array_equal(predict(backend), before)
+
+
+def test_torch_keeps_its_weights_while_paged_out(torch_models_dir: Path) -> None:
+    backend = TorchBackend(torch_models_dir / "tiny" / "1")
+    backend.load()
+    assert backend.pages_to_host
+    backend.page_out()
+    # In host memory, not gone: what a page-in copies back.
+    assert backend.weight_bytes() == TINY_WEIGHT_BYTES
+
+
+def test_tensorflow_page_out_drops_the_model(models_dir: Path) -> None:
+    backend = TensorFlowBackend(models_dir / "tiny" / "1")
+    backend.load()
+    assert not backend.pages_to_host
+    # The loaded SavedModel itself must become garbage (and be collected): only then does
+    # TensorFlow free its variables.
+    loaded = weakref.ref(backend._loaded)
+    backend.page_out()
+    assert loaded() is None
+    assert backend.weight_bytes() == 0
+    backend.page_in()
+    assert backend.weight_bytes() == TINY_WEIGHT_BYTES
+
+
+def test_no_device_counters_off_the_gpu(backend: Backend) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: its counters are read, tested by the GPU kit")
+    assert backend.device_memory() is None
+    backend.reset_peak()  # a no-op, not an error
+    assert backend.device_memory() is None
+
+
+def test_page_in_of_an_unloaded_torch_model_is_refused(torch_models_dir: Path) -> None:
+    # A device copy needs the model in host memory; reading the file is a load, which the
+    # caller counts apart (a cold start).
+    with pytest.raises(SharedServeError, match="not loaded"):
+        TorchBackend(torch_models_dir / "tiny" / "1").page_in()
