@@ -207,7 +207,9 @@ class TorchBackend:
 
     def reset_peak(self) -> None:
         device = self._device if self._model is not None else _serving_device()
-        if device.type == "cuda":
+        # Before CUDA starts, the allocator has no device to reset (it raises "did you call
+        # init?") and nothing was allocated: the peak is 0 already.
+        if device.type == "cuda" and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             torch.cuda.reset_peak_memory_stats(device)
 
     def page_out(self) -> None:
@@ -227,9 +229,17 @@ class TorchBackend:
         if not self._paged_out:
             return
         if self._device.type == "cuda":
-            self._model.to(self._device)
-            # Done when the copy is, so that a timed page-in is the copy's real time.
-            torch.cuda.synchronize(self._device)
+            try:
+                self._model.to(self._device)
+                # Done when the copy is, so that a timed page-in is the copy's real time.
+                torch.cuda.synchronize(self._device)
+            except torch.cuda.OutOfMemoryError as e:
+                # Half its tensors may have moved: all back to host memory, still paged out
+                # and whole, so a later page-in (once there is room) can try again.
+                self._model.to("cpu")
+                torch.cuda.empty_cache()
+                message = f"no device memory to page the model in: {_short(e)}"
+                raise ResourceExhausted(message) from e
         self._paged_out = False
 
     def _tensor(self, spec: TensorSpec, value: np.ndarray) -> torch.Tensor:
