@@ -1,5 +1,9 @@
-"""Isolation between models in one server process (issue 30 item 5; only the isolation part of
-item 6's evidence for now: host memory per added model and paging are not measured here).
+"""Isolation between models in one server process (issue 30 item 5, and item 6's evidence).
+
+``--part isolation`` (the default) is the isolation benchmark below. ``--part memory`` is host
+memory per added model, N models in one process against N processes (``multimodel_memory.py``,
+beside this script, whose docstring says how; its options ``--models``, ``--counts``,
+``--predictions``, ``--start-batch`` and ``--max-gib`` apply). Paging is not measured here yet.
 
 A ``victim`` model at a steady light load (``--victim-rps``, open loop: each request is sent at
 its scheduled time by one of a few client threads, and its latency counts from that time, so a
@@ -34,6 +38,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import multimodel_memory  # benchmarks/multimodel_memory.py, beside this script
 import numpy as np
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 
@@ -219,6 +224,7 @@ def report(cases: dict[str, list[Sample]], opts: argparse.Namespace, head: list[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--drive", type=int, help=argparse.SUPPRESS)  # the aggressor's process
+    parser.add_argument("--part", choices=("isolation", "memory"), default="isolation")
     parser.add_argument("--server-cpus", default="0", help="taskset list for every server")
     parser.add_argument("--client-cpus", default=None, help="taskset list for the clients")
     parser.add_argument("--victim-rps", type=float, default=20.0)
@@ -227,7 +233,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    multimodel_memory.add_arguments(parser)
     opts = parser.parse_args()
+    if opts.part == "memory":
+        multimodel_memory.measure(opts)
+        return
     if opts.drive is not None:
         drive(opts.drive, "aggressor", opts.aggressor_clients, opts.seconds)
         return
