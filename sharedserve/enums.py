@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Framework", "PlacementPolicy", "Protocol"]
+__all__ = ["Framework", "Paging", "PlacementPolicy", "Protocol"]
 
 
 class Framework(str, Enum):
@@ -18,6 +18,17 @@ class Framework(str, Enum):
     """A TF Serving SavedModel (``saved_model.pb``)."""
     TORCH = "torch"
     """TorchScript (``model.pt``) plus a ``signature.json`` sidecar."""
+
+
+class Paging(str, Enum):
+    """Whether a multi-model server moves idle models out of memory to make room (``serve
+    --paging``)."""
+
+    OFF = "off"
+    """A model that does not fit is refused; nothing moves."""
+    LRU = "lru"
+    """The least recently used idle models move out (torch to host memory, TensorFlow
+    unloaded) and come back in on their next request."""
 
 
 class PlacementPolicy(str, Enum):

@@ -16,11 +16,13 @@ __all__ = [
     "ArrivingBytesExhausted",
     "ConfigError",
     "GpuError",
+    "InsufficientMemory",
     "InvalidInput",
     "LoadFailed",
     "ModelLoadError",
     "NotFound",
     "NotReady",
+    "NotResident",
     "NvmlUnavailable",
     "PayloadTooLarge",
     "RequestTimeout",
@@ -103,6 +105,24 @@ class ResourceExhausted(SharedServeError):
 
     http_status = 503
     grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class InsufficientMemory(ResourceExhausted):
+    """A model version does not fit the process's memory (its cap minus what the others hold,
+    or its own budget): a load refused, with the figures. HTTP 507 (Insufficient Storage, RFC
+    4918: the server cannot store what the request needs), which a client can tell apart from
+    a busy server's 503; gRPC RESOURCE_EXHAUSTED."""
+
+    http_status = 507
+
+
+class NotResident(NotReady):
+    """A request's model was not paged in within ``--page-in-timeout``: every other model in
+    memory was busy or pinned. Retry after ``retry_after_s`` (HTTP ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ArrivingBytesExhausted(ResourceExhausted):

@@ -11,7 +11,7 @@ import typer
 from sharedserve.cli._app import ExampleModelName, FakeGpus, app, models_app
 from sharedserve.config import BatchingSettings, GpuSettings
 from sharedserve.contract import Grant
-from sharedserve.enums import Framework
+from sharedserve.enums import Framework, Paging
 from sharedserve.errors import ConfigError
 from sharedserve.server.settings import (
     ConnectionSettings,
@@ -117,6 +117,24 @@ _MaxInflightPerModel = Annotated[
     typer.Option(
         help="Requests of one model queued or running at most, unless its model file sets "
         "max_inflight; more get 503 / RESOURCE_EXHAUSTED at once, naming the model.",
+    ),
+]
+_Paging = Annotated[
+    Paging,
+    typer.Option(
+        help="With many models: 'lru' moves the least recently used idle models out of memory "
+        "(torch to host memory, TensorFlow unloaded) when a model's request or load needs "
+        "room under the GPU cap (--gpu-memory-mib or the env contract's; without a GPU, the "
+        "recorded cap); 'off' refuses what does not fit (507).",
+        show_default=True,
+    ),
+]
+_PageInTimeout = Annotated[
+    float,
+    typer.Option(
+        help="Seconds a request waits for its paged-out model to come back in; then 503 with "
+        "Retry-After.",
+        show_default=True,
     ),
 ]
 _MaxDecodingBytes = Annotated[
@@ -243,6 +261,8 @@ def serve(
     max_body_bytes: _MaxBodyBytes = RestSettings.max_body_bytes,
     max_request_elements: _MaxRequestElements = ServerSettings.max_request_elements,
     max_inflight_per_model: _MaxInflightPerModel = ServerSettings.max_inflight_per_model,
+    paging: _Paging = ServerSettings.paging,
+    page_in_timeout: _PageInTimeout = ServerSettings.page_in_timeout_s,
     max_decoding_bytes: _MaxDecodingBytes = RestSettings.max_decoding_bytes,
     max_arriving_bytes: _MaxArrivingBytes = RestSettings.max_arriving_bytes,
     max_header_bytes: _MaxHeaderBytes = ConnectionSettings.max_header_bytes,
@@ -276,7 +296,10 @@ def serve(
     The GPU memory cap comes from the flags or, when neither is given, from the env contract
     (SHAREDSERVE_GPU_MEMORY_MIB, then SHAREDSERVE_GPU_MEMORY_FRACTION) that the allocator and
     the packer set. Without a GPU the cap is recorded and reported but not enforced.
-    GET /sharedserve/v1/limits shows the caps in force.
+    With many models the cap is also what their memory is counted against: each model's
+    budget (gpu_memory_mib in its model file) or its peak measured at load; --paging lru
+    makes room by moving idle models out. GET /sharedserve/v1/limits shows the caps in force
+    and every model's budget, footprint, state and last use.
     """
     from sharedserve.limits.gpu import parse_cap_request
     from sharedserve.server.run import run
@@ -309,6 +332,8 @@ def serve(
         cpu_limit_cores=cpu_limit,
         max_request_elements=max_request_elements,
         max_inflight_per_model=max_inflight_per_model,
+        paging=paging,
+        page_in_timeout_s=page_in_timeout,
     )
     settings.validate()
     raise typer.Exit(run(settings))

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import grpc
 
 from sharedserve import rpc
-from sharedserve.errors import PayloadTooLarge, SharedServeError, Unimplemented
+from sharedserve.errors import NotResident, PayloadTooLarge, SharedServeError, Unimplemented
 from sharedserve.server.budget import ByteBudget
 from sharedserve.server.metrics import RequestCounter
 
@@ -66,6 +66,10 @@ async def guard(
     except SharedServeError as e:
         code = e.grpc_code
         _answer(context, code, e.message)
+        if isinstance(e, NotResident):
+            # gRPC's own retry hint (the retry design's pushback), as REST's Retry-After.
+            pushback = str(int(e.retry_after_s * 1000))
+            context.set_trailing_metadata((("grpc-retry-pushback-ms", pushback),))
         _forget(e)
     except Exception as e:
         code = "INTERNAL"

@@ -9,6 +9,7 @@ only place an exception becomes a response, so every failure on every path is an
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,12 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sharedserve.errors import ArrivingBytesExhausted, RequestTimeout, SharedServeError
+from sharedserve.errors import (
+    ArrivingBytesExhausted,
+    NotResident,
+    RequestTimeout,
+    SharedServeError,
+)
 from sharedserve.server.budget import ArrivingBytes, ByteBudget
 from sharedserve.server.http_io import JSON, error, json_response
 from sharedserve.server.model_manager import ModelManager
@@ -61,6 +67,8 @@ def create_app(
         response = error(exc.http_status, exc.message)
         if isinstance(exc, RequestTimeout | ArrivingBytesExhausted):
             response.headers["connection"] = "close"  # the rest of its body is not read
+        if isinstance(exc, NotResident):
+            response.headers["retry-after"] = str(max(1, math.ceil(exc.retry_after_s)))
         return response
 
     @app.exception_handler(StarletteHTTPException)

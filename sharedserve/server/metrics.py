@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sharedserve.server.paging_metrics import PagingMetrics
+
 __all__ = [
     "GpuMemoryReading",
     "Metrics",
@@ -133,6 +135,7 @@ class Metrics:
             registry=self.registry,
         )
         self._arriving.labels(model).set(0)
+        self.paging = PagingMetrics(self.registry)
         self._refused = Counter(
             "sharedserve_connections_refused",
             "REST connections closed before a request was served: over --max-connections "

@@ -14,6 +14,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from sharedserve.errors import InvalidInput, NotFound, NotReady, quoted
 from sharedserve.server.backends.base import Backend, warm_up
+from sharedserve.server.footprint import Footprint
 from sharedserve.server.model_source import ModelSource
 from sharedserve.server.signature import Signature, TensorSpec
 
@@ -48,6 +50,10 @@ def parse_version(text: str | None) -> int | None:
     return int(number["digits"])
 
 
+def _nothing() -> None:
+    return None
+
+
 class ModelState(str, Enum):
     START = "START"
     LOADING = "LOADING"
@@ -60,9 +66,13 @@ class ServedModel:
     """One served version; transports find it through ``registry.py`` and call ``signature``,
     ``predict``."""
 
-    def __init__(self, source: ModelSource, backend: Backend) -> None:
+    def __init__(self, source: ModelSource, backend: Backend, warm_rows: int = 1) -> None:
+        """``warm_rows``: the largest batch it serves (its batching's ``max_batch_size``), the
+        batch its warm-up runs and its footprint is measured at."""
         self.source = source
         self.backend = backend
+        self.warm_rows = warm_rows
+        self.footprint: Footprint | None = None
         self.state = ModelState.START
         self.error: str | None = None
         self.load_seconds: float | None = None
@@ -83,14 +93,20 @@ class ServedModel:
         """Loaded and warmed up, not yet unloaded: predictions are answered."""
         return self._serving
 
-    def load(self) -> None:
-        """Load and warm up; on failure the state is END with the error kept for status."""
+    def load(
+        self, prepare: Callable[[], object] = _nothing, admit: Callable[[], object] = _nothing
+    ) -> None:
+        """``prepare`` (room made for its budget: ``paging.py``), load and warm up, ``admit``
+        (its memory counted), and only then serve; on a failure of any of them the framework
+        lets go of it and the state is END with the error kept for status."""
         self.state = ModelState.LOADING
         started = time.perf_counter()
         try:
-            self.backend.load()
-            warm_up(self.backend)
+            prepare()
+            self.footprint = self._measured_load()
+            admit()
         except Exception as e:
+            self.backend.unload()
             self.state = ModelState.END
             self.error = getattr(e, "message", None) or str(e)
             raise
@@ -104,6 +120,38 @@ class ServedModel:
             self.version,
             self.load_seconds,
         )
+
+    def _measured_load(self) -> Footprint:
+        """Load and warm up at ``warm_rows``, measuring what each step took (``footprint.py``).
+        Other models' requests may run meanwhile: on a GPU their activations come and go
+        within the counters, so the weights (what stays) are exact and the peak an upper
+        bound, the safe side for a budget."""
+        backend = self.backend
+        before = backend.device_memory()
+        backend.reset_peak()
+        backend.load()
+        loaded = backend.device_memory()
+        backend.reset_peak()
+        tensors = warm_up(backend, self.warm_rows)
+        warm = backend.device_memory()
+        if before is None or loaded is None or warm is None:
+            weights = backend.weight_bytes()
+            return Footprint(weights, weights + tensors, self.warm_rows, on_gpu=False)
+        weights = max(loaded.in_use - before.in_use, 0)
+        peak = max(warm.peak - before.in_use, weights)
+        return Footprint(weights, peak, self.warm_rows, on_gpu=True)
+
+    def page_out(self) -> None:
+        """Out of the device (``paging.py`` chose it, idle): torch keeps it in host memory,
+        TensorFlow unloads it. Still served: the next request pages it in."""
+        self.backend.page_out()
+
+    def page_in(self) -> None:
+        """Back on the device; a reloaded model is warmed up again, so that its first request
+        is not the slow one."""
+        self.backend.page_in()
+        if not self.backend.pages_to_host:
+            warm_up(self.backend)
 
     def begin_shutdown(self) -> None:
         """Not ready from now on (UNLOADING), while predictions are still answered: the drain

@@ -116,6 +116,10 @@ class ModelEntry:
     """Its share of the process's model-call threads (a repository's model file); None: 1."""
     max_inflight: int | None = None
     """Its requests queued or running at most (a model file); None: the server's default."""
+    gpu_memory_mib: int | None = None
+    """Its memory budget per version (a model file); None: its peak as measured at load."""
+    pinned: bool = False
+    """Never paged out (a model file)."""
 
     def version_of(self, label: str) -> int | None:
         return dict(self.version_labels).get(label)

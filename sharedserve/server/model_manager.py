@@ -25,6 +25,7 @@ from sharedserve.config import BatchingSettings
 from sharedserve.enums import Framework
 from sharedserve.errors import (
     ConfigError,
+    InsufficientMemory,
     InvalidInput,
     LoadFailed,
     NotFound,
@@ -288,8 +289,13 @@ class ModelManager:
             error = await to_thread.run_sync(self._load_models, fresh)
             if error is not None:
                 await to_thread.run_sync(_unload_models, [p.model for p in fresh])
-                self._failures[name] = error
-                raise LoadFailed(f"failed to load {quoted(name)}: {error}")
+                for predictor in fresh:
+                    self.registry.memory.forget(predictor.tenant)
+                reason = getattr(error, "message", None) or str(error)
+                self._failures[name] = reason
+                if isinstance(error, InsufficientMemory):  # 507: the server's room, not the files
+                    raise InsufficientMemory(f"failed to load {quoted(name)}: {reason}")
+                raise LoadFailed(f"failed to load {quoted(name)}: {reason}")
             for predictor in fresh:
                 await predictor.start()
             gone = self.registry.replace(name, [*kept, *fresh], entries[0].labels)
@@ -307,17 +313,12 @@ class ModelManager:
         log.info("model %r unloaded", name)
 
     def _predictor(self, entry: VersionToServe) -> Predictor:
-        model = ServedModel(entry.source, make_backend(entry.source))
-        return self.registry.predictor_for(
-            model,
-            entry.batching,
-            self._max_elements,
-            weight=entry.weight,
-            max_inflight=entry.max_inflight,
-        )
+        model = entry.served_model(make_backend(entry.source))
+        return self.registry.predictor_for(model, entry, self._max_elements)
 
-    def _load_models(self, predictors: Sequence[Predictor]) -> str | None:
-        """In a worker thread: each version loaded and warmed; the first failure's reason."""
+    def _load_models(self, predictors: Sequence[Predictor]) -> Exception | None:
+        """In a worker thread: each version loaded, warmed and counted in the process's memory;
+        the first failure."""
         for predictor in predictors:
             model = predictor.model
             try:
@@ -325,13 +326,13 @@ class ModelManager:
                     # Thread pools and the GPU cap, before this framework first runs.
                     model.backend.configure(self._runtime)
                     self._configured.add(model.source.framework)
-                model.load()
+                predictor.tenant.load()
             except Exception as e:
                 reason = model.error or getattr(e, "message", None) or str(e)
                 log.error(
                     "failed to load model %r version %d: %s", model.name, model.version, reason
                 )
-                return reason
+                return e
         return None
 
     async def _retire(self, gone: Sequence[Predictor]) -> None:
@@ -346,6 +347,7 @@ class ModelManager:
                 )
             await predictor.stop()
             predictor.forget_metrics()
+            self.registry.memory.forget(predictor.tenant)
         if gone:
             await to_thread.run_sync(_unload_models, [p.model for p in gone])
 

@@ -13,9 +13,12 @@ file ``DIR/NAME/sharedserve.yaml`` for what the directory cannot say::
       stable: 3
     weight: 2                 # its share of the model-call threads against busy models' (1)
     max_inflight: 64          # its requests queued or running; more get 503 at once
+    gpu_memory_mib: 512       # its memory budget per version (default: its measured peak)
+    pinned: true              # never paged out (serve --paging lru)
 
 The first three keys mean what they mean in a TF Serving model config file (``model_config``);
-``weight`` and ``max_inflight`` are the shared scheduler's (``scheduler.py``). A key the server
+``weight`` and ``max_inflight`` are the shared scheduler's (``scheduler.py``), ``gpu_memory_mib``
+and ``pinned`` the process memory's (``paging.py``). A key the server
 cannot honour yet is refused like a misspelt one, not read and ignored.
 
 A subdirectory that holds no model is an error naming it, and nothing is served: Triton, by
@@ -173,6 +176,13 @@ class ModelFile:
     max_inflight: PositiveWhole | None = None
     """Its requests queued or running at most; more are refused at once (503 /
     RESOURCE_EXHAUSTED). None: ``serve --max-inflight-per-model``."""
+    gpu_memory_mib: PositiveWhole | None = None
+    """Its memory budget per version, in MiB, counted against the server's GPU cap (on a
+    host without a GPU, the recorded ``--gpu-memory-mib``): a load that does not fit, or whose
+    measured peak is larger, is refused; a request that would outgrow it gets 503. None: its
+    peak as measured at load."""
+    pinned: bool = False
+    """Never paged out to make room for another model (``serve --paging lru``)."""
 
 
 def model_schema() -> dict[str, Any]:
@@ -222,6 +232,8 @@ def _entry(model_dir: Path) -> ModelEntry:
         batching=_batching(settings.batching, str(file)),
         weight=settings.weight,
         max_inflight=settings.max_inflight,
+        gpu_memory_mib=settings.gpu_memory_mib,
+        pinned=settings.pinned,
     )
 
 

@@ -8,7 +8,8 @@ on a small model. So with a heavy codec (JSON: a 3 MB body takes milliseconds) d
 model call and encoding share one worker-thread hop, while a light one (protobuf) decodes and
 encodes on the loop around the hop. Every model call, unbatched or a batch, runs through the
 process's one ``Scheduler`` (``scheduler.py``), in the model's fair turn; each request holds one
-of its model's ``max_inflight`` places from the moment it is routed until it is answered.
+of its model's ``max_inflight`` places from the moment it is routed until it is answered, and
+keeps its model resident (``paging.py``) from its admission on, paging it in first if it was out.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sharedserve.errors import NotFound, quoted
 from sharedserve.server.batching import Batcher
 from sharedserve.server.metrics import ModelSeries
 from sharedserve.server.model import ServedModel
+from sharedserve.server.paging import Memory, Tenant
 from sharedserve.server.scheduler import ModelLane, Scheduler, model_call_slots
 from sharedserve.server.signature import Signature
 from sharedserve.server.validate import check_inputs
@@ -59,11 +61,15 @@ class Predictor:
         metrics: ModelSeries,
         batching: BatchingSettings | None = None,
         max_elements: int | None = None,
+        *,
         lane: ModelLane | None = None,
+        tenant: Tenant | None = None,
     ) -> None:
         """``lane``: the model's lane into the process's scheduler; None (a lone predictor):
-        one of a scheduler of its own."""
+        one of a scheduler of its own. ``tenant``: its place in the process's memory
+        (``paging.py``); None: one of a memory of its own, without a cap."""
         self.model = model
+        self.tenant = tenant or Memory().tenant(model, budget=None, pinned=False)
         self.metrics = metrics
         self.max_elements = max_elements
         self.batching = batching
@@ -139,7 +145,8 @@ class Predictor:
             self._idle.clear()
         try:
             with self.lane.admit():
-                return await self._predict(call)
+                async with self.tenant.use():  # paged in first, if it was out
+                    return await self._predict(call)
         finally:
             with self._flight:
                 self._in_flight -= 1
@@ -165,6 +172,7 @@ class Predictor:
     def _decoded(self, call: Call[R]) -> tuple[Signature, Arrays]:
         signature, inputs = call.decode()
         check_inputs(signature, inputs, self.max_elements)
+        self.tenant.check_rows(_rows(inputs))
         return signature, inputs
 
     def _run(self, signature: Signature, inputs: Arrays) -> Arrays:

@@ -24,10 +24,13 @@ from typing import Any
 
 from sharedserve.config import BatchingSettings
 from sharedserve.errors import ConfigError, NotFound, quoted
+from sharedserve.server.backends.base import Backend
+from sharedserve.server.footprint import MIB
 from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ModelState, ServedModel
 from sharedserve.server.model_config import ModelEntry, versions_to_serve
 from sharedserve.server.model_source import ModelSource
+from sharedserve.server.paging import Memory
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.scheduler import (
     DEFAULT_SHARE,
@@ -53,6 +56,16 @@ class VersionToServe:
     """The model's share of the scheduler (``Share.weight``); None: 1."""
     max_inflight: int | None = None
     """The model's requests in flight at most; None: the server's ``--max-inflight-per-model``."""
+    budget_bytes: int | None = None
+    """The model's memory budget per version (``gpu_memory_mib``); None: its measured peak."""
+    pinned: bool = False
+    """Never paged out (``--paging lru``)."""
+
+    def served_model(self, backend: Backend) -> ServedModel:
+        """The version to load with ``backend``, warmed up (and measured) at the largest batch
+        it serves."""
+        rows = self.batching.max_batch_size if self.batching is not None else 1
+        return ServedModel(self.source, backend, warm_rows=rows)
 
 
 def versions_of(
@@ -68,6 +81,8 @@ def versions_of(
             dict(model.version_labels),
             model.weight,
             model.max_inflight,
+            None if model.gpu_memory_mib is None else model.gpu_memory_mib * MIB,
+            model.pinned,
         )
         for model in models
         for source in versions_to_serve(model)
@@ -86,12 +101,18 @@ class ModelRegistry:
     """Served model versions by name and version; ``metrics`` is the process's one registry.
 
     ``slots``: model calls that run at once (``scheduler.model_call_slots``); ``defaults``: a
-    model's share where its entry sets none."""
+    model's share where its entry sets none; ``memory``: what the versions may hold (None: no
+    cap, no paging)."""
 
     def __init__(
-        self, metrics: Metrics, slots: int = model_call_slots(1), defaults: Share = DEFAULT_SHARE
+        self,
+        metrics: Metrics,
+        slots: int = model_call_slots(1),
+        defaults: Share = DEFAULT_SHARE,
+        memory: Memory | None = None,
     ) -> None:
         self.metrics = metrics
+        self.memory = memory or Memory(metrics.paging)
         self.scheduler = Scheduler(slots)
         self.defaults = defaults
         self._table = _Table()
@@ -110,7 +131,7 @@ class ModelRegistry:
         """A registry of the one version ``predictor`` serves, counted in its ``Metrics``."""
         if not isinstance(predictor.metrics, Metrics):
             raise TypeError("a lone predictor must record into a Metrics registry")
-        registry = cls(predictor.metrics)
+        registry = cls(predictor.metrics, memory=predictor.tenant.memory)
         registry.scheduler = predictor.lane.scheduler  # its own: nothing else shares it
         registry._put(predictor)
         return registry
@@ -125,17 +146,12 @@ class ModelRegistry:
         *,
         slots: int = model_call_slots(1),
         defaults: Share = DEFAULT_SHARE,
+        memory: Memory | None = None,
     ) -> ModelRegistry:
         """A registry of ``models``, one per entry (its version), with the entries' labels."""
-        registry = cls(metrics, slots, defaults)
+        registry = cls(metrics, slots, defaults, memory)
         for entry, model in zip(entries, models, strict=True):
-            registry.add(
-                model,
-                entry.batching,
-                max_elements,
-                weight=entry.weight,
-                max_inflight=entry.max_inflight,
-            )
+            registry.add(model, entry, max_elements)
         for entry in entries:
             for label, version in entry.labels.items():
                 registry.label(entry.source.name, label, version)
@@ -144,34 +160,29 @@ class ModelRegistry:
     def add(
         self,
         model: ServedModel,
-        batching: BatchingSettings | None = None,
+        entry: VersionToServe | None = None,
         max_elements: int | None = None,
-        *,
-        weight: float | None = None,
-        max_inflight: int | None = None,
     ) -> Predictor:
-        """Serve ``model`` (one version), with its per-model series and its own batcher, in its
-        model's lane of the scheduler (a weight or limit given replaces the model's)."""
-        predictor = self.predictor_for(
-            model, batching, max_elements, weight=weight, max_inflight=max_inflight
-        )
+        """Serve ``model`` (one version, as ``entry`` says: batching, share, memory), with its
+        per-model series and its own batcher, in its model's lane of the scheduler."""
+        predictor = self.predictor_for(model, entry, max_elements)
         self._put(predictor)
         return predictor
 
     def predictor_for(
         self,
         model: ServedModel,
-        batching: BatchingSettings | None = None,
+        entry: VersionToServe | None = None,
         max_elements: int | None = None,
-        *,
-        weight: float | None = None,
-        max_inflight: int | None = None,
     ) -> Predictor:
-        """A predictor for ``model`` in its model's series and lane, not routed to yet (the
-        model manager loads it first, then ``replace`` routes to it)."""
+        """A predictor for ``model`` in its model's series and lane, with its place in the
+        process's memory, not routed to yet (the model manager loads it first, then
+        ``replace`` routes to it). A weight or limit the entry gives replaces the model's."""
+        entry = entry or VersionToServe(model.source)
         series = self.metrics.for_model(model.name)
-        lane = self._lane(model.name, weight, max_inflight)
-        return Predictor(model, series, batching, max_elements, lane)
+        lane = self._lane(model.name, entry.weight, entry.max_inflight)
+        tenant = self.memory.tenant(model, entry.budget_bytes, entry.pinned)
+        return Predictor(model, series, entry.batching, max_elements, lane=lane, tenant=tenant)
 
     def _lane(self, name: str, weight: float | None, max_inflight: int | None) -> ModelLane:
         known = name in self.scheduler.shares()
@@ -187,14 +198,22 @@ class ModelRegistry:
             lane.on_wait(series.observe_queue_wait)
         return lane
 
-    def scheduling_report(self) -> dict[str, Any]:
-        """For ``/sharedserve/v1/limits``: the scheduler's threads, each model's share."""
+    def models_report(self) -> dict[str, Any]:
+        """For ``/sharedserve/v1/limits``: the scheduler's threads, the process's memory, and
+        each served model's share and versions (state, budget, footprint, last use)."""
+        shares = self.scheduler.shares()
+        models: dict[str, Any] = {}
+        for name, versions in sorted(self._versions.items()):
+            share = shares.get(name, self.defaults)
+            models[name] = {
+                "weight": share.weight,
+                "max_inflight": share.max_inflight,
+                "versions": {str(v): p.tenant.report() for v, p in sorted(versions.items())},
+            }
         return {
             "model_call_slots": self.scheduler.slots,
-            "models": {
-                name: {"weight": share.weight, "max_inflight": share.max_inflight}
-                for name, share in self.scheduler.shares().items()
-            },
+            "memory": self.memory.report(),
+            "models": models,
         }
 
     def _put(self, predictor: Predictor) -> None:
@@ -337,9 +356,10 @@ class ModelRegistry:
         all of a model's versions are. A failure is raised at once (the rest stay unloaded),
         or, given ``failed``, reported to it (the version stays END with its error) and the
         others load."""
-        for model in self.models():
+        for predictor in self.predictors():
+            model = predictor.model
             try:
-                model.load()
+                predictor.tenant.load()
             except Exception as e:
                 if failed is None:
                     raise

@@ -42,6 +42,7 @@ from sharedserve.server.model_manager import (
 )
 from sharedserve.server.model_repository import read_model_repository
 from sharedserve.server.model_source import find_model
+from sharedserve.server.paging import Memory
 from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
 from sharedserve.server.scheduler import Share, model_call_slots
 from sharedserve.server.settings import ServerSettings
@@ -50,6 +51,7 @@ from sharedserve.server.start_up import (
     bind,
     bind_grpc,
     check_grpc_port,
+    model_memory,
     report_limits,
     size_gpu_cap,
     track_gpu_memory,
@@ -130,6 +132,27 @@ def _configure(
     return configured[entries[0].source.framework]
 
 
+def _registry(
+    settings: ServerSettings,
+    entries: Sequence[VersionToServe],
+    backends: Sequence[Backend],
+    metrics: Metrics,
+    memory: Memory,
+    *,
+    inter_op_threads: int,
+) -> ModelRegistry:
+    """The models named at start, not loaded yet, in one scheduler and one memory."""
+    return ModelRegistry.build(
+        metrics,
+        entries,
+        [entry.served_model(each) for entry, each in zip(entries, backends, strict=True)],
+        settings.request_element_limit,
+        slots=model_call_slots(inter_op_threads),
+        defaults=Share(max_inflight=settings.max_inflight_per_model),
+        memory=memory,
+    )
+
+
 def _poll_task(settings: ServerSettings, manager: ModelManager) -> asyncio.Task[None] | None:
     """TF Serving's ``--model_config_file_poll_wait_seconds``, when given."""
     path, wait_s = settings.model_config_file, settings.model_config_poll_s
@@ -174,21 +197,15 @@ def _serve(
     catalog: Catalog | None,
 ) -> int:
     gpu_backend, gpu_cap = size_gpu_cap(settings)
+    metrics = Metrics(_process_label(entries))
+    memory = model_memory(settings, gpu_cap, metrics)  # before a framework: paging needs a cap
     backends = [make_backend(entry.source) for entry in entries]
     runtime = RuntimeConfig(gpu_cap, *threads)
     configured: dict[Framework, AppliedRuntime] = {}
     applied = _configure(entries, backends, runtime, configured)
     cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)
     report = report_limits(settings, cap, cpu, threads)
-    metrics = Metrics(_process_label(entries))
-    registry = ModelRegistry.build(
-        metrics,
-        entries,
-        [ServedModel(entry.source, each) for entry, each in zip(entries, backends, strict=True)],
-        settings.request_element_limit,
-        slots=model_call_slots(threads[1]),
-        defaults=Share(max_inflight=settings.max_inflight_per_model),
-    )
+    registry = _registry(settings, entries, backends, metrics, memory, inter_op_threads=threads[1])
     manager = ModelManager(
         registry,
         catalog,
@@ -202,7 +219,7 @@ def _serve(
     decoding = ByteBudget(settings.rest.decoding_limit, DECODE_WAIT_S)
     app = create_app(
         registry,
-        lambda: {**report, **registry.scheduling_report()},
+        lambda: {**report, **registry.models_report()},
         settings.rest,
         settings.connections,
         decoding,
@@ -249,11 +266,9 @@ def _serve(
         await grpc_server.start()
         await registry.start()
         _log_models(entries)
-        rest_host, rest_port = sock.getsockname()[:2]
         log.info(
             "REST API on http://%s:%d, gRPC on %s:%d",
-            rest_host,
-            rest_port,
+            *sock.getsockname()[:2],
             settings.rest.host,
             grpc_port,
         )

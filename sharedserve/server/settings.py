@@ -13,6 +13,7 @@ from sharedserve.config import (
     BatchingSettings,
     GpuSettings,
 )
+from sharedserve.enums import Paging
 from sharedserve.errors import ConfigError
 
 __all__ = [
@@ -178,6 +179,12 @@ class ServerSettings:
     """Requests of one model queued or running at most, where its model file sets no
     ``max_inflight``; more get 503 / RESOURCE_EXHAUSTED at once. Generous on purpose: it bounds
     a model's backlog (memory, and latency no client waits for), it does not shape traffic."""
+    paging: Paging = Paging.OFF
+    """Whether idle models move out of memory to make room for a model's request
+    (``paging.py``); LRU needs a memory cap (``gpu``'s)."""
+    page_in_timeout_s: float = 30.0
+    """Longest a request waits for its paged-out model to be paged in; then 503 with
+    Retry-After."""
 
     @property
     def request_element_limit(self) -> int:
@@ -222,5 +229,12 @@ class ServerSettings:
             self.batching.validate()
         _check_positive("--max-request-elements", self.max_request_elements)
         _check_positive("--max-inflight-per-model", self.max_inflight_per_model)
+        if not self.page_in_timeout_s > 0:
+            raise ConfigError(f"--page-in-timeout must be positive, got {self.page_in_timeout_s}")
+        if self.paging is Paging.LRU and self.model_dir is not None:
+            raise ConfigError(
+                "--paging lru moves models of a multi-model server: give --model-config-file "
+                "or --model-repository (--model serves one model, which stays in memory)"
+            )
         self.connections.validate()
         self.shutdown.validate()

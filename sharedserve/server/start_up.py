@@ -15,12 +15,15 @@ from typing import Any
 import grpc
 
 from sharedserve.config import BatchingSettings
+from sharedserve.enums import Paging
 from sharedserve.errors import ConfigError, SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 from sharedserve.limits.cpu import CpuLimit
 from sharedserve.limits.gpu import GpuCap, resolve_cap, select_visible_gpu
 from sharedserve.server.backends.base import Backend
+from sharedserve.server.footprint import MIB
 from sharedserve.server.metrics import GpuMemoryReading, Metrics
+from sharedserve.server.paging import Memory
 from sharedserve.server.settings import ServerSettings
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "bind_grpc",
     "check_grpc_port",
     "limits_report",
+    "model_memory",
     "report_limits",
     "size_gpu_cap",
     "track_gpu_memory",
@@ -76,6 +80,21 @@ def limits_report(
         "inter_op_threads": threads[1],
         "batching": batching,
     }
+
+
+def model_memory(settings: ServerSettings, cap: GpuCap, metrics: Metrics) -> Memory:
+    """What the models may hold together: the GPU cap in force (recorded, on a host without a
+    GPU); ConfigError for ``--paging lru`` without one, which would have nothing to page by."""
+    capacity = None if cap.share.mib is None else cap.share.mib * MIB
+    paging = settings.paging is Paging.LRU
+    if paging and capacity is None:
+        raise ConfigError(
+            "--paging lru pages models by the GPU memory cap: give --gpu-memory-mib (or "
+            "--gpu-memory-fraction on a GPU), or set the env contract's"
+        )
+    return Memory(
+        metrics.paging, capacity, paging=paging, page_in_timeout_s=settings.page_in_timeout_s
+    )
 
 
 def _address(host: str, port: int) -> str:

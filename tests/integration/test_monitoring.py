@@ -42,8 +42,10 @@ class Exported:
     series: frozenset[str]
     """Sample names with at least one series in the scrape."""
     unincremented: frozenset[str]
-    """``<name>_total`` of labelled counters the scrape declares but has no series of yet: a
-    labelled counter has none until its first increment (no connection was refused here)."""
+    """``<name>_total`` of labelled counters (and the series of labelled histograms) the scrape
+    declares but has no series of yet: a labelled counter has none until its first increment
+    (no connection was refused here), a histogram none until its first observation (no model
+    was paged in)."""
     families: dict[str, frozenset[str]]
     """Each declared family's sample names, those it has and those its type gives it."""
 
@@ -69,6 +71,8 @@ def exported(*texts: str) -> Exported:
             continue
         if family.type == "counter" and not names:
             unincremented.add(f"{family.name}_total")
+        if family.type == "histogram" and not names:  # likewise until its first observation
+            unincremented |= {family.name + suffix for suffix in _SUFFIXES["histogram"]}
         typed = {family.name + suffix for suffix in _SUFFIXES.get(family.type, ("",))}
         families[family.name] = frozenset(names | typed)
     return Exported(frozenset(series), frozenset(unincremented), families)

@@ -61,13 +61,27 @@ def test_one_process_serves_both_frameworks_by_name(server: Server) -> None:
     assert missing.status_code == 404, missing.text
 
 
-def test_limits_show_each_models_share_of_the_scheduler(server: Server) -> None:
+def test_limits_show_each_models_share_and_memory(server: Server) -> None:
     limits = server.client.get("/sharedserve/v1/limits").json()
-    assert limits["models"] == {
-        "tf-tiny": {"weight": 1.0, "max_inflight": 64},
-        "torch-tiny": {"weight": 1.0, "max_inflight": 64},
+    models = limits["models"]
+    assert {name: (m["weight"], m["max_inflight"]) for name, m in models.items()} == {
+        "tf-tiny": (1.0, 64),
+        "torch-tiny": (1.0, 64),
     }
     assert limits["model_call_slots"] == max(2, limits["inter_op_threads"])
+    tf, torch = models["tf-tiny"]["versions"]["1"], models["torch-tiny"]["versions"]["1"]
+    for version in (tf, torch):
+        assert version["state"] == "resident"
+        assert version["measured_on"] == "host"  # no GPU here: the tensors' bytes
+        assert version["budget_mib"] is None
+        assert version["peak_mib"] >= version["weights_mib"] > 0
+        assert version["held_mib"] == version["peak_mib"]  # no budget: its measured peak
+    # The same architecture in float32, counted by each framework: the same weights.
+    assert tf["weights_mib"] == torch["weights_mib"]
+    assert limits["memory"]["paging"] == "off"
+    assert limits["memory"]["held_mib"] == pytest.approx(
+        tf["held_mib"] + torch["held_mib"], abs=1e-5
+    )
 
 
 @pytest.mark.parametrize(

@@ -103,11 +103,11 @@ def test_a_model_is_not_taken_for_a_repository(tmp_path: Path) -> None:
     ("text", "message"),
     [
         (
-            "gpu_memory_mib: 2000\n",
-            r": unknown key 'gpu_memory_mib'; known keys: batching, "
-            r"version_policy, version_labels, weight, max_inflight",
+            "paged: true\n",
+            r": unknown key 'paged'; known keys: batching, version_policy, version_labels, "
+            r"weight, max_inflight, gpu_memory_mib, pinned",
         ),
-        ("pinned: true\n", r"unknown key 'pinned'"),
+        ("gpu_memory_mib: 0\n", r"gpu_memory_mib must be a positive whole number, got 0"),
         ("max_inflight: 0\n", r"max_inflight must be a positive whole number, got 0"),
         ("max_inflight: 2.5\n", r"max_inflight must be a positive whole number, got 2.5"),
         ("weight: 0\n", r"weight must be a positive number, got 0"),
@@ -193,4 +193,4 @@ def test_the_committed_schema_is_what_the_command_prints_and_files_meet_it(
     jsonschema.validate(yaml.safe_load(good), schema)
     read_model_file(model_file(model(tmp_path, "m", 1), good))
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"gpu_memory_mib": 100}, schema)
+        jsonschema.validate({"gpu_memory_mib": 0}, schema)

@@ -24,6 +24,7 @@ from typing import Any
 
 from sharedserve import __version__
 from sharedserve.config import BatchingSettings, CapSource
+from sharedserve.enums import Paging
 from sharedserve.limits.cpu import CpuLimitSource
 from sharedserve.server.model import ModelState
 from sharedserve.server.oip.openapi import oip_paths, oip_schemas
@@ -44,6 +45,7 @@ from sharedserve.server.openapi_parts import (
     ref,
     string,
 )
+from sharedserve.server.paging import Residence
 from sharedserve.server.signature import DTYPE_TO_NUMPY
 
 __all__ = ["build_openapi", "build_openapi_for"]
@@ -179,18 +181,44 @@ def _schemas() -> dict[str, Schema]:
                     "type": "integer",
                     "description": "Model calls run at once by the shared scheduler.",
                 },
+                "memory": object_of(
+                    {
+                        "capacity_mib": {
+                            "type": ["number", "null"],
+                            "description": "What the models may hold together: the GPU cap.",
+                        },
+                        "held_mib": {"type": "number"},
+                        "paging": {"enum": [paging.value for paging in Paging]},
+                        "page_in_timeout_s": {"type": "number"},
+                    }
+                ),
                 "models": {
                     "type": "object",
-                    "description": "Each served model's share of the scheduler.",
-                    "additionalProperties": {
-                        "type": "object",
-                        "properties": {
+                    "description": "Each served model's share of the scheduler, and each of its "
+                    "versions' memory: budget, footprint measured at load, state, last use.",
+                    "additionalProperties": object_of(
+                        {
                             "weight": {"type": "number"},
                             "max_inflight": {"type": "integer"},
-                        },
-                        "required": ["weight", "max_inflight"],
-                        "additionalProperties": False,
-                    },
+                            "versions": map_of(ref("ModelMemory")),
+                        }
+                    ),
+                },
+            }
+        ),
+        "ModelMemory": object_of(
+            {
+                "state": {"enum": [*(state.value for state in Residence), "failed"]},
+                "error": {"type": ["string", "null"]},
+                "pinned": {"type": "boolean"},
+                "budget_mib": {"type": ["number", "null"]},
+                "weights_mib": {"type": ["number", "null"]},
+                "peak_mib": {"type": ["number", "null"]},
+                "measured_on": {"enum": ["gpu", "host", None]},
+                "held_mib": {"type": "number"},
+                "last_use": {
+                    "type": ["number", "null"],
+                    "description": "Unix time of its last request; null: none yet.",
                 },
             }
         ),

@@ -1,0 +1,209 @@
+"""Many models in one process under a memory cap smaller than all of them (issue 30 items 3-4):
+with ``--paging lru`` the least recently used idle models move out and come back on their next
+request with the same answers; a pinned model and a model with requests in flight never move; a
+request whose model cannot come back in time gets 503 with Retry-After (gRPC UNAVAILABLE with
+the pushback trailer). In this process, with real TorchScript and TensorFlow models over REST
+and gRPC: the test holds two models busy through a gate on their backend, so "busy" is a state
+the test sets, not a race it hopes to win.
+
+No GPU here: the accounting runs against the recorded cap, as it does on a GPU; only the device
+copy of a torch page-in is a no-op.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import tensorflow as tf
+from prometheus_client.parser import text_string_to_metric_families
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+from sharedserve.server.backends import make_backend
+from sharedserve.server.backends.torch import TorchBackend
+from sharedserve.server.footprint import MIB
+from sharedserve.server.metrics import EVERY_MODEL, Metrics
+from sharedserve.server.model_source import ModelSource, find_model
+from sharedserve.server.paging import Memory, Residence
+from sharedserve.server.registry import ModelRegistry, VersionToServe
+from tests.support.in_process import serving_in_process
+
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+
+ROW = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]
+CAPACITY = 3  # MiB: the pinned model and two others, each with a budget of 1 MiB
+
+
+class GatedTorch(TorchBackend):
+    """The real torch backend whose predict waits while the test holds its gate shut."""
+
+    def __init__(self, path: Path, gate: threading.Event) -> None:
+        super().__init__(path)
+        self.gate = gate
+
+    def predict(self, signature, inputs):  # type: ignore[no-untyped-def]
+        assert self.gate.wait(60)
+        return super().predict(signature, inputs)
+
+
+@dataclass
+class Served:
+    registry: ModelRegistry
+    client: httpx.Client
+    grpc_target: str
+    gate: threading.Event
+    expected: dict[str, list[float]]  # framework -> the model's answer to ROW, loaded alone
+
+
+def _answer(source: ModelSource) -> Any:
+    backend = make_backend(source)
+    backend.load()
+    signature = backend.signatures()["serving_default"]
+    outputs = backend.predict(signature, {next(iter(signature.inputs)): np.array([ROW], "f4")})
+    return next(iter(outputs.values())).tolist()
+
+
+@pytest.fixture(scope="module")
+def served(models_dir: Path, torch_models_dir: Path) -> Iterator[Served]:
+    torch_tiny, tf_tiny = torch_models_dir / "tiny" / "1", models_dir / "tiny" / "1"
+    gate = threading.Event()
+    gate.set()
+    names = {"pinned": torch_tiny, "a": torch_tiny, "b": torch_tiny, "tf": tf_tiny}
+    names |= {"g1": torch_tiny, "g2": torch_tiny}
+    sources = [find_model(path, name) for name, path in names.items()]
+    entries = [VersionToServe(s, budget_bytes=MIB, pinned=s.name == "pinned") for s in sources]
+    backends = [
+        GatedTorch(s.path, gate) if s.name.startswith("g") else make_backend(s) for s in sources
+    ]
+    metrics = Metrics(EVERY_MODEL)
+    memory = Memory(metrics.paging, CAPACITY * MIB, paging=True, page_in_timeout_s=60)
+    registry = ModelRegistry.build(
+        metrics,
+        entries,
+        [e.served_model(b) for e, b in zip(entries, backends, strict=True)],
+        1 << 20,
+        memory=memory,
+    )
+    registry.load()  # each loaded, measured and counted; the oldest paged out for the next
+    expected = {"torch": _answer(sources[0]), "tf": _answer(sources[3])}
+    with (
+        serving_in_process(registry, registry.models_report) as (base, grpc_target),
+        httpx.Client(base_url=base, timeout=120) as client,
+    ):
+        yield Served(registry, client, grpc_target, gate, expected)
+    gate.set()
+
+
+def _states(registry: ModelRegistry) -> dict[str, Residence]:
+    return {name: registry.memory.tenants_of(name)[0].state for name in registry.served()}
+
+
+def _predict(served: Served, name: str) -> httpx.Response:
+    return served.client.post(f"/v1/models/{name}:predict", json={"instances": [ROW]})
+
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def _samples(served: Served, metric: str) -> dict[Labels, float]:
+    text = served.client.get("/metrics").text
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == metric
+    }
+
+
+def test_start_up_fills_the_cap_and_pages_out_the_oldest(served: Served) -> None:
+    states = _states(served.registry)
+    resident = [n for n, s in states.items() if s is Residence.RESIDENT]
+    assert len(resident) == CAPACITY and "pinned" in resident, states
+    assert served.registry.memory.held == CAPACITY * MIB
+    limits = served.client.get("/sharedserve/v1/limits").json()
+    assert limits["memory"] == {
+        "capacity_mib": CAPACITY,
+        "held_mib": CAPACITY,
+        "paging": "lru",
+        "page_in_timeout_s": 60,
+    }
+    version = limits["models"]["a"]["versions"]["1"]
+    assert version["budget_mib"] == 1 and version["pinned"] is False
+    assert version["state"] in {"resident", "paged_out"}
+
+
+def test_every_model_pages_in_with_its_own_answers(served: Served) -> None:
+    for _ in range(2):  # each round pages in every model the last one paged out
+        for name in ("a", "tf", "b", "g1", "pinned", "g2"):
+            response = _predict(served, name)
+            assert response.status_code == 200, response.text
+            framework = "tf" if name == "tf" else "torch"
+            np.testing.assert_allclose(
+                response.json()["predictions"], served.expected[framework], rtol=1e-5
+            )
+            assert served.registry.memory.held <= CAPACITY * MIB
+    page_ins = _samples(served, "sharedserve_model_page_ins_total")
+    assert page_ins[(("how", "reload"), ("model", "tf"))] >= 1  # TensorFlow: from disk
+    assert page_ins[(("how", "device_copy"), ("model", "a"))] >= 1  # torch: from host memory
+    cold = _samples(served, "sharedserve_model_cold_starts_total")
+    assert cold[(("model", "tf"),)] >= 2  # its load at start, then a reload per page-in
+    assert cold[(("model", "a"),)] == 1  # a device copy is no cold start
+    # The pinned model was never moved, however long it sat unused.
+    outs = _samples(served, "sharedserve_model_page_outs_total")
+    assert (("model", "pinned"),) not in outs and outs[(("model", "a"),)] >= 1
+    assert _states(served.registry)["pinned"] is Residence.RESIDENT
+
+
+def test_busy_models_stay_and_a_waiting_request_gets_503_with_retry_after(
+    served: Served,
+) -> None:
+    memory = served.registry.memory
+    for name in ("g1", "g2"):  # resident, and about to be held busy
+        assert _predict(served, name).status_code == 200
+    served.gate.clear()
+    memory.page_in_timeout_s = 1.0  # no room can come while the gate is shut
+    with ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(_predict, served, name) for name in ("g1", "g2")]
+        try:
+            _wait_busy(memory, ("g1", "g2"))
+            refused = _predict(served, "a")  # paged out: g1, g2 busy, the third place pinned
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"] == "1"
+            assert "could not be paged in" in refused.json()["error"]
+            with grpc.insecure_channel(served.grpc_target) as channel:
+                request = predict_pb2.PredictRequest()
+                request.model_spec.name = "b"
+                request.inputs["x"].CopyFrom(_tensor())
+                with pytest.raises(grpc.RpcError) as caught:
+                    prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
+                        request, timeout=30
+                    )
+            assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+            trailers = dict(caught.value.trailing_metadata() or ())
+            assert trailers["grpc-retry-pushback-ms"] == "1000"
+            assert _states(served.registry)["g1"] is Residence.RESIDENT
+        finally:
+            served.gate.set()
+            memory.page_in_timeout_s = 60
+        assert [f.result().status_code for f in held] == [200, 200]
+    assert _predict(served, "a").status_code == 200  # room again: a pages in
+
+
+def _tensor() -> Any:
+    return tf.make_tensor_proto(np.array([ROW], "f4"))
+
+
+def _wait_busy(memory: Memory, names: tuple[str, ...]) -> None:
+    deadline = time.monotonic() + 60
+    while not all(memory.tenants_of(n)[0].busy for n in names):
+        assert time.monotonic() < deadline, "the held requests never reached their models"
+        time.sleep(0.01)
