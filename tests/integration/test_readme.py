@@ -68,6 +68,37 @@ def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
     assert limits["gpu_memory_enforced"] is False
 
 
+def test_the_paging_example(models_dir: Path, torch_models_dir: Path, tmp_path: Path) -> None:
+    script = block("--paging lru")
+    shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
+    shutil.copytree(torch_models_dir / "tiny", tmp_path / "torch-models" / "tiny")
+    trap = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
+    result = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", trap + script],
+        cwd=tmp_path,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    decoder, text, answers = json.JSONDecoder(), result.stdout, []
+    while not text.lstrip().startswith("sharedserve_"):
+        answer, end = decoder.raw_decode(text.lstrip())
+        answers.append(answer)
+        text = text.lstrip()[end:]
+    *predictions, limits = answers
+    assert [len(p["predictions"]) for p in predictions] == [1] * 5, predictions
+    states = {name: m["versions"]["1"]["state"] for name, m in limits["models"].items()}
+    assert states["tf-tiny"] == "resident"  # pinned
+    assert sorted(states.values()).count("paged_out") == 1, states
+    counted = dict(line.rsplit(" ", 1) for line in text.strip().splitlines())
+    assert (
+        float(counted['sharedserve_model_page_ins_total{how="device_copy",model="torch-a"}']) >= 1
+    )
+
+
 def test_the_pack_example(tmp_path: Path) -> None:
     build, pack = block("sharedserve pack").strip().split("\n", 1)
     env = user_env()
