@@ -55,7 +55,7 @@ def test_every_stage_dry_runs_and_passes(dry_run: tuple[Path, Any]) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = stage_names()
     assert names[:2] == ["caps", "context"]
-    assert set(names) >= {"sweep", "overhead", "mps", "mix", "profile"}
+    assert set(names) >= {"sweep", "overhead", "mps", "mix", "profile", "multimodel"}
     for name in names:
         doc = json.loads((out / f"{name}.json").read_text())
         assert doc["stage"] == name and doc["dry_run"] is True
@@ -111,6 +111,21 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
     (line,) = verify["models"]
     assert line["model"] == "tiny" and line["measured_qps"] > 0 and line["errors"] == 0
     assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
+    multimodel = results["multimodel"]
+    for side in ("one process", "separate processes"):
+        rows = multimodel["density"]["tiny"][side]
+        assert [r["models"] for r in rows] == [1, 4]
+        assert [r["processes"] for r in rows] == ([1, 1] if side == "one process" else [1, 4])
+        for row in rows:  # host memory is measured on any host; NVML's only on a GPU
+            assert row["errors"] == 0 and row["qps"] > 0 and row["host_pss_mib"] > 0
+            assert row["gpu_mib"] is None and row["added_gpu_mib_per_model"] is None
+    paging = multimodel["paging"]
+    # Round-robin over 4 models of which 2 fit: every request after the first round paged its
+    # model in (on a CPU host the device copy is a no-op, the accounting is not).
+    assert paging["errors"] == 0 and paging["page_ins"]["reload"] == 0
+    assert paging["page_ins"]["device_copy"] >= paging["paged_requests"] > 0
+    assert paging["states"] == {"resident": 2, "paged_out": 2}
+    assert paging["memory"]["held_mib"] <= paging["memory"]["capacity_mib"] == paging["cap_mib"]
     mps = results["mps"]["sides"]
     assert [r["density"] for r in mps["mps"]] == [2]
     assert mps["mps"][0]["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
