@@ -23,8 +23,6 @@ import numpy as np
 import replicas  # benchmarks/gpu/replicas.py, beside this module
 from kit import Stage
 
-_MIB = 1 << 20
-
 
 def add_copies(
     repository: Path, built: Path, names: list[str], model_file: str | None = None
@@ -191,99 +189,3 @@ def host_available_mib() -> float | None:
     except (OSError, ValueError):
         pass
     return None
-
-
-def metric_families(server: replicas.Server) -> dict[str, Any]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    _, body = replicas.http_get(server.rest, "/metrics")
-    return {f.name: f for f in text_string_to_metric_families(body.decode())}
-
-
-def counter(families: dict[str, Any], name: str, **labels: str) -> float:
-    """A counter's value summed over models (and any labels not given)."""
-    family = families.get(name)
-    samples = family.samples if family else []
-    return sum(
-        float(s.value)
-        for s in samples
-        if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
-def histogram(families: dict[str, Any], name: str) -> dict[str, float | None]:
-    """A histogram summed over models: count, mean, and p50/p99 as the upper bound of the
-    bucket they fall in (a bound, not a figure: the buckets say no more)."""
-    family = families.get(name)
-    buckets: dict[float, float] = {}
-    count = total = 0.0
-    for s in family.samples if family else []:
-        if s.name.endswith("_bucket"):
-            le = float(s.labels["le"])
-            buckets[le] = buckets.get(le, 0.0) + s.value
-        elif s.name.endswith("_count"):
-            count += s.value
-        elif s.name.endswith("_sum"):
-            total += s.value
-
-    def bound(q: float) -> float | None:
-        return next((le for le in sorted(buckets) if count and buckets[le] >= q * count), None)
-
-    return {
-        "count": count,
-        "mean_ms": round(total / count * 1000, 3) if count else None,
-        "p50_le_ms": _ms(bound(0.5)),
-        "p99_le_ms": _ms(bound(0.99)),
-    }
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000
-
-
-def page_round_robin(
-    server: replicas.Server, names: list[str], model: str, rounds: int
-) -> dict[str, Any]:
-    """``rounds`` requests per model, round-robin and one at a time, to a server that holds
-    fewer of them than that: each request after the first round pages its model in (and
-    another out). Then ten requests to the last one, resident: the floor the page-in is
-    measured over. With the server's paging metrics and its models' states at the end."""
-    jobs = jobs_for([server], names, model)
-    codes, missed = [], []
-    for _ in range(rounds):  # one at a time: each request pages its model in, another out
-        for client, request in jobs:
-            start = time.perf_counter()
-            codes.append(client.predict(request)[0])
-            missed.append(time.perf_counter() - start)
-    client, request = jobs[-1]  # the model just paged in: resident now
-    resident = []
-    for _ in range(10):
-        start = time.perf_counter()
-        codes.append(client.predict(request)[0])
-        resident.append(time.perf_counter() - start)
-    floor = percentiles_ms(resident)["p50_ms"] or 0.0
-    excess = [max(0.0, t - floor / 1000) for t in missed[len(names) :]]  # after the first round
-    families = metric_families(server)
-    limits = server.limits()
-    states = [
-        v.get("state")
-        for m in limits.get("models", {}).values()
-        for v in m.get("versions", {}).values()
-    ]
-    return {
-        "requests": len(codes),
-        "errors": sum(c != "OK" for c in codes),
-        "resident_ms": percentiles_ms(resident),
-        "request_ms": percentiles_ms(missed[len(names) :]),
-        "page_in_ms": percentiles_ms(excess),
-        "server_page_in": histogram(families, "sharedserve_model_page_in_seconds"),
-        "page_ins": {
-            how: counter(families, "sharedserve_model_page_ins", how=how)
-            for how in ("device_copy", "reload")
-        },
-        "page_outs": counter(families, "sharedserve_model_page_outs"),
-        "cold_starts": counter(families, "sharedserve_model_cold_starts"),
-        "states": {s: states.count(s) for s in set(states)},
-        "memory": limits.get("memory"),
-        "paged_requests": len(missed) - len(names),
-    }

@@ -27,9 +27,9 @@ every check only a GPU answers is n/a.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kit
 import many
+import paged
 import replicas
+
+from sharedserve.errors import SharedServeError
 
 DENSITIES = {"tiny": [1, 8, 32, 128], "mobilenet_v2": [1, 8, 32]}
 DRY_DENSITIES = {"tiny": [1, 4]}
@@ -47,16 +50,13 @@ ROUNDS, THREADS = 20, 8  # requests per model at each count; client threads
 RESERVE_MIB = 512  # pack's --context-reserve-mib default
 MARGIN = 1.25  # the next processes are started if this times what they should take is free
 DEADLINE_S = 180  # past it no more separate processes start; paging takes ~20 s more
-PAGING = {"copies": 16, "resident": 4, "rounds": 3}
-DRY_PAGING = {"copies": 4, "resident": 2, "rounds": 2}
-PAGE_IN_TARGET_MS = 50.0
 
 Row = dict[str, Any]
 
 
 def main() -> None:
     stage = kit.Stage.from_argv("multimodel", "Many models in one process; paging over PCIe")
-    paged = "tiny" if stage.dry_run else "mobilenet_v2"  # mobilenet_v2 on 2 cores: seconds
+    model_paged = "tiny" if stage.dry_run else "mobilenet_v2"  # mobilenet_v2 on 2 cores: slow
     built = replicas.build_models(
         ["tiny"] if stage.dry_run else list(DENSITIES), stage.work / "models"
     )
@@ -65,14 +65,14 @@ def main() -> None:
     try:
         for model, counts in (DRY_DENSITIES if stage.dry_run else DENSITIES).items():
             sides = {
-                "one process": sweep.one_process(built / model, model, counts),
-                "separate processes": sweep.separate(built / model, model, counts),
+                "one process": sweep.guarded(sweep.one_process, built / model, model, counts),
+                "separate processes": sweep.guarded(sweep.separate, built / model, model, counts),
             }
             stage.results["density"][model] = sides
             judge_density(stage, model, sides)
             report_density(stage)
             stage.finish(partial=True)  # cut off at the command's limit, the rows so far survive
-        paging(stage, built / paged, paged, sweep.peaks.get(paged, []))
+        paged.paging(stage, built / model_paged, model_paged, sweep.peaks.get(model_paged, []))
     finally:
         sweep.backend.close()
     stage.finish()
@@ -92,9 +92,20 @@ class Density:
     def rounds(self) -> int:
         return 2 if self.stage.dry_run else ROUNDS
 
+    def guarded(self, side: Callable[[Path, str, list[int]], list[Row]], *args: Any) -> list[Row]:
+        """A side's rows or, if it failed (a server that would not start), one row saying why,
+        so that the other side, the other model and the paging part still run."""
+        try:
+            return side(*args)
+        except (RuntimeError, OSError, SharedServeError) as e:
+            print(f"[multimodel] {side.__name__} failed: {e}", flush=True)
+            return [{"models": args[2][0], "processes": None, "stopped": f"failed: {e}"[:600]}]
+
     def measure(self, servers: list[replicas.Server], names: list[str], model: str) -> Row:
         jobs = many.jobs_for(servers, names, model)
         measured = many.drive(jobs, self.rounds, 2 if self.stage.dry_run else THREADS)
+        for client in {id(c): c for c, _ in jobs}.values():
+            client.close()
         pids = sorted({s.pid for s in servers})
         row = {
             "models": len(names),
@@ -216,66 +227,6 @@ def judge_density(stage: kit.Stage, model: str, sides: dict[str, list[Row]]) -> 
         )
 
 
-def paging(stage: kit.Stage, built: Path, model: str, peaks: list[float]) -> None:
-    settings = DRY_PAGING if stage.dry_run else PAGING
-    # The budget: the peak part 1 measured (the model in one process), plus a quarter; without
-    # one (its /limits said none), twice its weights on disk.
-    weights = sum(f.stat().st_size for f in (built / "1").iterdir()) / (1 << 20)
-    budget = math.ceil(max(peaks) * MARGIN) if peaks else math.ceil(2 * weights)
-    cap = math.floor(budget * (settings["resident"] + 0.5))
-    names = [f"paged-{i:02d}" for i in range(settings["copies"])]
-    repository = stage.work / "repository-paging"
-    many.add_copies(repository, built, names, f"gpu_memory_mib: {budget}\n")
-    results: dict[str, Any] = {
-        "budget_mib": budget,
-        "cap_mib": cap,
-        "model": model,
-        "budget_from": "part 1's peak" if peaks else "2x weights",
-        **settings,
-    }
-    stage.results["paging"] = results
-    try:
-        with many.serving(
-            stage, repository, "paging", "--paging", "lru", "--gpu-memory-mib", str(cap)
-        ) as server:
-            results |= many.page_round_robin(server, names, model, settings["rounds"])
-    except RuntimeError as e:
-        results["error"] = str(e)
-    judge_paging(stage, results)
-    report_paging(stage, results)
-
-
-def judge_paging(stage: kit.Stage, r: dict[str, Any]) -> None:
-    if "error" in r:
-        detail = r["error"][-300:].replace("\n", " ")
-        stage.check("paging: the server served its repository", False, detail)
-        return
-    stage.check(
-        "paging: every request answered",
-        r["errors"] == 0,
-        f"{r['requests']} requests, {r['errors']} errors",
-    )
-    ins = r["page_ins"]
-    stage.check(
-        "paging: each round-robin request paged its model in by a device copy",
-        ins["device_copy"] >= r["paged_requests"] and ins["reload"] == 0 and r["page_outs"] > 0,
-        f"{ins} page-ins, {r['page_outs']:g} page-outs for {r['paged_requests']} requests",
-    )
-    memory, resident = r["memory"] or {}, r["states"].get("resident", 0)
-    stage.check(
-        "paging: the resident models held within the cap",
-        resident <= r["resident"] and memory.get("held_mib", math.inf) <= r["cap_mib"],
-        f"states {r['states']}; held {memory.get('held_mib')} of {memory.get('capacity_mib')} MiB",
-    )
-    page_in = r["page_in_ms"]["p50_ms"]
-    stage.gpu_check(
-        f"paging: a {r['model']} page-in under {PAGE_IN_TARGET_MS:g} ms",
-        page_in is not None and page_in < PAGE_IN_TARGET_MS,
-        f"p50 {page_in} ms (p99 {r['page_in_ms']['p99_ms']} ms) over a resident request's "
-        f"{r['resident_ms']['p50_ms']} ms; server: {r['server_page_in']}",
-    )
-
-
 COLUMNS = {
     "models": "models",
     "processes": "processes",
@@ -312,37 +263,6 @@ def report_density(stage: kit.Stage) -> None:
             ]
         )
     ]
-
-
-def report_paging(stage: kit.Stage, r: dict[str, Any]) -> None:
-    lines = [
-        f"Paging: {r['copies']} `{r['model']}` copies, each with a budget of {r['budget_mib']} "
-        f"MiB ({r['budget_from']}), `--paging lru --gpu-memory-mib {r['cap_mib']}` (about "
-        f"{r['resident']} resident); {r['rounds']} rounds of one request per model, one at a time.",
-        "",
-    ]
-    if "error" in r:
-        lines.append(f"The server did not serve: {r['error'][-600:]}")
-    else:
-        lines += kit.markdown_table(
-            ["figure", "p50 ms", "p99 ms"],
-            [
-                ["a resident model's request", *r["resident_ms"].values()],
-                ["a request that pages its model in", *r["request_ms"].values()],
-                ["page-in (that minus a resident request's p50)", *r["page_in_ms"].values()],
-                [
-                    "server's page_in_seconds (bucket bound)",
-                    r["server_page_in"]["p50_le_ms"],
-                    r["server_page_in"]["p99_le_ms"],
-                ],
-            ],
-        )
-        lines += [
-            "",
-            f"Page-ins {r['page_ins']}, page-outs {r['page_outs']:g}, cold starts "
-            f"{r['cold_starts']:g}; states at the end {r['states']}; memory {r['memory']}.",
-        ]
-    stage.section(*lines)
 
 
 if __name__ == "__main__":
