@@ -200,7 +200,8 @@ def _serve(
     metrics = Metrics(_process_label(entries))
     memory = model_memory(settings, gpu_cap, metrics)  # before a framework: paging needs a cap
     backends = [make_backend(entry.source) for entry in entries]
-    runtime = RuntimeConfig(gpu_cap, *threads)
+    # Many models: TorchScript's per-model specialised plans cost more than they bring.
+    runtime = RuntimeConfig(gpu_cap, *threads, torchscript_optimize=catalog is None)
     configured: dict[Framework, AppliedRuntime] = {}
     applied = _configure(entries, backends, runtime, configured)
     cap, threads = applied.gpu_cap, (applied.intra_op_threads, applied.inter_op_threads)

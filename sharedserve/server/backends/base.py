@@ -30,6 +30,11 @@ class RuntimeConfig:
     """Threads one op may use (TensorFlow's intra-op pool, torch.set_num_threads)."""
     inter_op_threads: int
     """Ops that may run at once (TensorFlow's inter-op pool)."""
+    torchscript_optimize: bool = True
+    """TorchScript's graph executor profiles and specialises each model's graph: off in a
+    server of many models, where each model's specialised plans cost as much host memory as
+    a third of its weights (``mobilenet_v2``: 15 MiB beside 13.5 MiB of tensors,
+    ``benchmarks/results/multimodel_memory_cpu.md``) and on a CPU bought no speed there."""
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,10 @@ __all__ = ["MODEL_FILE", "SIGNATURE_FILE", "TorchBackend", "read_signature_file"
 
 log = logging.getLogger(__name__)
 
+_optimize = True
+"""TorchScript's graph executor optimisation (``RuntimeConfig.torchscript_optimize``): process
+-wide, as the threads and the cap that ``configure`` sets, for every model of the process."""
+
 # Written by sharedserve.models.torch_models, which this layer may not import.
 MODEL_FILE = "model.pt"
 
@@ -102,6 +106,8 @@ class TorchBackend:
         self._paged_out = False
 
     def configure(self, config: RuntimeConfig) -> AppliedRuntime:
+        global _optimize  # noqa: PLW0603 - process-wide, as the thread pools set here
+        _optimize = config.torchscript_optimize
         torch.set_num_threads(config.intra_op_threads)
         # The inter-op pool can be sized once per process, before any parallel work; a second
         # attempt raises even with the same value, so only try when it would change something.
@@ -161,7 +167,9 @@ class TorchBackend:
         try:
             # Inside the try: copying the inputs to the GPU can itself run out of memory.
             args = [self._tensor(spec, inputs[spec.name]) for spec in signature.inputs.values()]
-            with torch.inference_mode():
+            # The executor's setting is per thread: each call, in whichever thread, says it.
+            optimized = torch.jit.optimized_execution  # type: ignore[attr-defined]
+            with torch.inference_mode(), optimized(_optimize):
                 result = self._model(*args)
             return _outputs(signature, result)
         except torch.cuda.OutOfMemoryError as e:
