@@ -3,7 +3,8 @@
 ``--part isolation`` (the default) is the isolation benchmark below. ``--part memory`` is host
 memory per added model, N models in one process against N processes (``multimodel_memory.py``,
 beside this script, whose docstring says how; its options ``--models``, ``--counts``,
-``--predictions``, ``--start-batch`` and ``--max-gib`` apply). Paging is not measured here yet.
+``--predictions``, ``--start-batch`` and ``--max-gib`` apply). Paging is measured by
+``benchmarks/multimodel_paging.py`` (a repository 10x its memory cap, Zipf-like requests).
 
 A ``victim`` model at a steady light load (``--victim-rps``, open loop: each request is sent at
 its scheduled time by one of a few client threads, and its latency counts from that time, so a
