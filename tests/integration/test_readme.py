@@ -41,7 +41,7 @@ def user_env() -> dict[str, str]:
 
 
 def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
-    script = block("sharedserve serve --model")
+    script = block("sharedserve serve --model models/tiny")
     shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
     # The trap is the test's own: a failing line must not leave the server running.
     trap = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
