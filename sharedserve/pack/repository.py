@@ -21,7 +21,7 @@ from sharedserve.config import GroupModel
 from sharedserve.errors import ConfigError
 from sharedserve.server.model_repository import MODEL_FILE
 
-__all__ = ["model_file", "remove_repository", "write_repository"]
+__all__ = ["merged_model_file", "model_file", "remove_repository", "write_repository"]
 
 
 def model_file(model: GroupModel) -> dict[str, Any]:
@@ -44,6 +44,11 @@ def _own_file(source: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def merged_model_file(model: GroupModel) -> dict[str, Any]:
+    """The model's ``sharedserve.yaml`` in a group: its own file's keys, the group's over them."""
+    return {**_own_file(model.model_dir.expanduser().resolve()), **model_file(model)}
+
+
 def write_repository(root: Path, models: Sequence[tuple[str, GroupModel]]) -> Path:
     """Write the repository of ``models`` (name, model) in ``root`` (made when missing)."""
     try:
@@ -55,7 +60,7 @@ def write_repository(root: Path, models: Sequence[tuple[str, GroupModel]]) -> Pa
             for child in sorted(source.iterdir()):
                 if child.name != MODEL_FILE:
                     (target / child.name).symlink_to(child)
-            settings = {**_own_file(source), **model_file(model)}
+            settings = merged_model_file(model)
             (target / MODEL_FILE).write_text(yaml.safe_dump(settings, sort_keys=False))
     except OSError as e:
         remove_repository(root)
