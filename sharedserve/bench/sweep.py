@@ -301,7 +301,8 @@ def _measure(
             )
         )
     return build_row(
-        density=len(targets),
+        # Server processes: a server group's process is one target per model it holds.
+        density=len({t.rest for t in targets}),
         scale=scale,
         pattern=settings.pattern,
         window_s=end - start,

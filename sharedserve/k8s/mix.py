@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from sharedserve.contract import DRA_DRIVER
 from sharedserve.errors import ConfigError
+from sharedserve.k8s.group import GroupPods, group_objects
 from sharedserve.k8s.render import ModelDeployment, dump_all, render_model
 from sharedserve.quantity import parse_memory
 
@@ -117,6 +118,8 @@ class MixModel:
     """The GPU memory cap ``pack`` gives each replica on one GPU, in MiB."""
     where: str
     """The entry, for errors: ``mix.yaml: models[2] (resnet50)``."""
+    group: GroupPods | None = None
+    """A server group's models, which each pod serves from one repository (``k8s.group``)."""
 
 
 def render_mix(
@@ -180,5 +183,9 @@ def render_mix_yaml(
             f"planned cap {model.cap_mib} MiB + {context_reserve_mib} MiB reserve"
         )
         objects_of = render_model(deployment)
+        if model.group is not None:
+            objects_of = group_objects(objects_of, model.group)
+            names = ", ".join(m.name for m in model.group.models)
+            note += f"; a server group: each pod serves {names}"
         parts.append(f"---\n{note}\n" + dump_all(objects_of))
     return "".join(parts)

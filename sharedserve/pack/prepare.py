@@ -22,7 +22,8 @@ from sharedserve.gpu.info import GpuInfo
 from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
 from sharedserve.pack.caps import EntryOnGpu, ReplicaShare, caps_on_gpu, place_entries
 from sharedserve.pack.probe import free_port, port_is_free
-from sharedserve.pack.replica import ReplicaSpec
+from sharedserve.pack.replica import HeldModel, ReplicaSpec
+from sharedserve.pack.repository import write_repository
 from sharedserve.server.model_source import ModelSource, find_model
 
 __all__ = ["PreparedPack", "footprint_mib", "prepare_pack", "release_cgroups"]
@@ -181,15 +182,64 @@ def _contract_env(settings: PackSettings, share: ReplicaShare, slot: int) -> dic
     return {**settings.environment, **grant.to_env()}
 
 
-def _sources(entries: tuple[PackEntry, ...]) -> list[ModelSource]:
-    sources = [find_model(e.model_dir, e.name) for e in entries]
-    names = [s.name for s in sources]
+def _sources(entries: tuple[PackEntry, ...]) -> list[list[ModelSource]]:
+    """Each entry's models: its one, or a server group's, each found on disk."""
+    sources = [
+        [find_model(m.model_dir, m.name) for m in e.models]
+        if e.is_group
+        else [find_model(e.model_dir, e.name)]
+        for e in entries
+    ]
+    names = [s.name for row in sources for s in row]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ConfigError(
             f"two entries serve the model name {', '.join(repeated)}; give each a unique 'name'"
         )
     return sources
+
+
+def _group_command(
+    settings: PackSettings, entry: PackEntry, repository: Path, ports: tuple[int, int]
+) -> list[str]:
+    """A server group's process: one ``serve --model-repository`` holding all its models."""
+    command = [sys.executable, "-m", "sharedserve", "serve"]
+    command += ["--model-repository", str(repository), "--host", settings.host]
+    command += ["--rest-port", str(ports[0]), "--grpc-port", str(ports[1])]
+    command += ["--shutdown-grace", f"{settings.stop_grace_s * _OWN_STOP_SHARE:g}"]
+    if entry.paging:
+        command += ["--paging", "lru"]
+    if settings.fake_gpus is not None:
+        command += ["--fake-gpus", str(settings.fake_gpus)]
+    return command + list(entry.server_args)
+
+
+def _held(sources: list[ModelSource], entry: PackEntry) -> tuple[HeldModel, ...]:
+    if not entry.is_group:
+        return ()
+    return tuple(
+        HeldModel(s.name, m.weight, m.slo_p99_ms)
+        for s, m in zip(sources, entry.models, strict=True)
+    )
+
+
+def _repositories(
+    entries: tuple[PackEntry, ...], sources: list[list[ModelSource]], log_dir: Path, make: bool
+) -> dict[int, Path]:
+    """Each server group's model repository by entry index, written unless ``make`` is False."""
+    out: dict[int, Path] = {}
+    for i, (entry, row) in enumerate(zip(entries, sources, strict=True)):
+        if not entry.is_group:
+            continue
+        assert entry.name is not None  # a group always has one
+        if not make:
+            out[i] = log_dir / f"{entry.name}-repository"
+            continue
+        root = Path(tempfile.mkdtemp(prefix=f"{entry.name}-repository-", dir=log_dir))
+        out[i] = write_repository(
+            root, [(s.name, m) for s, m in zip(row, entry.models, strict=True)]
+        )
+    return out
 
 
 def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPack:
@@ -200,12 +250,17 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
     settings.validate()
     entries = settings.entries
     sources = _sources(entries)
-    names = [s.name for s in sources]
-    gpus, simulated = _list_gpus(settings, entries)
-    shares = _shares(settings, entries, names, [footprint_mib(s.path) for s in sources], gpus)
-    replicas = [
-        (e, src.name, r) for e, src in zip(entries, sources, strict=True) for r in range(e.replicas)
+    names = [
+        e.name if e.is_group and e.name else row[0].name
+        for e, row in zip(entries, sources, strict=True)
     ]
+    footprints = [sum(footprint_mib(s.path) for s in row) for row in sources]
+    gpus, simulated = _list_gpus(settings, entries)
+    shares = _shares(settings, entries, names, footprints, gpus)
+    replicas = [
+        (e, name, r) for e, name in zip(entries, names, strict=True) for r in range(e.replicas)
+    ]
+    entry_of = [i for i, e in enumerate(entries) for _ in range(e.replicas)]
     ports = _ports(settings, len(replicas))
     prefix = names[0] if len(names) == 1 else "mix"
     if dry_run:
@@ -229,6 +284,7 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
             (n, e.cpu_limit_cores) for n, (e, _, _) in zip(replica_names, replicas, strict=True)
         ]
         cgroups, note = _make_cgroups(wanted)
+    repositories = _repositories(entries, sources, log_dir, make=not dry_run)
     flat_shares = [share for row in shares for share in row]
     used_slots: dict[str | None, int] = {}
     specs = []
@@ -236,7 +292,11 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
         share = flat_shares[i]
         uuid = None if share.gpu is None else share.gpu.uuid
         slot = used_slots[uuid] = used_slots.get(uuid, -1) + 1  # vGPU slots per GPU
-        command = _server_command(settings, entry, model, ports[i])
+        repository = repositories.get(entry_of[i])
+        if repository is None:
+            command = _server_command(settings, entry, model, ports[i])
+        else:
+            command = _group_command(settings, entry, repository, ports[i])
         if cgroups is None and entry.cpu_limit_cores is not None:
             # Fallback: no quota, but the server still sizes its threads to the limit.
             command += ["--cpu-limit", f"{entry.cpu_limit_cores:g}"]
@@ -257,6 +317,8 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
                 gpu_memory_fraction=share.share.fraction,
                 weight=entry.weight,
                 slo_p99_ms=entry.slo_p99_ms,
+                models=_held(sources[entry_of[i]], entry),
+                repository=None if dry_run else repository,
             )
         )
     return PreparedPack(

@@ -15,7 +15,7 @@ from typing import IO
 
 from sharedserve.pack.targets import Target
 
-__all__ = ["Replica", "ReplicaSpec", "ReplicaState"]
+__all__ = ["HeldModel", "Replica", "ReplicaSpec", "ReplicaState"]
 
 # Join the cgroup *before* exec, so the server is throttled from its first instruction and reads
 # its own quota at start-up to size its thread pools. A shell one-liner instead of preexec_fn,
@@ -33,6 +33,15 @@ class ReplicaState(str, Enum):
     FAILED = "failed"
     """Crashed too often in a row; given up."""
     STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class HeldModel:
+    """One model of a server group's process, as the targets file names it."""
+
+    name: str
+    weight: float = 1.0
+    slo_p99_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,16 @@ class ReplicaSpec:
     """The model's relative share of traffic (its entry's ``weight``)."""
     slo_p99_ms: float | None = None
     """The model's P99 latency objective in ms; None when its entry gives none."""
+    models: tuple[HeldModel, ...] = ()
+    """A server group's models, all served by this one process (then ``model`` is the
+    group's name); empty: the replica serves ``model`` alone."""
+    repository: Path | None = None
+    """A server group's model repository, which pack wrote and removes on stop."""
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        """The model names this process serves."""
+        return tuple(m.name for m in self.models) or (self.model,)
 
     @property
     def rest_url(self) -> str:
@@ -152,18 +171,24 @@ class Replica:
             return ""
         return b"".join(tail).decode(errors="replace").rstrip()
 
-    def target(self) -> Target:
+    def targets(self) -> list[Target]:
+        """Its endpoint; a server group's process has one per model (``NAME-i/MODEL``), all
+        with its own addresses, process, cgroup and GPU share."""
         spec = self.spec
-        return Target(
-            name=spec.name,
-            model=spec.model,
-            rest=spec.rest_url,
-            grpc=spec.grpc_address,
-            pid=self.pid,
-            cgroup=None if spec.cgroup is None else str(spec.cgroup),
-            gpu=spec.gpu,
-            gpu_memory_fraction=spec.gpu_memory_fraction,
-            cpu_limit=spec.cpu_limit,
-            weight=spec.weight,
-            slo_p99_ms=spec.slo_p99_ms,
-        )
+        held = spec.models or (HeldModel(spec.model, spec.weight, spec.slo_p99_ms),)
+        return [
+            Target(
+                name=f"{spec.name}/{m.name}" if spec.models else spec.name,
+                model=m.name,
+                rest=spec.rest_url,
+                grpc=spec.grpc_address,
+                pid=self.pid,
+                cgroup=None if spec.cgroup is None else str(spec.cgroup),
+                gpu=spec.gpu,
+                gpu_memory_fraction=spec.gpu_memory_fraction,
+                cpu_limit=spec.cpu_limit,
+                weight=m.weight,
+                slo_p99_ms=m.slo_p99_ms,
+            )
+            for m in held
+        ]

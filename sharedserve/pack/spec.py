@@ -16,7 +16,25 @@ Format (YAML; JSON is YAML too)::
 
 Entry keys: ``model`` (required, here or at the top), ``name``, ``replicas``, ``gpu``,
 ``gpu_memory_mib`` or ``gpu_memory_fraction``, ``slo_p99_ms``, ``weight``, ``cpu_limit``,
-``serve_args``. ``PackSpecFile`` is the file, read by ``load_spec`` and written by ``write_spec``
+``serve_args``.
+
+Server groups (``servers:``, beside or instead of ``models:``): each replica of a group is one
+``sharedserve serve --model-repository`` process holding all its models::
+
+    servers:
+      - name: shared-a
+        replicas: 2
+        gpu_memory_mib: 6000     # each process's cap; its models' budgets must fit inside it
+        cpu_limit: 1
+        paging: lru              # optional: page the coldest models out under the cap
+        models:
+          - {model: models/tiny, slo_p99_ms: 50, weight: 6, gpu_memory_mib: 500, pinned: true}
+          - {model: models/mobilenet_v2, slo_p99_ms: 500, weight: 2, max_inflight: 64}
+
+The top level's defaults apply to ``models:`` entries only. Model names (``name``, else the
+directory's) are unique across the whole spec, groups included.
+
+``PackSpecFile`` is the file, read by ``load_spec`` and written by ``write_spec``
 (``size`` writes each planned GPU's share with it); ``PackSpec`` is what pack runs: defaults
 applied, paths resolved.
 """
@@ -31,7 +49,7 @@ import yaml
 from pydantic import Field, model_validator
 from pydantic.dataclasses import dataclass
 
-from sharedserve.config import NO_CAP, CapSource, GpuCapRequest, PackEntry
+from sharedserve.config import NO_CAP, CapSource, GpuCapRequest, GroupModel, PackEntry
 from sharedserve.documents import (
     DOCUMENT,
     Must,
@@ -52,6 +70,8 @@ from sharedserve.files import write_atomic
 __all__ = [
     "PackSpec",
     "PackSpecFile",
+    "ServerGroup",
+    "ServerModel",
     "SpecEntry",
     "load_spec",
     "pack_schema",
@@ -111,17 +131,101 @@ class SpecEntry:
         return self
 
 
+_WholeMib = Annotated[
+    int | None,
+    Field(gt=0),
+    Must("a whole number of MiB above 0", lambda v: whole(v) and v > 0),
+]
+
+
+def _nonempty(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) > 0
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class ServerModel:
+    """One model of a server group; its keys but ``model``, ``name`` and ``slo_p99_ms`` are
+    written to its ``sharedserve.yaml`` in the group's model repository."""
+
+    model: Text
+    """The model's base path, relative to the spec file."""
+    name: Text | None = None
+    """Its name in URLs, targets and reports; none: the directory's name."""
+    slo_p99_ms: Positive | None = None
+    """Its objective, p99 latency in milliseconds (bench --spec holds it to it)."""
+    weight: Positive | None = None
+    """Its share of the mix's traffic, and of its server's model-call threads; none: 1."""
+    gpu_memory_mib: _WholeMib = None
+    """Its memory budget inside the group's cap, in MiB; none: its peak measured at load."""
+    pinned: bool = False
+    """Never paged out (``paging: lru``)."""
+    max_inflight: PositiveWhole | None = None
+    """Its requests queued or running in one server at most; more are refused at once."""
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class ServerGroup:
+    """Models served together: each replica is one ``sharedserve serve --model-repository``
+    process holding all of them."""
+
+    name: Text
+    """The group's name: its replicas are NAME-0, NAME-1..."""
+    models: Annotated[
+        tuple[ServerModel, ...],
+        Field(min_length=1),
+        Must("a non-empty list of models", _nonempty),
+    ]
+    """The models each of its servers holds."""
+    replicas: PositiveWhole | None = None
+    """Server processes of the group; none: 1."""
+    gpu: Annotated[
+        int | str | None,
+        Must("an index or a UUID (prefix)", lambda v: _plain(v) and not isinstance(v, float)),
+    ] = None
+    """Pin its replicas to this GPU; none: pack places them."""
+    gpu_memory_mib: _WholeMib = None
+    """Each process's GPU memory cap in MiB; its models' budgets must fit inside it. None: a
+    share of the GPU in proportion to its models' weights on disk."""
+    cpu_limit: Positive | None = None
+    """CPU cores for each process (a cgroup quota)."""
+    paging: Annotated[str | None, Must("lru (or leave it out)", lambda v: v == "lru")] = None
+    """``lru``: page the least recently used models out under the cap (``serve --paging``)."""
+    serve_args: Annotated[
+        list[str | int | float] | None,
+        Must("a list of strings", lambda v: isinstance(v, list) and all(_plain(a) for a in v)),
+    ] = None
+    """More ``sharedserve serve`` flags for each process."""
+
+    @model_validator(mode="after")
+    def _budgets(self) -> ServerGroup:
+        budgets = [m.gpu_memory_mib for m in self.models if m.gpu_memory_mib is not None]
+        if self.gpu_memory_mib is not None and sum(budgets) > self.gpu_memory_mib:
+            raise refuse(
+                f"gpu_memory_mib: the models' budgets sum to {sum(budgets)} MiB, more than the "
+                f"group's cap of {self.gpu_memory_mib} MiB; raise the cap or lower the budgets"
+            )
+        return self
+
+
+def _model_name(model: str | None, name: str | None) -> str:
+    return name if name is not None else Path(model or "").name
+
+
 @dataclass(frozen=True, config=DOCUMENT, kw_only=True)
 class PackSpecFile(SpecEntry):
     """A pack spec (``sharedserve pack --spec``): models for one host. A key of an entry given
-    here, beside ``models``, is every entry's default."""
+    here, beside ``models``, is every entry's default (not a server group's)."""
 
     models: Annotated[
-        tuple[SpecEntry, ...],
-        Field(min_length=1),
-        Must("a non-empty list of entries", lambda v: isinstance(v, (list, tuple)) and len(v) > 0),
-    ]
-    """The entries."""
+        tuple[SpecEntry, ...] | None,
+        Must("a non-empty list of entries", _nonempty),
+    ] = None
+    """The entries: a process per replica of each."""
+    servers: Annotated[
+        tuple[ServerGroup, ...] | None,
+        Must("a non-empty list of server groups", _nonempty),
+    ] = None
+    """Server groups: a process per replica holding all of a group's models."""
 
     @model_validator(mode="before")
     @classmethod
@@ -129,7 +233,7 @@ class PackSpecFile(SpecEntry):
         """Each entry is read with the top-level keys under its own."""
         if not isinstance(data, dict) or not isinstance(data.get("models"), list):
             return data
-        top = {k: v for k, v in data.items() if k != "models"}
+        top = {k: v for k, v in data.items() if k not in ("models", "servers")}
         if "name" in top and len(data["models"]) > 1:
             raise refuse("'name' names one entry; give it in each entry, not at the top")
         merged = [{**top, **e} if isinstance(e, dict) else e for e in data["models"]]
@@ -137,13 +241,37 @@ class PackSpecFile(SpecEntry):
 
     @model_validator(mode="after")
     def _whole(self) -> PackSpecFile:
-        for i, entry in enumerate(self.models):
+        if not self.models and not self.servers:
+            raise refuse("give 'models' (a list of entries), 'servers' (server groups) or both")
+        for i, entry in enumerate(self.models or ()):
             if entry.model is None:
                 raise refuse(f"models[{i}]: 'model' (the model's base path) is required")
-        twice = repeated(e.name for e in self.models if e.name is not None)
+        twice = repeated(e.name for e in self.models or () if e.name is not None)
         if twice:
             raise refuse(f"entry names must be unique; repeated: {', '.join(twice)}")
+        if self.servers:
+            self._unique_across_groups(self.servers)
         return self
+
+    def _unique_across_groups(self, servers: tuple[ServerGroup, ...]) -> None:
+        twice = repeated(g.name for g in servers)
+        if twice:
+            raise refuse(f"servers: group names must be unique; repeated: {', '.join(twice)}")
+        # Every model is one name in the targets and URLs, whichever process serves it.
+        named = [_model_name(e.model, e.name) for e in self.models or ()]
+        clash = sorted({g.name for g in servers} & set(named))
+        if clash:
+            # Replicas and their logs are NAME-i, a group's or an entry's alike.
+            raise refuse(f"servers: a group and an entry are both named {', '.join(clash)}")
+        for i, group in enumerate(servers):
+            for j, m in enumerate(group.models):
+                name = _model_name(m.model, m.name)
+                if name in named:
+                    raise refuse(
+                        f"servers[{i}].models[{j}].name: model name {name!r} is used twice in "
+                        "the spec; give each model a unique 'name'"
+                    )
+                named.append(name)
 
 
 @plain_dataclass(frozen=True)
@@ -164,8 +292,9 @@ def load_spec(path: Path) -> PackSpec:
 def parse_spec(data: Any, *, base_dir: Path, where: str = "pack spec") -> PackSpec:
     """Check parsed spec data; model paths are taken relative to ``base_dir``."""
     spec = parse(PackSpecFile, data, where=where)
+    groups = tuple(_group(g, base_dir) for g in spec.servers or ())
     return PackSpec(
-        tuple(_entry(e, base_dir) for e in spec.models),
+        groups + tuple(_entry(e, base_dir) for e in spec.models or ()),
         None if where == "pack spec" else Path(where),
     )
 
@@ -182,7 +311,10 @@ def write_spec(spec: PackSpecFile, path: Path) -> Path:
 
 def pack_schema() -> dict[str, Any]:
     """The pack spec's JSON Schema (``sharedserve schema pack``)."""
-    return json_schema(PackSpecFile, "sharedserve pack spec")
+    schema = json_schema(PackSpecFile, "sharedserve pack spec")
+    # Either list may be left out, not both: what PackSpecFile._whole refuses.
+    schema["anyOf"] = [{"required": ["models"]}, {"required": ["servers"]}]
+    return schema
 
 
 def _entry(entry: SpecEntry, base_dir: Path) -> PackEntry:
@@ -202,4 +334,33 @@ def _entry(entry: SpecEntry, base_dir: Path) -> PackEntry:
         server_args=tuple(str(a) for a in entry.serve_args or ()),
         slo_p99_ms=entry.slo_p99_ms,
         weight=1.0 if entry.weight is None else entry.weight,
+    )
+
+
+def _group(group: ServerGroup, base_dir: Path) -> PackEntry:
+    models = tuple(
+        GroupModel(
+            model_dir=base_dir / Path(m.model).expanduser(),
+            name=m.name,
+            slo_p99_ms=m.slo_p99_ms,
+            weight=1.0 if m.weight is None else m.weight,
+            gpu_memory_mib=m.gpu_memory_mib,
+            pinned=m.pinned,
+            max_inflight=m.max_inflight,
+        )
+        for m in group.models
+    )
+    cap = NO_CAP
+    if group.gpu_memory_mib is not None:
+        cap = GpuCapRequest.of(CapSource.FLAG, mib=group.gpu_memory_mib)
+    return PackEntry(
+        model_dir=models[0].model_dir,
+        replicas=group.replicas or 1,
+        name=group.name,
+        gpu=None if group.gpu is None else str(group.gpu),
+        cap=cap,
+        cpu_limit_cores=group.cpu_limit,
+        server_args=tuple(str(a) for a in group.serve_args or ()),
+        models=models,
+        paging=group.paging == "lru",
     )

@@ -22,6 +22,7 @@ from sharedserve.errors import SharedServeError
 from sharedserve.pack.prepare import PreparedPack, prepare_pack, release_cgroups
 from sharedserve.pack.probe import model_state
 from sharedserve.pack.replica import Replica, ReplicaState
+from sharedserve.pack.repository import remove_repository
 from sharedserve.pack.targets import Target, write_targets
 
 __all__ = ["STABLE_AFTER_S", "Pack", "PackInterrupted", "restart_delay"]
@@ -111,7 +112,9 @@ class Pack:
 
     @staticmethod
     def _available(replica: Replica) -> bool:
-        return model_state(replica.spec.rest_url, replica.spec.model, timeout=1.0) == "AVAILABLE"
+        # A server group's process is up once every model it holds is.
+        url = replica.spec.rest_url
+        return all(model_state(url, m, timeout=1.0) == "AVAILABLE" for m in replica.spec.served)
 
     # --- supervise ---------------------------------------------------------------------------
 
@@ -186,7 +189,7 @@ class Pack:
     def targets(self) -> list[Target]:
         """Replicas that are serving or coming back; given-up ones are left out."""
         live = (ReplicaState.AVAILABLE, ReplicaState.STARTING, ReplicaState.BACKOFF)
-        return [r.target() for r in self.replicas if r.state in live]
+        return [t for r in self.replicas if r.state in live for t in r.targets()]
 
     def _write_targets(self) -> None:
         assert self.plan is not None
@@ -219,4 +222,6 @@ class Pack:
             replica.close_log()
         if self.plan is not None:
             release_cgroups([s.cgroup for s in self.plan.specs if s.cgroup is not None])
+            for root in {s.repository for s in self.plan.specs if s.repository is not None}:
+                remove_repository(root)
             self.plan.targets_path.unlink(missing_ok=True)

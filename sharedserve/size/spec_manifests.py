@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from sharedserve.allocator.inventory import Sizing
+from sharedserve.config import PackEntry
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
+from sharedserve.k8s.group import GroupModelFiles, GroupPods
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args
 from sharedserve.quantity import format_cpu
-from sharedserve.server.model_source import find_model
+from sharedserve.server.model_source import ModelSource, find_model
 from sharedserve.size.vgpus import vgpu_cut
 
 __all__ = ["planned_gpu_mib", "render_spec", "spec_vgpu_size"]
@@ -85,23 +87,32 @@ def render_spec(
     if reserve < 0:
         raise ConfigError(f"--context-reserve-mib must be 0 or more, got {reserve}")
     items, models = [], []
-    for i, entry in enumerate(load_spec(path).entries):
-        where = f"{path}: models[{i}] ({entry.name or entry.model_dir.name})"
+    entries = load_spec(path).entries
+    groups = sum(e.is_group for e in entries)
+    for i, entry in enumerate(entries):
+        if entry.is_group:
+            where = f"{path}: servers[{i}] ({entry.name})"
+        else:
+            where = f"{path}: models[{i - groups}] ({entry.name or entry.model_dir.name})"
         if entry.gpu is not None:
             raise ConfigError(
                 f"{where}: gpu pins replicas to a GPU of one host; on Kubernetes the scheduler "
                 "and the allocator place pods: leave it out for k8s render"
             )
+        dirs = [m.model_dir for m in entry.models] if entry.is_group else [entry.model_dir]
         try:
-            source = find_model(entry.model_dir)
+            sources = [find_model(d) for d in dirs]
         except ConfigError as e:
             raise ConfigError(
                 f"{where}: {e.message}; k8s render reads the model's files for its size, which "
                 "sets its share of the GPU: build or copy the model there first"
             ) from e
+        source = sources[0]
         name = entry.name or source.name
-        where = f"{path}: models[{i}] ({name})"
-        items.append(EntryOnGpu(name, entry.replicas, entry.cap, footprint_mib(source.path)))
+        if not entry.is_group:
+            where = f"{path}: models[{i - groups}] ({name})"
+        footprint = sum(footprint_mib(s.path) for s in sources)
+        items.append(EntryOnGpu(name, entry.replicas, entry.cap, footprint))
         cpu = ModelDeployment.cpu
         try:
             check_serve_args(entry.server_args)
@@ -118,7 +129,7 @@ def render_spec(
             serve_args=entry.server_args,
             **common,
         )
-        models.append((deployment, where))
+        models.append((deployment, where, _group_pods(entry, sources, common, where)))
     try:
         shares = caps_on_gpu(_planned_gpu(size.gpu_memory_mib), items, context_reserve_mib=reserve)
     except ConfigError as e:
@@ -127,10 +138,31 @@ def render_spec(
             f"{e.message}"
         ) from e
     mix = []
-    for (deployment, where), share in zip(models, shares, strict=True):
+    for (deployment, where, group), share in zip(models, shares, strict=True):
         assert share.mib is not None  # planned on a GPU of known size
-        mix.append(MixModel(deployment, share.mib, where))
+        mix.append(MixModel(deployment, share.mib, where, group))
     command = "sharedserve k8s render --dra --spec" if dra else "sharedserve k8s render --spec"
     return render_mix_yaml(
         mix, size, context_reserve_mib=reserve, source=str(path), command=command
     )
+
+
+def _group_pods(
+    entry: PackEntry, sources: list[ModelSource], common: Mapping[str, Any], where: str
+) -> GroupPods | None:
+    """A server group's models in its pods: each one's directory on the claim (its directory's
+    name, as a one-model pod's) and its model file, as ``pack`` writes it."""
+    if not entry.is_group:
+        return None
+    from sharedserve.pack.repository import merged_model_file
+
+    files = []
+    for j, (model, source) in enumerate(zip(entry.models, sources, strict=True)):
+        name = model.name or source.name
+        try:
+            # The same rules as a one-model pod's name and directory: safe in the pod's script.
+            ModelDeployment(model=name, model_dir=source.name, **common).validate()
+        except ConfigError as e:
+            raise ConfigError(f"{where}: models[{j}] ({name}): {e.message}") from e
+        files.append(GroupModelFiles(name, source.name, merged_model_file(model)))
+    return GroupPods(tuple(files), paging=entry.paging)
