@@ -21,6 +21,25 @@ from tests.support.servers import (
 SUPPORT = Path(__file__).parent / "support"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each API operation's schemathesis test gets a node id of its own, from its label.
+
+    schemathesis (4.32, on pytest 9) names each operation's test ``test_x[GET /path]`` but
+    leaves them all one node id, ``test_x``; pytest-xdist, which ``make test`` runs under,
+    schedules by node id and so ran one operation of thirty, silently. Two items with one id
+    are refused outright."""
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        if label and not item.nodeid.endswith("]"):
+            # pytest 9 keeps the id as a NodeId (private ``_id``) built from ``originalname``,
+            # which schemathesis sets to the bare function name; its params are the label.
+            item._id = item._id.with_params(label)  # type: ignore[attr-defined]
+    ids = [item.nodeid for item in items]
+    if len(set(ids)) != len(ids):  # never again one test standing for thirty
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise pytest.UsageError(f"tests share a node id, so xdist would run one of each: {twice}")
+
+
 @pytest.fixture(scope="session")
 def tiny_build(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
     """The real ``sharedserve models build tiny`` as a user's first run makes it (a shell without
