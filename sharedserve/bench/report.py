@@ -53,13 +53,15 @@ def _old_first(keys: tuple[str, ...], added: tuple[str, ...]) -> tuple[str, ...]
     return (*(k for k in keys if k not in added), *(k for k in keys if k in added))
 
 
-_NESTED = ("per_model", "windows", "models", "gpus")  # lists and objects, null when not measured
+# Lists and objects, null when not measured: no CSV column.
+_HIST = "latency_histogram_ms"
+_NESTED = ("per_model", "windows", "models", "gpus", _HIST)
 ROW_COLUMNS = _old_first(tuple(k for k in ROW_KEYS if k not in _NESTED), ("scale",))
 """First columns of ``report.csv``: the scalar fields of a row. Any other scalar key the rows
 carry follows, in the order first seen."""
 PER_MODEL_COLUMNS = ("density", "pattern", *_old_first(PER_MODEL_KEYS, ("model", "dropped")))
 """First columns of ``report_per_model.csv`` (one line per replica per row); other keys follow."""
-MODELS_COLUMNS = ("scale", "density", "pattern", "model", *MODEL_KEYS)
+MODELS_COLUMNS = ("scale", "density", "pattern", "model", *(k for k in MODEL_KEYS if k != _HIST))
 """First columns of ``report_models.csv``, written for a mix of models only: one line per model
 per row, its replicas' figures together; other keys follow."""
 

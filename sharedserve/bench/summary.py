@@ -105,8 +105,12 @@ MODEL_KEYS = (
     "cpu_limit",
     "cpu_throttled_share",
     "gpu_mem_mib",
+    "latency_histogram_ms",
 )
-"""Every key of a value of a row's ``models`` object (one per model, keyed by its name)."""
+"""Every key of a value of a row's ``models`` object (one per model, keyed by its name).
+``latency_histogram_ms`` is its replicas' merged latencies as at most 65 ``[value_ms, count]``
+pairs (``LatencyHistogram.compact_us``), null without a successful request: what a queueing
+model draws service times from. Reports from before it lack the key."""
 
 
 # One enum for the flag, the settings and the rows.
@@ -276,6 +280,8 @@ def _per_model(
             "cpu_limit": first.cpu_limit,
             "cpu_throttled_share": _r3(_max(t.cpu_throttled_share for t in replicas)),
             "gpu_mem_mib": _max(t.gpu_mem_mib for t in replicas),
+            "latency_histogram_ms": [[round(v / 1000, 4), n] for v, n in merged.compact_us()]
+            or None,
         }
         if slo is not None:
             model["slo_met"] = model_miss(name, model, slo, max_error_rate) is None

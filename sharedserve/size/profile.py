@@ -14,6 +14,10 @@ What a report does not say per model is estimated, and every point says how:
   share of the GPU the report names (``cap``); else unknown (``None``: the planner falls back on
   the model's weights on disk and says so).
 - CPU per replica: the row's server CPU over its replicas, an average over the mix's models.
+- Service times: the model's latencies as the row's compact histogram gives them
+  (``latency_histogram_ms``), None in reports from before it. ``ModelProfile.service_times``
+  takes them from a trusted sequential row of one replica alone, where a request's latency is
+  one call's time with no queue before it: what ``size.queueing`` draws from.
 - GPU busy share per replica: the row's mean GPU utilisation over its replicas, for a row of one
   model only (a mix's utilisation cannot be split between its models); ``None`` otherwise and
   without a real GPU.
@@ -28,6 +32,7 @@ from typing import Any
 
 from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
+from sharedserve.size.queueing import ServiceTimes
 
 __all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profiles", "profiles_of"]
 
@@ -63,6 +68,8 @@ class ProfilePoint:
     """``nvml`` (measured peak), ``cap`` (its cap; nothing measured) or None."""
     gpu_busy_share: float | None
     """Share (0-1) of the GPU's time one replica kept it busy; None for a mix or without a GPU."""
+    service_times: ServiceTimes | None = None
+    """The model's latencies in this row (its replicas' merged); None: the report lacks them."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,22 @@ class ModelProfile:
     def max_density(self) -> int:
         """The most replicas that shared a GPU in any trusted row: beyond it is extrapolation."""
         return max((p.density for p in self.points if p.trusted), default=0)
+
+    @property
+    def service_times(self) -> ServiceTimes | None:
+        """One call's time, from the trusted sequential point of one replica alone (density 1):
+        one request in flight, so its latency had no queue in it. The one with the most
+        requests where there are several (a directory of reports); None without one."""
+        alone = [
+            p.service_times
+            for p in self.points
+            if p.trusted
+            and p.pattern == "sequential"
+            and p.density == 1
+            and p.replicas == 1
+            and p.service_times is not None
+        ]
+        return max(alone, key=lambda s: sum(s.counts), default=None)
 
 
 @dataclass(frozen=True)
@@ -105,6 +128,7 @@ def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: int | None
         mem, source = (mib_of(fraction, gpu_mib), "cap") if fraction and gpu_mib else (None, None)
     util = row.get("gpu_util_mean")
     alone = len(row.get("models") or {}) == 1
+    pairs = model.get("latency_histogram_ms")
     return ProfilePoint(
         pattern=str(row["pattern"]),
         density=density,
@@ -121,6 +145,7 @@ def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: int | None
         gpu_mem_mib=None if mem is None else float(mem),
         gpu_mem_source=source,
         gpu_busy_share=util / 100 / density if util is not None and alone else None,
+        service_times=ServiceTimes.of([(v, n) for v, n in pairs]) if pairs else None,
     )
 
 
