@@ -28,6 +28,7 @@ from sharedserve.errors import ConfigError
 from sharedserve.placement import Replicas
 from sharedserve.size.fleet import Fleet, FleetModel, listed
 from sharedserve.size.profile import ModelProfile, ProfilePoint, capacity
+from sharedserve.size.queueing import ServiceTimes
 
 __all__ = ["Demand", "demands"]
 
@@ -65,6 +66,11 @@ class Demand:
     sharing_p99_ms: tuple[tuple[int, float], ...] = ()
     """(density, p99) of the profile's trusted sequential rows, densest last: one request in
     flight a replica, beside density - 1 replicas doing the same."""
+    sharing_p50_ms: tuple[tuple[int, float], ...] = ()
+    """(density, p50) of the same rows, where they have a p50."""
+    service_times: ServiceTimes | None = None
+    """One call's time measured alone (``ModelProfile.service_times``); None: not in the
+    profile, and its p50/p99 are read off the profile's rows (``size.predict``)."""
 
     def p99_sharing(self, replicas: int) -> float:
         """The p99 predicted for a replica on a GPU of ``replicas`` replicas at the planned
@@ -158,6 +164,14 @@ def _demand(
                 if p.pattern == "sequential" and p.trusted and p.p99_ms is not None
             )
         ),
+        sharing_p50_ms=tuple(
+            sorted(
+                (p.density, p.p50_ms)
+                for p in profile.points
+                if p.pattern == "sequential" and p.trusted and p.p50_ms is not None
+            )
+        ),
+        service_times=profile.service_times,
     )
 
 

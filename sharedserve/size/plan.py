@@ -29,6 +29,7 @@ from sharedserve.placement import Placement, PlannedGpu
 from sharedserve.size.bounds import cost, lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, listed
+from sharedserve.size.predict import Predictor
 
 __all__ = [
     "LowerBound",
@@ -57,7 +58,7 @@ class PlannedReplica:
     busy_share: float
     """Its share of the GPU's time."""
     predicted_p99_ms: float | None = None
-    """Its p99 beside this GPU's other replicas: its profile's sequential row at that many."""
+    """Its p99 beside this GPU's other replicas at its planned rate (``size.predict``)."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -93,7 +94,8 @@ class PlanModel:
     slo_p99_ms: float
     p99_at_capacity_ms: float
     predicted_p99_ms: float
-    """On its most crowded GPU: what its users see at worst, and what verify holds it to."""
+    """On its most crowded GPU: what its users see at worst, and what verify holds it to;
+    from ``prediction_source``."""
     measured_at_density: int
     max_density: int
     gpu_memory_mib: float
@@ -107,6 +109,13 @@ class PlanModel:
     profile: str
     gpus: list[int]
     """The GPU of each replica."""
+    predicted_p50_ms: float | None = None
+    """Its p50 where ``predicted_p99_ms`` is; None: its profile row has none."""
+    prediction_source: str = "profile row"
+    """``queueing simulation`` (its service times, its planned rate, its slots) or ``profile
+    row`` (the profile's sequential row at that density: its p99 as measured)."""
+    prediction_error: str = ""
+    """The error expected of the prediction and where that figure comes from, in words."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -168,14 +177,14 @@ def _r(value: float, digits: int = 3) -> float:
     return round(value, digits)
 
 
-def _gpu(gpu: PlannedGpu, demands: dict[str, Demand]) -> PlanGpu:
+def _gpu(gpu: PlannedGpu, demands: dict[str, Demand], predict: Predictor) -> PlanGpu:
     sharing = len(gpu.replicas)
     replicas = [
         PlannedReplica(
             r.model,
             _r(r.gpu_memory_mib, 1),
             _r(r.busy_share, 4),
-            _r(demands[r.model].p99_sharing(sharing)),
+            _r(predict(demands[r.model], sharing).p99_ms),
         )
         for r in gpu.replicas
     ]
@@ -183,8 +192,11 @@ def _gpu(gpu: PlannedGpu, demands: dict[str, Demand]) -> PlanGpu:
                    gpu.densest)  # fmt: skip
 
 
-def _model(entry: FleetModel, d: Demand, gpus: list[int], sharing: int) -> PlanModel:
+def _model(
+    entry: FleetModel, d: Demand, gpus: list[int], sharing: int, predict: Predictor
+) -> PlanModel:
     """``sharing``: the most replicas on a GPU holding one of its replicas."""
+    predicted = predict(d, sharing)
     return PlanModel(
         name=d.model,
         replicas=d.replicas,
@@ -193,7 +205,7 @@ def _model(entry: FleetModel, d: Demand, gpus: list[int], sharing: int) -> PlanM
         capacity_qps_per_replica=_r(d.capacity_qps),
         slo_p99_ms=entry.slo_p99_ms,
         p99_at_capacity_ms=_r(d.predicted_p99_ms),
-        predicted_p99_ms=_r(d.p99_sharing(sharing)),
+        predicted_p99_ms=_r(predicted.p99_ms),
         measured_at_density=d.point.density,
         max_density=d.max_density,
         gpu_memory_mib=_r(d.memory_mib, 1),
@@ -204,6 +216,9 @@ def _model(entry: FleetModel, d: Demand, gpus: list[int], sharing: int) -> PlanM
         cpu_limit=d.cpu_limit,
         profile=str(entry.profile),
         gpus=gpus,
+        predicted_p50_ms=None if predicted.p50_ms is None else _r(predicted.p50_ms),
+        prediction_source=predicted.source,
+        prediction_error=predicted.error,
     )
 
 
@@ -236,13 +251,16 @@ def build_plan(
             gpus_of[r.model].append(g.index)
             sharing[r.model] = max(sharing[r.model], len(g.replicas))
     by_model = {d.model: d for d in demands}
-    models = [_model(entries[d.model], d, gpus_of[d.model], sharing[d.model]) for d in demands]
+    predict = Predictor(fleet.node.cpu_cores)
+    models = [
+        _model(entries[d.model], d, gpus_of[d.model], sharing[d.model], predict) for d in demands
+    ]
     notes = list(warnings)
     over = [m.name for m in models if m.predicted_p99_ms > m.slo_p99_ms]
     if over:
         notes.append(
-            f"predicted p99 over the objective where replicas share a GPU (its profile's "
-            f"sequential row at that many replicas): {listed(over)}; profile at higher "
+            f"predicted p99 over the objective where replicas share a GPU (see each "
+            f"model's prediction_source): {listed(over)}; profile at higher "
             "densities, or set max_replicas_per_gpu"
         )
     nodes = _node_cpu(packing, by_model)
@@ -278,7 +296,7 @@ def build_plan(
         utilization_target=fleet.utilization_target,
         context_reserve_mib=fleet.context_reserve_mib,
         models=models,
-        gpus=[_gpu(g, by_model) for g in packing.gpus],
+        gpus=[_gpu(g, by_model, predict) for g in packing.gpus],
         warnings=notes,
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from sharedserve.bench.report_css import CSS
-from sharedserve.size.plan import Plan
+from sharedserve.size.plan import Plan, PlanModel
 
 __all__ = ["plan_html"]
 
@@ -40,6 +40,15 @@ def _meter(share: float, limit: float | None, kind: str) -> str:
     width = max(0.0, min(share, 1.0)) * 100
     mark = "" if limit is None else f'<i style="left:{limit * 100:.1f}%"></i>'
     return f'<div class="meter {kind}"><span style="width:{width:.1f}%"></span>{mark}</div>'
+
+
+def _predicted(m: PlanModel) -> str:
+    """p50 / p99 with their source; the error expected as the cell's tooltip."""
+    p50 = "-" if m.predicted_p50_ms is None else f"{m.predicted_p50_ms:g}"
+    return (
+        f'<span title="{escape(m.prediction_error)}">{p50} / {m.predicted_p99_ms:g} '
+        f"({escape(m.prediction_source)})</span>"
+    )
 
 
 def plan_html(plan: Plan) -> str:
@@ -76,11 +85,11 @@ def plan_html(plan: Plan) -> str:
     warnings = "".join(f"<li>{escape(w)}</li>" for w in plan.warnings)
     models = _table(
         ["model", "peak QPS", "replicas", "QPS / replica", "capacity", "p99 objective ms",
-         "predicted p99 ms", "memory MiB", "busy share", "densest"],
+         "predicted p50 / p99 ms", "memory MiB", "busy share", "densest"],
         [
             [escape(m.name), f"{m.peak_qps:g}", str(m.replicas),
              f"{m.rate_per_replica:g}", f"{m.capacity_qps_per_replica:g}",
-             f"{m.slo_p99_ms:g}", f"{m.predicted_p99_ms:g}",
+             f"{m.slo_p99_ms:g}", _predicted(m),
              f"{m.gpu_memory_mib:g} ({escape(m.gpu_memory_source)})",
              f"{m.busy_share:.1%} ({escape(m.busy_source)})", str(m.max_density)]
             for m in plan.models

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from sharedserve.size.plan import Plan
+from sharedserve.size.plan import Plan, PlanModel
 
 __all__ = ["plan_markdown"]
 
 
 def _money(value: float) -> str:
     return f"{value:,.0f}"
+
+
+def _predicted(m: PlanModel) -> str:
+    p50 = "-" if m.predicted_p50_ms is None else f"{m.predicted_p50_ms:g}"
+    return f"{p50} / {m.predicted_p99_ms:g} ({m.prediction_source})"
 
 
 def plan_markdown(plan: Plan, specs: list[str]) -> str:
@@ -48,16 +53,18 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
         "## Models",
         "",
         "| model | peak QPS | replicas | QPS / replica (capacity) | p99 objective ms | "
-        "predicted p99 ms | memory MiB (source) | busy share (source) | densest |",
+        "predicted p50 / p99 ms (source) | memory MiB (source) | busy share (source) | densest |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for m in plan.models:
         lines.append(
             f"| {m.name} | {m.peak_qps:g} | {m.replicas} | {m.rate_per_replica:g} "
             f"({m.capacity_qps_per_replica:g}) | {m.slo_p99_ms:g} | "
-            f"{m.predicted_p99_ms:g} | {m.gpu_memory_mib:g} ({m.gpu_memory_source}) | "
+            f"{_predicted(m)} | {m.gpu_memory_mib:g} ({m.gpu_memory_source}) | "
             f"{m.busy_share:.1%} ({m.busy_source}) | {m.max_density} |"
         )
+    lines += ["", "## Predictions' expected error", ""]
+    lines += [f"- {m.name}: {m.prediction_error or 'not stated'}" for m in plan.models]
     lines += [
         "",
         "## GPUs",

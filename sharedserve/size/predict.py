@@ -1,0 +1,151 @@
+"""Each planned replica's p50 and p99, the error expected of them and where they came from. Pure.
+
+Where a model's profile holds its service times (``ModelProfile.service_times``: one call's time
+measured alone), the figures come from ``size.queueing.simulate`` of one replica: open-loop
+arrivals at its planned rate per replica, the model-call slots its CPU limit gives a ``serve``
+process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``), each call's time
+scaled by the slowdown its profile's sequential rows show at the planned GPU's density (p50
+there over p50 alone: this is where the neighbours' interference comes from, until measured
+mixes stand in for it). Elsewhere, as before: the profile's sequential row at that density (else
+the capacity point), p50 from the same row.
+
+Speed: a replica alone on its slots is a queue whose sojourn scales with its service times, so
+a rate and a slowdown meet in one figure, the load per slot (rho). Simulations are kept by
+(service times, slots, rho) with rho rounded up to a step of 2% of the headroom ``1 - rho``
+(about 2% in a p99 near saturation, less elsewhere, and always towards the worse), then scaled
+by the slowdown: a fleet of 10,000 models drawn from a few dozen profiles simulates a few
+hundred queues, not 10,000.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sharedserve.limits.cpu import CpuLimit, CpuLimitSource, thread_pool_sizes
+from sharedserve.server.scheduler import model_call_slots
+from sharedserve.size.demand import Demand
+from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, simulate
+
+__all__ = ["REQUESTS", "PredictedLatency", "Predictor", "slots_of"]
+
+REQUESTS = 3000
+"""Requests simulated a queue: a p99 from about 30 requests' tail, 2,700 after the warm-up."""
+
+_STEP = 0.02
+"""Rho is rounded up so that its headroom ``1 - rho`` shrinks by at most this share."""
+
+UNVERIFIED = (
+    "model error unmeasured: size --verify will compare it with a measured run (issue 31 item 4)"
+)
+
+
+@dataclass(frozen=True)
+class PredictedLatency:
+    p50_ms: float | None
+    p99_ms: float
+    source: str
+    """``queueing simulation`` or ``profile row``."""
+    error: str
+    """The error expected, and where that figure comes from, in words."""
+
+
+def slots_of(cpu_limit: float | None, node_cores: float) -> int:
+    """A replica's model-call slots as ``serve`` sets them: from its CPU limit's whole cores,
+    or the node's without a limit."""
+    limit = CpuLimit(cpu_limit, CpuLimitSource.FLAG, None, max(1, math.floor(node_cores)))
+    return model_call_slots(thread_pool_sizes(limit)[1])
+
+
+def _rounded_rho(rho: float) -> float:
+    """``rho`` rounded up on a grid whose steps shrink ``1 - rho`` by ``_STEP`` each."""
+    if rho >= 1:
+        return rho
+    steps = math.ceil(-math.log(1 - rho) / -math.log(1 - _STEP) - 1e-9)
+    return 1 - (1 - _STEP) ** steps
+
+
+def _sampling(requests: int) -> str:
+    """The p99's own sampling error: the ranks a 95% interval spans among ``requests``
+    independent draws (a queue's waits are correlated, so it is wider)."""
+    spread = 1.96 * math.sqrt(requests * 0.99 * 0.01)
+    low = max(0.0, (requests * 0.99 - spread) / requests)
+    high = min(1.0, (requests * 0.99 + spread) / requests)
+    return (
+        f"simulation sampling: p99 of {requests:,} simulated requests, its 95% interval the "
+        f"p{low * 100:.2f} to p{high * 100:.2f} of them (wider: queue waits are correlated)"
+    )
+
+
+def _row(d: Demand, sharing: int) -> tuple[int | None, float | None, float]:
+    """(density, p50, p99) of the sequential row ``p99_sharing`` reads; density None: the
+    capacity point's figures."""
+    for density, p99 in d.sharing_p99_ms:
+        if density >= sharing:
+            return density, dict(d.sharing_p50_ms).get(density), p99
+    return None, d.point.p50_ms, d.predicted_p99_ms
+
+
+def _slowdown(d: Demand, sharing: int) -> float:
+    """p50 in the sequential row at ``sharing`` replicas over p50 alone; 1 without both."""
+    p50 = dict(d.sharing_p50_ms)
+    density, _, _ = _row(d, sharing)
+    alone = p50.get(1)
+    if density is None or density == 1 or not alone or density not in p50:
+        return 1.0
+    return p50[density] / alone
+
+
+class Predictor:
+    """Predicts replicas' latency; keeps each simulation for the plan's other replicas."""
+
+    def __init__(self, node_cores: float) -> None:
+        self.node_cores = node_cores
+        self._runs: dict[tuple[ServiceTimes, int, float], Prediction] = {}
+        self._done: dict[tuple[str, int], PredictedLatency] = {}
+
+    def __call__(self, d: Demand, sharing: int) -> PredictedLatency:
+        """Model ``d``'s replica on a GPU of ``sharing`` replicas."""
+        key = (d.model, sharing)
+        found = self._done.get(key)
+        if found is None:
+            found = self._done[key] = self._predict(d, sharing)
+        return found
+
+    def _predict(self, d: Demand, sharing: int) -> PredictedLatency:
+        density, p50, p99 = _row(d, sharing)
+        where = "its capacity point" if density is None else f"its sequential row at {density}"
+        row = PredictedLatency(
+            p50,
+            p99,
+            "profile row",
+            f"{where}, measured beside copies of itself, not the planned neighbours at the "
+            f"planned rates; {UNVERIFIED}",
+        )
+        service = d.service_times
+        if service is None or d.rate_per_replica <= 0:
+            return row
+        slots = slots_of(d.cpu_limit, self.node_cores)
+        slowdown = _slowdown(d, sharing)
+        rho = _rounded_rho(d.rate_per_replica * service.mean_ms * slowdown / 1000 / slots)
+        run = self._runs.get((service, slots, rho))
+        if run is None:
+            # Simulated at the slowdown's scale 1, at the rate that gives rho; sojourns scale.
+            rate = rho * slots * 1000 / service.mean_ms
+            load = ModelLoad(d.model, rate, service)
+            run = self._runs[(service, slots, rho)] = simulate([load], slots, requests=REQUESTS)[0]
+        if run.saturated or run.p99_ms is None or run.p50_ms is None:
+            return PredictedLatency(
+                p50,
+                p99,
+                "profile row",
+                f"{where} (a queueing simulation saturates at {d.rate_per_replica:g} QPS on "
+                f"{slots} slots with its service times); {UNVERIFIED}",
+            )
+        return PredictedLatency(
+            run.p50_ms * slowdown,
+            run.p99_ms * slowdown,
+            "queueing simulation",
+            f"{_sampling(run.requests)}; neighbours' interference as a {slowdown:.3g}x slowdown "
+            f"(its sequential rows, p50 at {density or 1} over p50 alone); {UNVERIFIED}",
+        )
