@@ -1,0 +1,72 @@
+"""Each model's p50/p99 in the plan: simulated where its profile has service times, else read
+off its profile row as before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sharedserve.size.predict import _rounded_rho, slots_of
+from sharedserve.size.run import plan_fleet
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "plan"
+
+
+def _plan(tmp_path: Path, histogram: list[list[float]] | None) -> dict[str, dict]:
+    """tests/data/plan's fleet, its tiny profile's sequential row alone given ``histogram``."""
+    shutil.copytree(DATA, tmp_path / "plan", ignore=shutil.ignore_patterns("expected"))
+    report = tmp_path / "plan" / "profiles" / "tiny" / "sequential" / "report.json"
+    data = json.loads(report.read_text())
+    if histogram is not None:
+        data["rows"][0]["models"]["tiny"]["latency_histogram_ms"] = histogram
+    report.write_text(json.dumps(data))
+    plan_fleet(tmp_path / "plan" / "fleet.yaml", tmp_path / "out")
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text())
+    return {m["name"]: m for m in plan["models"]}
+
+
+def test_service_times_give_a_simulated_prediction_and_others_keep_the_row(
+    tmp_path: Path,
+) -> None:
+    # Alone, a call takes 3, 4 or 8 ms (mean 4, the row's p50); the sequential rows show 6 ms
+    # beside one neighbour, a 1.5x slowdown. ranker: 100 QPS a replica on 2 slots (1 core).
+    models = _plan(tmp_path, [[3.0, 2000], [4.0, 1500], [8.0, 500]])
+    ranker = models["ranker"]
+    assert ranker["prediction_source"] == "queueing simulation"
+    assert "simulated requests" in ranker["prediction_error"]
+    assert "size --verify" in ranker["prediction_error"]
+    # Its slowest call at the slowdown (8 x 1.5 = 12 ms) is in its p99 (12.5% of calls); a
+    # queue at rho 0.3 adds little. Not the row's 6 ms, which has no slow call in it.
+    assert "1.5x slowdown" in ranker["prediction_error"]
+    assert 8.0 * 1.5 <= ranker["predicted_p99_ms"] < 3 * 8.0 * 1.5
+    assert ranker["predicted_p50_ms"] < ranker["predicted_p99_ms"]
+    # vision's profile has no service times: today's figure, from its row.
+    vision = models["vision"]
+    assert vision["prediction_source"] == "profile row"
+    assert (vision["predicted_p50_ms"], vision["predicted_p99_ms"]) == (45.0, 45.0)
+    assert "size --verify" in vision["prediction_error"]
+
+
+def test_without_service_times_every_model_keeps_its_row(tmp_path: Path) -> None:
+    models = _plan(tmp_path, None)
+    golden = json.loads((DATA / "expected" / "plan.json").read_text())["models"]
+    for m in golden:
+        assert models[m["name"]]["prediction_source"] == "profile row"
+        assert models[m["name"]]["predicted_p99_ms"] == m["predicted_p99_ms"]
+
+
+@pytest.mark.parametrize("rho", [0.01, 0.3, 0.8, 0.95, 0.999])
+def test_rho_is_rounded_up_by_at_most_two_percent_of_its_headroom(rho: float) -> None:
+    rounded = _rounded_rho(rho)
+    assert rho <= rounded < 1
+    assert (1 - rounded) >= (1 - rho) * 0.98 - 1e-12
+
+
+@pytest.mark.parametrize(
+    ("cpu_limit", "node_cores", "slots"), [(None, 8, 8), (0.5, 8, 2), (1.0, 8, 2), (3.2, 8, 4)]
+)
+def test_slots_are_the_servers(cpu_limit: float | None, node_cores: float, slots: int) -> None:
+    assert slots_of(cpu_limit, node_cores) == slots
