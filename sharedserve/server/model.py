@@ -10,11 +10,13 @@ close (``server/shutdown.py``).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any
 
@@ -26,7 +28,7 @@ from sharedserve.server.footprint import Footprint
 from sharedserve.server.model_source import ModelSource
 from sharedserve.server.signature import Signature, TensorSpec
 
-__all__ = ["DEFAULT_SIGNATURE", "ModelState", "ServedModel", "parse_version"]
+__all__ = ["DEFAULT_SIGNATURE", "ModelState", "ServedModel", "parse_version", "unfrozen"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,22 @@ def parse_version(text: str | None) -> int | None:
 
 def _nothing() -> None:
     return None
+
+
+@contextlib.contextmanager
+def unfrozen() -> Iterator[None]:
+    """What ``run.py`` froze after loading at start (``gc.freeze``) is collectable within the
+    block, and frozen again after it. A framework's model is objects in cycles (a TensorFlow
+    ``mobilenet_v2``: some 39,000), which only a collection frees; frozen, no collection
+    looks at them, so a model unloaded or paged out would keep its memory, host and device,
+    for the life of the process."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    try:
+        yield
+    finally:
+        if frozen:
+            gc.freeze()
 
 
 class ModelState(str, Enum):

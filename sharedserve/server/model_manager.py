@@ -34,7 +34,7 @@ from sharedserve.errors import (
 )
 from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import RuntimeConfig
-from sharedserve.server.model import ModelState, ServedModel
+from sharedserve.server.model import ModelState, ServedModel, unfrozen
 from sharedserve.server.model_config import ModelEntry, read_model_config_file
 from sharedserve.server.model_repository import read_repository_model, repository_names
 from sharedserve.server.predictor import Predictor
@@ -361,13 +361,9 @@ def _state(model: ServedModel) -> dict[str, str]:
 
 
 def _unload_models(models: Sequence[ServedModel]) -> None:
-    """In a worker thread: each model unloaded, then a full collection, the frozen generation
-    included (run.py freezes what was loaded at start), so the frameworks' objects, which form
-    cycles, are freed now rather than never."""
-    for model in models:
-        model.unload()
-    frozen = gc.get_freeze_count()
-    gc.unfreeze()
-    gc.collect()
-    if frozen:
-        gc.freeze()
+    """In a worker thread: each model unloaded, then a full collection, what was frozen at
+    start included (``model.unfrozen``), so the frameworks' objects are freed now."""
+    with unfrozen():
+        for model in models:
+            model.unload()
+        gc.collect()

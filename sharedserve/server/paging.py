@@ -36,7 +36,7 @@ from anyio import to_thread
 
 from sharedserve.errors import InsufficientMemory, NotReady, NotResident, ResourceExhausted
 from sharedserve.server.footprint import Footprint, mib, shown
-from sharedserve.server.model import ServedModel
+from sharedserve.server.model import ServedModel, unfrozen
 from sharedserve.server.paging_metrics import PagingMetrics
 
 __all__ = ["Memory", "Residence", "Tenant"]
@@ -339,7 +339,11 @@ class Memory:
         its room is taken already, and a page-in reloads it)."""
         for victim in victims:
             try:
-                victim.model.page_out()
+                if victim.model.backend.pages_to_host:
+                    victim.model.page_out()  # a move: nothing is freed in Python
+                else:
+                    with unfrozen():  # unloaded: freed by its collection, frozen at start or not
+                        victim.model.page_out()
             finally:
                 with self._lock:
                     victim.state = Residence.PAGED_OUT

@@ -12,6 +12,7 @@ copy of a torch page-in is a no-op.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -161,6 +162,22 @@ def test_every_model_pages_in_with_its_own_answers(served: Served) -> None:
     outs = _samples(served, "sharedserve_model_page_outs_total")
     assert (("model", "pinned"),) not in outs and outs[(("model", "a"),)] >= 1
     assert _states(served.registry)["pinned"] is Residence.RESIDENT
+
+
+def test_a_tensorflow_model_frozen_at_start_is_freed_when_paged_out(served: Served) -> None:
+    # run.py freezes what was loaded at start (gc.freeze); a TensorFlow model is objects in
+    # cycles, which a collection that skips the frozen ones would leave in memory for good.
+    for name in ("tf", "a"):
+        assert _predict(served, name).status_code == 200  # tf resident, then a used after it
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert _predict(served, "b").status_code == 200  # no room: tf, least recent, goes
+        assert _states(served.registry)["tf"] is Residence.PAGED_OUT
+        freed = frozen - gc.get_freeze_count()
+        assert freed > 1000, f"only {freed} frozen objects were freed by tf's page-out"
+    finally:
+        gc.unfreeze()
 
 
 def test_busy_models_stay_and_a_waiting_request_gets_503_with_retry_after(
