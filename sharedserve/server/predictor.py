@@ -27,9 +27,10 @@ from sharedserve.errors import NotFound, quoted
 from sharedserve.server.batching import Batcher
 from sharedserve.server.metrics import ModelSeries
 from sharedserve.server.model import ServedModel
-from sharedserve.server.paging import Memory, Tenant
+from sharedserve.server.paging import Memory
 from sharedserve.server.scheduler import ModelLane, Scheduler, model_call_slots
 from sharedserve.server.signature import Signature
+from sharedserve.server.tenant import Tenant
 from sharedserve.server.validate import check_inputs
 
 __all__ = ["Call", "Predictor"]

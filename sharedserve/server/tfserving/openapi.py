@@ -45,8 +45,8 @@ from sharedserve.server.openapi_parts import (
     ref,
     string,
 )
-from sharedserve.server.paging import Residence
 from sharedserve.server.signature import DTYPE_TO_NUMPY
+from sharedserve.server.tenant import Residence
 
 __all__ = ["build_openapi", "build_openapi_for"]
 
