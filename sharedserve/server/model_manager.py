@@ -38,7 +38,8 @@ from sharedserve.server.model import ModelState, ServedModel, unfrozen
 from sharedserve.server.model_config import ModelEntry, read_model_config_file
 from sharedserve.server.model_repository import read_repository_model, repository_names
 from sharedserve.server.predictor import Predictor
-from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
+from sharedserve.server.registry import ModelRegistry
+from sharedserve.server.versions import VersionToServe, versions_of
 
 __all__ = ["Catalog", "ConfigCatalog", "FixedCatalog", "ModelManager", "RepositoryCatalog"]
 

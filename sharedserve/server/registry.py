@@ -22,14 +22,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from sharedserve.config import BatchingSettings
 from sharedserve.errors import ConfigError, NotFound, quoted
-from sharedserve.server.backends.base import Backend
-from sharedserve.server.footprint import MIB
 from sharedserve.server.metrics import Metrics
 from sharedserve.server.model import ModelState, ServedModel
-from sharedserve.server.model_config import ModelEntry, versions_to_serve
-from sharedserve.server.model_source import ModelSource
 from sharedserve.server.paging import Memory
 from sharedserve.server.predictor import Predictor
 from sharedserve.server.scheduler import (
@@ -39,54 +34,9 @@ from sharedserve.server.scheduler import (
     Share,
     model_call_slots,
 )
+from sharedserve.server.versions import VersionToServe
 
-__all__ = ["ModelRegistry", "VersionToServe", "versions_of"]
-
-
-@dataclass(frozen=True)
-class VersionToServe:
-    """One model version to serve: ``--model``'s, or one of a ``ModelEntry``'s versions."""
-
-    source: ModelSource
-    batching: BatchingSettings | None = None
-    """None: batching off. Per model: each version of it gets a batcher of these settings."""
-    labels: Mapping[str, int] = field(default_factory=dict)
-    """Version labels of the model (label -> version), e.g. TF Serving's ``version_labels``."""
-    weight: float | None = None
-    """The model's share of the scheduler (``Share.weight``); None: 1."""
-    max_inflight: int | None = None
-    """The model's requests in flight at most; None: the server's ``--max-inflight-per-model``."""
-    budget_bytes: int | None = None
-    """The model's memory budget per version (``gpu_memory_mib``); None: its measured peak."""
-    pinned: bool = False
-    """Never paged out (``--paging lru``)."""
-
-    def served_model(self, backend: Backend) -> ServedModel:
-        """The version to load with ``backend``, warmed up (and measured) at the largest batch
-        it serves."""
-        rows = self.batching.max_batch_size if self.batching is not None else 1
-        return ServedModel(self.source, backend, warm_rows=rows)
-
-
-def versions_of(
-    models: Sequence[ModelEntry], batching: BatchingSettings | None
-) -> list[VersionToServe]:
-    """The versions on disk that a model config file or repository names, each with its
-    model's batching (``batching``, the server's flags, where its model file sets none) and
-    labels; ConfigError where a model has no version to serve."""
-    return [
-        VersionToServe(
-            source,
-            model.batching or batching,
-            dict(model.version_labels),
-            model.weight,
-            model.max_inflight,
-            None if model.gpu_memory_mib is None else model.gpu_memory_mib * MIB,
-            model.pinned,
-        )
-        for model in models
-        for source in versions_to_serve(model)
-    ]
+__all__ = ["ModelRegistry"]
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from sharedserve.server.model_manager import (
 from sharedserve.server.model_repository import read_model_repository
 from sharedserve.server.model_source import find_model
 from sharedserve.server.paging import Memory
-from sharedserve.server.registry import ModelRegistry, VersionToServe, versions_of
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.scheduler import Share, model_call_slots
 from sharedserve.server.settings import ServerSettings
 from sharedserve.server.shutdown import GracefulServer
@@ -56,6 +56,7 @@ from sharedserve.server.start_up import (
     size_gpu_cap,
     track_gpu_memory,
 )
+from sharedserve.server.versions import VersionToServe, versions_of
 
 __all__ = ["run"]
 

@@ -29,8 +29,9 @@ from sharedserve.server.backends.tensorflow import TensorFlowBackend
 from sharedserve.server.metrics import EVERY_MODEL, Metrics
 from sharedserve.server.model import ServedModel
 from sharedserve.server.model_source import find_model
-from sharedserve.server.registry import ModelRegistry, VersionToServe
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.signature import Signature
+from sharedserve.server.versions import VersionToServe
 from tests.support import protos
 from tests.support.in_process import serving_in_process
 

@@ -35,8 +35,9 @@ from sharedserve.server.footprint import MIB
 from sharedserve.server.metrics import EVERY_MODEL, Metrics
 from sharedserve.server.model_source import ModelSource, find_model
 from sharedserve.server.paging import Memory
-from sharedserve.server.registry import ModelRegistry, VersionToServe
+from sharedserve.server.registry import ModelRegistry
 from sharedserve.server.tenant import Residence
+from sharedserve.server.versions import VersionToServe
 from tests.support.in_process import serving_in_process
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
