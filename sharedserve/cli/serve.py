@@ -36,7 +36,12 @@ def models_build(
             help="tf (SavedModel) or torch (TorchScript + signature.json).", case_sensitive=False
         ),
     ] = Framework.TENSORFLOW,
-    overwrite: Annotated[bool, typer.Option(help="Replace models that already exist.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Replace models that already exist, built otherwise (an identical one is kept)."
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
 ) -> None:
     """Build example models with RANDOM weights in TF Serving's layout (OUT/NAME/1/...).
@@ -45,12 +50,12 @@ def models_build(
     meaningless, but compute and memory are those of the real architectures, which is what
     packing decisions need. tiny builds in seconds and is what the tests use.
     """
-    from sharedserve.models import build_models
+    from sharedserve.models import build
 
-    for path in build_models(
+    for built in build(
         [n.value for n in names], out, overwrite=overwrite, seed=seed, framework=framework
     ):
-        typer.echo(path)
+        typer.echo(f"already built (identical): {built.path}" if built.already else built.path)
 
 
 @models_app.command("list")

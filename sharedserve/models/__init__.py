@@ -4,6 +4,6 @@ Their accuracy is meaningless; their compute and memory are those of the real ar
 which is what packing decisions depend on.
 """
 
-from sharedserve.models.catalog import CATALOG, ExampleModelSpec, build_models
+from sharedserve.models.catalog import CATALOG, Built, ExampleModelSpec, build, build_models
 
-__all__ = ["CATALOG", "ExampleModelSpec", "build_models"]
+__all__ = ["CATALOG", "Built", "ExampleModelSpec", "build", "build_models"]

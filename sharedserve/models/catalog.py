@@ -7,6 +7,7 @@ every architecture exists for every framework; each entry says which it has.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -18,7 +19,7 @@ from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 from sharedserve.framework_output import framework_startup
 
-__all__ = ["CATALOG", "ExampleModelSpec", "build_models"]
+__all__ = ["CATALOG", "Built", "ExampleModelSpec", "build", "build_models"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,31 @@ def _parse_framework(framework: str) -> Framework:
         raise ConfigError(f"unknown framework {framework!r}; choose from {choices}") from None
 
 
+_STAMP = ".sharedserve-build.json"
+"""What built ``NAME/1``, kept in the base path beside it (not inside it: the version directory
+holds the model's files only), so a second identical build can be recognised and skipped."""
+
+
+@dataclass(frozen=True)
+class Built:
+    path: Path
+    """The version directory, ``out/NAME/1``."""
+    already: bool
+    """It existed, built by the same model, framework and seed, and was left as it was."""
+
+
+def _stamp(name: str, framework: Framework, seed: int) -> dict[str, object]:
+    return {"model": name, "framework": framework.value, "seed": seed, "version": 1}
+
+
+def _identical(target: Path, stamp: dict[str, object]) -> bool:
+    # A model without a stamp (built before stamps, or by hand) cannot be told identical.
+    try:
+        return bool(json.loads((target.parent / _STAMP).read_text()) == stamp)
+    except (OSError, ValueError):
+        return False
+
+
 def build_models(
     names: list[str],
     out: Path,
@@ -90,11 +116,26 @@ def build_models(
     seed: int = 0,
     framework: Framework | str = Framework.TENSORFLOW,
 ) -> list[Path]:
-    """Build each model for ``framework`` into ``out/NAME/1``; returns the directories written.
+    """``build``'s version directories, one per name, whether built now or already there."""
+    built = build(names, out, overwrite=overwrite, seed=seed, framework=framework)
+    return [b.path for b in built]
+
+
+def build(
+    names: list[str],
+    out: Path,
+    *,
+    overwrite: bool = False,
+    seed: int = 0,
+    framework: Framework | str = Framework.TENSORFLOW,
+) -> list[Built]:
+    """Build each model for ``framework`` into ``out/NAME/1``.
 
     Each model is written to a temporary directory next to its destination and renamed into
     place, so an interrupted build never leaves a half-written model that ``serve`` would
-    try to load. Everything is checked before anything is built.
+    try to load. Everything is checked before anything is built. A model already built with
+    the same parameters is kept (a README block run twice goes on); one built otherwise, or
+    by hand, is replaced only with ``overwrite``.
     """
     chosen = _parse_framework(framework)
     unknown = [n for n in names if n not in CATALOG]
@@ -110,27 +151,40 @@ def build_models(
             f"{chosen.value} has {available}"
         )
     targets = [out / name / "1" for name in names]
-    existing = [t for t in targets if t.exists()]
+    stamps = [_stamp(name, chosen, seed) for name in names]
+    same = {
+        t for t, stamp in zip(targets, stamps, strict=True) if t.exists() and _identical(t, stamp)
+    }
+    existing = [t for t in targets if t.exists() and t not in same]
     if existing and not overwrite:
         raise ConfigError(
-            f"{', '.join(map(str, existing))} already exist; pass --overwrite to replace"
+            f"{', '.join(map(str, existing))} already exist, built otherwise (another "
+            f"framework or seed, or not by this command); pass --overwrite to replace"
         )
 
-    save = _saver(chosen)
-    written = []
-    for name, target in zip(names, targets, strict=True):
+    save = _saver(chosen) if any(t not in same for t in targets) else None
+    results = []
+    for name, target, stamp in zip(names, targets, stamps, strict=True):
+        if target in same:
+            log.info("%s (%s) already built, identical: %s", name, chosen.value, target)
+            results.append(Built(target, already=True))
+            continue
+        assert save is not None
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
         try:
             save(CATALOG[name], tmp / "model", seed=seed)
+            # The old stamp goes first: an interrupted replacement must not pass as identical.
+            (target.parent / _STAMP).unlink(missing_ok=True)
             if target.exists():
                 shutil.rmtree(target)
             (tmp / "model").rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        (target.parent / _STAMP).write_text(json.dumps(stamp) + "\n")
         log.info("built %s (%s) -> %s", name, chosen.value, target)
-        written.append(target)
-    return written
+        results.append(Built(target, already=False))
+    return results
 
 
 class _Saver(Protocol):
