@@ -41,7 +41,10 @@ lint: $(VENV)/.installed-dev
 browser:
 	@for b in chromium chromium-browser google-chrome; do command -v $$b >/dev/null && exit 0; done; \
 	command -v apt-get >/dev/null || { echo "no chromium and no apt-get: install Chromium" >&2; exit 0; }; \
-	echo "installing chromium with apt-get (the HTML report test renders the report in it)"; \
+	echo "make: Chromium is missing: tests/integration/test_report_browser.py renders the HTML" \
+		"report in it, and it is a Debian package, not on PyPI. Installing it now with"; \
+	echo "  $(strip $(APT_GET)) install -y chromium"; \
+	echo "(install Chromium yourself first to skip this step)"; \
 	$(APT_GET) install -y -qq chromium >/dev/null 2>&1 || \
 	{ $(APT_GET) update -qq && $(APT_GET) install -y -qq chromium >/dev/null; } || \
 	echo "could not install chromium: the HTML report test will fail until it is" >&2

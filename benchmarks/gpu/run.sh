@@ -86,7 +86,13 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 if [[ -z ${PYTHON:-} ]]; then
     if [[ -x $root/.venv/bin/python ]]; then PYTHON=$root/.venv/bin/python; else PYTHON=python3; fi
 fi
-export KIT_WORK=${KIT_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/sharedserve-gpu-kit-XXXXXX")}
+if [[ -z ${KIT_WORK:-} ]]; then
+    # Scratch of our own (models, replica logs): what is worth keeping is archived into
+    # OUTDIR/logs.tar.gz below, so the folder goes when the run ends, however it ends.
+    KIT_WORK=$(mktemp -d "${TMPDIR:-/tmp}/sharedserve-gpu-kit-XXXXXX") || exit 2
+    trap 'rm -rf "$KIT_WORK"' EXIT
+fi
+export KIT_WORK
 export PYTHONUNBUFFERED=1
 cd "$root" || exit 2
 

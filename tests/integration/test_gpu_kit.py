@@ -195,3 +195,34 @@ def test_a_dropped_in_stage_joins_and_the_budget_splits_commands(tmp_path: Path)
     done = run_kit("all", str(out), env=env, kit=kit)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (out / "second.json").exists()
+
+
+SCRATCH_STAGE = '''"""A stage that leaves a log in its scratch folder."""
+# minutes: 1
+# order: 10
+import json, sys
+from pathlib import Path
+out, work = Path(sys.argv[1]), Path(sys.argv[sys.argv.index("--work") + 1])
+work.mkdir(parents=True)
+(work / "replica.log").write_text("a replica's log")
+(out / "scratch.json").write_text(json.dumps({"status": "pass"}))
+(out / "scratch.md").write_text("# scratch")
+'''
+
+
+def test_the_kit_leaves_no_scratch_folder_behind(tmp_path: Path) -> None:
+    kit = tmp_path / "benchmarks" / "gpu"
+    (kit / "stages").mkdir(parents=True)
+    shutil.copy(KIT / "run.sh", kit / "run.sh")
+    (kit / "stages" / "scratch.py").write_text(SCRATCH_STAGE)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    out = tmp_path / "out"
+    done = run_kit(
+        "all", str(out), env=without_tensorflow(tmp_path / "hide", TMPDIR=str(temp)), kit=kit
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # The log is kept where the results are; the scratch folder run.sh made is gone.
+    with tarfile.open(out / "logs.tar.gz") as logs:
+        assert "scratch/replica.log" in logs.getnames()
+    assert not list(temp.iterdir())

@@ -101,7 +101,10 @@ def test_the_paging_example(models_dir: Path, torch_models_dir: Path, tmp_path: 
 
 def test_the_pack_example(tmp_path: Path) -> None:
     build, pack = block("sharedserve pack").strip().split("\n", 1)
-    env = user_env()
+    # pack keeps its replicas' logs in a new folder under TMPDIR: this test's, not /tmp.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**user_env(), "TMPDIR": str(scratch)}
     built = subprocess.run(["bash", "-e", "-c", build], cwd=tmp_path, env=env, check=False)
     assert built.returncode == 0
     log = (tmp_path / "pack.out").open("w")
@@ -128,6 +131,7 @@ def test_the_pack_example(tmp_path: Path) -> None:
     output = (tmp_path / "pack.out").read_text()
     assert "4 replicas of resnet50" in output and "CPU: 2 cores per replica" in output
     assert not targets.exists()  # cleaned up on the way out
+    assert [p.name for p in scratch.glob("sharedserve-pack-resnet50-*/resnet50-0.log")]
 
 
 @pytest.mark.parametrize(
