@@ -16,6 +16,7 @@ Pure: it renders a report dict; ``sharedserve.bench.report`` writes it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from sharedserve.bench.report_table import (
     table,
 )
 from sharedserve.bench.sigfig import count, sig3
+from sharedserve.bench.summary import model_p99
 
 __all__ = ["render_html"]
 
@@ -96,13 +98,29 @@ def _row_mark(row: dict[str, Any], best: Any, mix: bool) -> str:
     return "rec" if best is not None and at == best else ""
 
 
+def _models(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A row's models over their replicas, each with its name."""
+    if row.get("models"):
+        return [{**m, "name": name} for name, m in row["models"].items()]
+    # A report from before rows had ``models`` swept one model: its figures over all its
+    # replicas are the row's, and its replicas are named NAME-N.
+    replicas = list(row.get("per_model") or [])
+    if not replicas:
+        return []
+    name = replicas[0].get("model") or re.sub(r"-\d+$", "", str(replicas[0]["name"]))
+    figures = {k: row.get(k) for k in ("requests", "errors", "dropped", "p99_ms")}
+    return [{**figures, "name": name, "replicas": len(replicas)}]
+
+
 def _worst_model(row: dict[str, Any], slo: float) -> str:
-    """Which model of a row that missed the SLO missed it worst, and by how much."""
-    models = list(row.get("per_model") or [])
+    """Which model of a row that missed the SLO missed it worst, and by how much: each model
+    over its replicas together (``models``), the p99 the reason under the cards quotes, never
+    one replica's."""
+    models = _models(row)
     slow = [m for m in models if m.get("p99_ms") is not None and m["p99_ms"] > slo]
     if slow:
         m = max(slow, key=lambda m: float(m["p99_ms"]))
-        return f"{m['name']}: p99 {sig3(m['p99_ms'])} ms, {over(m['p99_ms'], slo)} the SLO"
+        return f"{m['name']}: {model_p99(m)}, {over(m['p99_ms'], slo)} the SLO"
     failing = [m for m in models if m.get("errors") and m.get("requests")]
     if failing:
         m = max(failing, key=lambda m: m["errors"] / m["requests"])

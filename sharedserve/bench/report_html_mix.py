@@ -23,6 +23,7 @@ from sharedserve.bench.mix import (
 )
 from sharedserve.bench.report_table import NONE, Col, card, figure, over, table
 from sharedserve.bench.sigfig import count, sig3
+from sharedserve.bench.summary import model_p99
 
 __all__ = ["mix_sections", "mix_verdict"]
 
@@ -64,7 +65,7 @@ def _miss(m: dict[str, Any]) -> str:
     if not requests:
         return "completed no requests"
     if p99 is not None and slo and p99 > slo:
-        return f"p99 {sig3(p99)} ms, {over(p99, slo)} its {slo:g} ms SLO"
+        return f"{model_p99(m)}, {over(p99, slo)} its {slo:g} ms SLO"
     if failed:
         share = sig3(100 * failed / (requests + dropped))
         return f"{count(failed)} of {count(requests + dropped)} failed ({share}%)"

@@ -32,6 +32,7 @@ __all__ = [
     "build_row",
     "finalize_rows",
     "model_miss",
+    "model_p99",
     "pct",
 ]
 
@@ -218,8 +219,17 @@ def model_miss(
     if model["p99_ms"] is None:
         return f"model {name} had no successful request"
     if model["p99_ms"] > slo_p99_ms:
-        return f"model {name} p99 {model['p99_ms']:g} ms > {slo_p99_ms:g} ms"
+        return f"model {name} {model_p99(model)} > {slo_p99_ms:g} ms"
     return None
+
+
+def model_p99(model: dict[str, Any]) -> str:
+    """The p99 a model is judged by, as every verdict quotes it: over its replicas' requests
+    together (the merged histogram), named so where there are several, since one replica's
+    p99 can be worse. ``model`` is an entry of a row's ``models``."""
+    text = f"p99 {model['p99_ms']:g} ms"
+    replicas = model.get("replicas") or 1
+    return text if replicas == 1 else f"{text} (all {replicas} replicas)"
 
 
 def _max(values: Iterable[float | None]) -> float | None:

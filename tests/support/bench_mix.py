@@ -28,7 +28,8 @@ _FIGURES = {  # (scale, model) -> requests, errors, dropped, qps, p50, p99, p99.
 }
 REASON = (
     "scale 1 (7 replicas) is the largest at which every model met its own p99 objective with "
-    "< 0.1% errors; scale 2 (14 replicas) missed it: model resnet50 p99 1530.5 ms > 1000 ms"
+    "< 0.1% errors; scale 2 (14 replicas) missed it: model resnet50 p99 1530.5 ms (all 2 "
+    "replicas) > 1000 ms"
 )
 
 

@@ -312,7 +312,7 @@ def test_a_mix_in_markdown(tmp_path: Path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "Recommended scale: 1 (7 replicas)." in md
     assert "First model to miss its SLO: **resnet50**." in md
-    assert "missed it: model resnet50 p99 1530.5 ms > 1000 ms" in md
+    assert "missed it: model resnet50 p99 1530.5 ms (all 2 replicas) > 1000 ms" in md
     assert "SLO: p99 per model: tiny <= 50 ms, mobilenet_v2 <= 250 ms, resnet50 <= 1000 ms." in md
     assert md_table(md, "Results")[0][:3] == ["scale", "replicas", "pattern"]
     table = md_table(md, "Per model")

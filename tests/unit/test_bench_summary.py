@@ -504,8 +504,8 @@ def test_recommendation_is_the_largest_scale_every_model_met_and_names_the_worst
     assert rec["failing_model"] == "resnet50"
     assert rec["reason"] == (
         "scale 2 (14 replicas) is the largest at which every model met its own p99 objective "
-        "with < 0.1% errors; scale 4 (28 replicas) missed it: model resnet50 p99 2500 ms > "
-        "1000 ms, model tiny p99 60 ms > 50 ms"
+        "with < 0.1% errors; scale 4 (28 replicas) missed it: model resnet50 p99 2500 ms (all 4 "
+        "replicas) > 1000 ms, model tiny p99 60 ms (all 16 replicas) > 50 ms"
     )
     # Every replica served as many requests at every scale here: throughput grew with the scale.
     assert [r["scaling_efficiency"] for r in rows] == [1.0, 1.0, 1.0]
