@@ -10,7 +10,8 @@ framework is imported and finds its devices; sharedserve then says in one line o
 whether a GPU is there and the cap enforced.
 
 Stdlib only, and inert until the CLI calls ``hide_startup_output``: a library user of sharedserve
-sees the frameworks exactly as they print.
+sees the frameworks exactly as they print. ``framework_needed`` turns a framework that is not
+installed into one line that says what to install (a ``ConfigError``), not an import traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["FRAMEWORK_LOGGERS", "QUIET_ENV", "framework_startup", "hide_startup_output"]
+from sharedserve.errors import ConfigError
+
+__all__ = [
+    "FRAMEWORK_LOGGERS",
+    "QUIET_ENV",
+    "framework_needed",
+    "framework_startup",
+    "hide_startup_output",
+]
 
 QUIET_ENV = {
     # TensorFlow's C++ logging: 2 drops INFO and WARNING, keeps ERROR and FATAL.
@@ -34,6 +43,31 @@ QUIET_ENV = {
 
 FRAMEWORK_LOGGERS = ("absl", "tensorflow")
 """Python loggers through which the frameworks report routine steps at INFO."""
+
+
+_INSTALL = {
+    # framework: (the top-level modules it brings, what needs it, its name, the extra to install)
+    "torch": (("torch",), "TorchScript models", "PyTorch", "torch"),
+    "tensorflow": (("tensorflow", "keras"), "SavedModels", "TensorFlow", "tensorflow"),
+}
+
+
+@contextlib.contextmanager
+def framework_needed(framework: str) -> Iterator[None]:
+    """Around an import of ``framework`` ("torch" or "tensorflow"): if it is not installed,
+    a ``ConfigError`` naming the extra to install, e.g. "TorchScript models need PyTorch: pip
+    install 'sharedserve[torch]'". A module missing *inside* an installed framework (one of its
+    own dependencies) is not this case and propagates as it is.
+    """
+    modules, needs, name, extra = _INSTALL[framework]
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] not in modules:
+            raise
+        raise ConfigError(
+            f"{needs} need {name}, which is not installed: pip install 'sharedserve[{extra}]'"
+        ) from e
 
 
 class _Switch:

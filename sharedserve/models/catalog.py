@@ -17,7 +17,7 @@ from typing import Protocol
 
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
-from sharedserve.framework_output import framework_startup
+from sharedserve.framework_output import framework_needed, framework_startup
 
 __all__ = ["CATALOG", "Built", "ExampleModelSpec", "build", "build_models"]
 
@@ -194,7 +194,7 @@ class _Saver(Protocol):
 def _saver(framework: Framework) -> _Saver:
     # Imported only now: each builder imports its framework, which takes seconds.
     if framework is Framework.TORCH:
-        with framework_startup():
+        with framework_needed("torch"), framework_startup():
             from sharedserve.models.torch_models import save_torchscript
 
         return save_torchscript

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sharedserve.framework_output import framework_startup
+from sharedserve.framework_output import framework_needed, framework_startup
 from sharedserve.models.catalog import ExampleModelSpec
 
 __all__ = ["save_saved_model"]
@@ -33,7 +33,7 @@ def _keras_model(spec: ExampleModelSpec) -> Any:
 
 
 def save_saved_model(spec: ExampleModelSpec, path: Path, *, seed: int = 0) -> None:
-    with framework_startup():
+    with framework_needed("tensorflow"), framework_startup():
         import keras
         import tensorflow as tf
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from sharedserve.config import PackSettings
-from sharedserve.errors import SharedServeError
+from sharedserve.errors import ConfigError, SharedServeError
 from sharedserve.pack.prepare import PreparedPack, prepare_pack, release_cgroups
 from sharedserve.pack.probe import model_state
 from sharedserve.pack.replica import Replica, ReplicaState
@@ -46,6 +46,15 @@ def _describe_exit(code: int) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def _usage_error(code: int | None, log_tail: str) -> str | None:
+    """The ``error: ...`` line of a serve that exited 2 (ConfigError: a model it cannot load,
+    its framework not installed, a bad flag), without the prefix; None for any other exit."""
+    if code != 2:
+        return None
+    lines = [line for line in log_tail.splitlines() if line.startswith("error: ")]
+    return lines[-1].removeprefix("error: ") if lines else None
 
 
 class PackInterrupted(SharedServeError):
@@ -88,6 +97,11 @@ class Pack:
                 raise PackInterrupted("stopped while replicas were starting")
             for replica in self.replicas:
                 code = replica.exit_code()
+                refused = _usage_error(code, replica.log_tail())
+                if refused is not None:
+                    # serve refused its settings (exit 2, as any usage error): every replica and
+                    # every restart would, so its one line is the whole story.
+                    raise ConfigError(f"replica {replica.spec.name} cannot start: {refused}")
                 if code is not None:
                     raise SharedServeError(
                         f"replica {replica.spec.name} {_describe_exit(code)} while starting; "

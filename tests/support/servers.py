@@ -46,11 +46,20 @@ def first_run_env(**extra: str) -> dict[str, str]:
 
 
 def without_tensorflow(root: Path, **extra: str) -> dict[str, str]:
-    """``clean_env`` for a child in which TensorFlow is missing, as in a ``[torch]``-only install.
+    """``clean_env`` for a child in which TensorFlow is missing, as in a ``[torch]``-only
+    install."""
+    return _hiding(root, ("tensorflow", "tensorflow_serving", "keras"), **extra)
 
-    Packages of the same names placed first on ``PYTHONPATH`` fail on import, as absent ones do.
-    """
-    for name in ("tensorflow", "tensorflow_serving", "keras"):
+
+def without_torch(root: Path, **extra: str) -> dict[str, str]:
+    """``clean_env`` for a child in which PyTorch is missing, as after ``make demo`` (TensorFlow
+    only)."""
+    return _hiding(root, ("torch",), **extra)
+
+
+def _hiding(root: Path, names: Sequence[str], **extra: str) -> dict[str, str]:
+    # Packages of the same names placed first on PYTHONPATH fail on import, as absent ones do.
+    for name in names:
         package = root / name
         package.mkdir(parents=True, exist_ok=True)
         (package / "__init__.py").write_text(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sharedserve.enums import Framework
 from sharedserve.errors import SharedServeError
-from sharedserve.framework_output import framework_startup
+from sharedserve.framework_output import framework_needed, framework_startup
 from sharedserve.server.backends.base import Backend
 from sharedserve.server.model_source import ModelSource
 
@@ -21,7 +21,7 @@ def make_backend(source: ModelSource) -> Backend:
 
         return TensorFlowBackend(source.path)
     if source.framework is Framework.TORCH:
-        with framework_startup():  # imports torch
+        with framework_needed("torch"), framework_startup():  # imports torch
             from sharedserve.server.backends.torch import TorchBackend
 
         return TorchBackend(source.path)

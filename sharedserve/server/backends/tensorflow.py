@@ -23,7 +23,7 @@ from sharedserve.errors import (
     ResourceExhausted,
     SharedServeError,
 )
-from sharedserve.framework_output import framework_startup
+from sharedserve.framework_output import framework_needed, framework_startup
 from sharedserve.limits.gpu import apply_tensorflow
 from sharedserve.server.backends.base import AppliedRuntime, DeviceMemory, RuntimeConfig
 from sharedserve.server.signature import DTYPE_TO_NUMPY, Signature, TensorSpec
@@ -97,7 +97,8 @@ class TensorFlowBackend:
         self._loaded: Any = None
 
     def configure(self, config: RuntimeConfig) -> AppliedRuntime:
-        with framework_startup():
+        # The first import of TensorFlow in a server: where a missing one is one line.
+        with framework_needed("tensorflow"), framework_startup():
             import tensorflow as tf
 
         # Both must be set before TensorFlow's runtime starts, i.e. before the model loads.

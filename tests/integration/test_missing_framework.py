@@ -1,0 +1,64 @@
+"""A framework that is not installed is one line saying what to install, never a traceback.
+
+After ``make demo`` (TensorFlow only) a reader's first torch block is ``models build
+--framework torch``, then ``serve`` and ``pack`` on the TorchScript model; a ``[torch]``-only
+install meets the same with a SavedModel. Each runs as a real child process in which the
+framework cannot be imported (a package of its name first on ``PYTHONPATH`` that fails to).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.servers import free_port, run_cli, without_tensorflow, without_torch
+
+TORCH_LINE = (
+    "error: TorchScript models need PyTorch, which is not installed: "
+    "pip install 'sharedserve[torch]'"
+)
+TF_LINE = (
+    "error: SavedModels need TensorFlow, which is not installed: "
+    "pip install 'sharedserve[tensorflow]'"
+)
+
+
+def _ports() -> list[str]:
+    return ["--rest-port", str(free_port()), "--grpc-port", str(free_port())]
+
+
+def assert_one_line(result_code: int, stderr: str, line: str) -> None:
+    assert result_code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [text for text in stderr.splitlines() if text.startswith("error")]
+    assert errors == [line], stderr
+
+
+@pytest.mark.parametrize("command", ["build", "serve", "pack"])
+def test_torch_missing_is_one_line(command: str, torch_models_dir: Path, tmp_path: Path) -> None:
+    # TMPDIR: where pack would put its replicas' logs, kept out of the shared /tmp.
+    env = without_torch(tmp_path / "hide", TMPDIR=str(tmp_path))
+    model = str(torch_models_dir / "tiny")
+    args = {
+        "build": ["models", "build", "tiny", "--framework", "torch", "--out", str(tmp_path / "m")],
+        "serve": ["serve", "--model", model, "--host", "127.0.0.1", *_ports()],
+        "pack": ["pack", "--model", model, "--replicas", "1", "--start-timeout", "120"],
+    }[command]
+    result = run_cli(*args, env=env, timeout=150)
+    # pack names the replica whose serve said so.
+    line = TORCH_LINE.replace("error: ", "error: replica tiny-0 cannot start: ")
+    assert_one_line(result.returncode, result.stderr, line if command == "pack" else TORCH_LINE)
+    if command == "build":
+        assert not (tmp_path / "m" / "tiny" / "1").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "serve"])
+def test_tensorflow_missing_is_one_line(command: str, models_dir: Path, tmp_path: Path) -> None:
+    env = without_tensorflow(tmp_path / "hide")
+    args = {
+        "build": ["models", "build", "tiny", "--out", str(tmp_path / "m")],
+        "serve": ["serve", "--model", str(models_dir / "tiny"), "--host", "127.0.0.1", *_ports()],
+    }[command]
+    result = run_cli(*args, env=env, timeout=150)
+    assert_one_line(result.returncode, result.stderr, TF_LINE)
