@@ -13,18 +13,19 @@ from sharedserve.placement import OpenEnded, place
 from sharedserve.server.model_source import find_model
 from sharedserve.size.demand import demands
 from sharedserve.size.fleet import Fleet, listed, load_fleet
+from sharedserve.size.grouping import group
 from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import (
     Plan,
     PlanKubernetes,
     build_plan,
-    gpu_specs,
     spec_index,
     spec_name,
     write_plan,
 )
 from sharedserve.size.plan_html import plan_html
 from sharedserve.size.plan_md import plan_markdown
+from sharedserve.size.plan_specs import gpu_specs
 from sharedserve.size.profile import ModelProfile, load_profiles
 
 __all__ = ["plan_fleet"]
@@ -80,13 +81,20 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
             profiles[str(m.profile)] = load_profiles(m.profile)
     sizes, directories = _files(fleet)
     wanted, warnings = demands(fleet, profiles, sizes)
-    packing = place(
-        [d.placed_as() for d in wanted],
-        OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus),
-        reserve_mib=fleet.context_reserve_mib,
-        target=fleet.utilization_target,
+    gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
+    reserve, target = fleet.context_reserve_mib, fleet.utilization_target
+    grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target)
+    packing = place(grouping.requests(wanted), gpus, reserve_mib=reserve, target=target)
+    separate = None
+    if grouping.servers:
+        # The same fleet with every model dedicated: what the shared servers save. No GPU
+        # limit: only the plan chosen must keep to it.
+        alone = OpenEnded(gpus.memory_mib, gpus.gpus_per_node)
+        separate = len(place([d.placed_as() for d in wanted], alone, reserve_mib=reserve,
+                             target=target).gpus)  # fmt: skip
+    plan = build_plan(
+        fleet, wanted, packing, warnings, grouping=grouping, process_per_replica_gpus=separate
     )
-    plan = build_plan(fleet, wanted, packing, warnings)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("gpu-*.yaml"):
         if spec_index(old) is not None:
