@@ -68,6 +68,11 @@ def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_
             "would need more vGPUs than a GPU has: the cluster needs more GPUs than the plan; "
             "cut GPUs finer (kubernetes.vgpus_per_gpu)"
         )
+    if plan.servers:
+        warnings.append(
+            "k8s.yaml renders each model of a shared server as a Deployment of its own, "
+            "not one Deployment a server: size it with k8s render --spec on a GPU's pack spec"
+        )
     return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
 
 

@@ -10,6 +10,8 @@ from sharedserve.placement import OpenEnded, place
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType
 from sharedserve.size.grouping import group
 from sharedserve.size.plan import Plan, build_plan, spec_name
+from sharedserve.size.plan_html import plan_html
+from sharedserve.size.plan_md import plan_markdown
 from sharedserve.size.plan_specs import gpu_specs
 from tests.unit.test_size_grouping import model
 
@@ -70,3 +72,18 @@ def test_a_gpus_pack_spec_has_the_server_as_a_group(tmp_path: Path) -> None:
     assert group_entry.cap.share.mib == 9000  # its models' budgets, summed: the reserve kept once
     assert [(m.name, m.gpu_memory_mib, m.weight) for m in group_entry.models] == [
         ("a", 3000, 10.0), ("b", 3000, 10.0), ("c", 3000, 10.0)]  # fmt: skip
+
+
+def test_plan_md_and_html_say_each_models_serving_why_and_the_three_costs(
+    tmp_path: Path,
+) -> None:
+    plan, _ = plan_of(tmp_path)
+    markdown = plan_markdown(plan, [])
+    assert "| this plan | 1 |" in markdown and "| one replica per GPU | 4 |" in markdown
+    assert "| a process per replica, packed | 2 |" in markdown
+    assert "| a | shared-0 |" in markdown and "| hot | dedicated |" in markdown
+    assert "- a: shared in shared-0: cold" in markdown
+    assert "| shared-0 | 1 | a, b, c | 9,000 |" in markdown
+    page = plan_html(plan)
+    assert "a process per replica, packed</td><td>2</td>" in page
+    assert '<span title="shared in shared-0: cold' in page and "<h2>Shared servers</h2>" in page
