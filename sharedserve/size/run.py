@@ -9,11 +9,11 @@ from sharedserve.errors import ConfigError
 from sharedserve.files import write_atomic
 from sharedserve.pack.prepare import footprint_mib
 from sharedserve.pack.spec import write_spec
-from sharedserve.placement import OpenEnded, place
+from sharedserve.placement import OpenEnded, Placement, place
 from sharedserve.server.model_source import find_model
-from sharedserve.size.demand import demands
+from sharedserve.size.demand import Demand, demands
 from sharedserve.size.fleet import Fleet, listed, load_fleet
-from sharedserve.size.grouping import group
+from sharedserve.size.grouping import Grouping, dedicated, group
 from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import (
     Plan,
@@ -76,6 +76,33 @@ def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_
     return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
 
 
+def _pack(
+    wanted: list[Demand], gpus: OpenEnded, reserve: float, target: float
+) -> tuple[Grouping, Placement, int]:
+    """The grouping, its packing, and the GPUs a process per replica takes. Packed both ways
+    without the GPU limit (only the plan chosen must keep to it); shared servers are dropped
+    where a process per replica takes fewer GPUs."""
+    grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target)
+    unlimited = OpenEnded(gpus.memory_mib, gpus.gpus_per_node)
+    packing = place(grouping.requests(wanted), unlimited, reserve_mib=reserve, target=target)
+    alone = packing
+    if grouping.servers:
+        alone = place([d.placed_as() for d in wanted], unlimited, reserve_mib=reserve,
+                      target=target)  # fmt: skip
+        if len(alone.gpus) < len(packing.gpus):
+            grouping = dedicated(
+                wanted,
+                f"dedicated: with shared servers the fleet packed onto {len(packing.gpus)} GPUs, "
+                f"with a process per replica onto {len(alone.gpus)}",
+            )
+            packing = alone
+    if gpus.max_gpus is not None and len(packing.gpus) > gpus.max_gpus:
+        raise ConfigError(
+            f"the fleet needs {len(packing.gpus)} GPUs and gpu.max_gpus allows {gpus.max_gpus}"
+        )
+    return grouping, packing, len(alone.gpus)
+
+
 def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     """Plan the fleet; write plan.json, plan.md, plan.html, k8s.yaml and, when every model has
     files, a pack spec per GPU into ``out_dir``; return the plan plan.json holds."""
@@ -88,15 +115,7 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     wanted, warnings = demands(fleet, profiles, sizes)
     gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
     reserve, target = fleet.context_reserve_mib, fleet.utilization_target
-    grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target)
-    packing = place(grouping.requests(wanted), gpus, reserve_mib=reserve, target=target)
-    separate = None
-    if grouping.servers:
-        # The same fleet with every model dedicated: what the shared servers save. No GPU
-        # limit: only the plan chosen must keep to it.
-        alone = OpenEnded(gpus.memory_mib, gpus.gpus_per_node)
-        separate = len(place([d.placed_as() for d in wanted], alone, reserve_mib=reserve,
-                             target=target).gpus)  # fmt: skip
+    grouping, packing, separate = _pack(wanted, gpus, reserve, target)
     plan = build_plan(
         fleet, wanted, packing, warnings, grouping=grouping, process_per_replica_gpus=separate
     )

@@ -44,11 +44,13 @@ def servers_of(demands: list[Demand]) -> dict[str, str | None]:
             [model("a", 0.45), model("b", 0.45), model("c", 0.3), model("d", 0.3)],
             {"a": "shared-0", "c": "shared-0", "b": "shared-1", "d": "shared-1"},
         ),
-        # Busy shares sum past the target: 0.5 + 0.5 of the GPU's time is not one server's.
+        # Busy shares: a server keeps at most a quarter of the 0.8 target busy (0.2).
         (
-            [model("a", 0.1, busy=0.5), model("b", 0.1, busy=0.5)],
-            {"a": None, "b": None},
+            [model("a", 0.1, busy=0.15), model("b", 0.1, busy=0.1), model("c", 0.1, busy=0.05)],
+            {"a": "shared-0", "c": "shared-0", "b": None},
         ),
+        # Models of another densest do not share: the least would bind the others.
+        ([model("a", 0.1, densest=4), model("b", 0.1)], {"a": None, "b": None}),
         # Memory: a server's replica takes at most half a GPU (20,000 MiB), its one reserve in.
         (
             [
@@ -91,8 +93,8 @@ def test_a_server_holds_at_most_its_models_limit() -> None:
 
 
 def test_a_server_is_placed_as_one_replica_with_one_reserve() -> None:
-    demands = [model("a", 0.1, memory=3000, busy=0.1, replicas=2),
-               model("b", 0.2, memory=2000, busy=0.15, replicas=2, densest=4),
+    demands = [model("a", 0.1, memory=3000, busy=0.05, replicas=2, densest=4),
+               model("b", 0.2, memory=2000, busy=0.1, replicas=2, densest=4),
                model("hot", 0.8, memory=5000)]  # fmt: skip
     grouping = group(demands, gpu_memory_mib=GPU, reserve_mib=RESERVE, target=TARGET)
     requests = grouping.requests(demands)
@@ -100,7 +102,7 @@ def test_a_server_is_placed_as_one_replica_with_one_reserve() -> None:
         ("hot", 1, 5000, 8, 1),
         ("shared-0", 2, 5000, 4, 2),
     ]
-    assert requests[1].busy_share == pytest.approx(0.25)
+    assert requests[1].busy_share == pytest.approx(0.15)
     # The bound counts a context per process: 3 processes' reserves, not 5 replicas'.
     three = 3 * RESERVE + 15_000
     assert lower_bound(requests, three, RESERVE, TARGET).by_memory == 1

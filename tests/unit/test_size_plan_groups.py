@@ -13,6 +13,7 @@ from sharedserve.size.plan import Plan, build_plan, spec_name
 from sharedserve.size.plan_html import plan_html
 from sharedserve.size.plan_md import plan_markdown
 from sharedserve.size.plan_specs import gpu_specs
+from sharedserve.size.run import _pack
 from tests.unit.test_size_grouping import model
 
 GPU, RESERVE, TARGET = 23_034, 512, 0.8
@@ -87,3 +88,16 @@ def test_plan_md_and_html_say_each_models_serving_why_and_the_three_costs(
     page = plan_html(plan)
     assert "a process per replica, packed</td><td>2</td>" in page
     assert '<span title="shared in shared-0: cold' in page and "<h2>Shared servers</h2>" in page
+
+
+def test_shared_servers_are_dropped_where_a_process_per_replica_takes_fewer_gpus() -> None:
+    # Two hot replicas at 0.65 of a GPU's time leave 0.15 each under the 0.8 target: the two
+    # cold models (0.1 each) fill those gaps alone, but not as one server of 0.2.
+    wanted = [model("hot-a", 0.7, busy=0.65), model("hot-b", 0.7, busy=0.65),
+              model("a", 0.1, busy=0.1), model("b", 0.1, busy=0.1)]  # fmt: skip
+    grouping, packing, separate = _pack(wanted, OpenEnded(GPU, 8), RESERVE, TARGET)
+    assert (len(packing.gpus), separate, grouping.servers) == (2, 2, [])
+    assert grouping.serving["a"].reason == (
+        "dedicated: with shared servers the fleet packed onto 3 GPUs, with a process per "
+        "replica onto 2"
+    )
