@@ -38,6 +38,7 @@ from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.placement import OpenEnded, place
 from sharedserve.size.demand import demands
 from sharedserve.size.fleet import load_fleet
+from sharedserve.size.grouping import group
 from sharedserve.size.profile import load_profiles
 from sharedserve.size.run import plan_fleet
 
@@ -127,7 +128,9 @@ def measure(models: int, profiles: int, seed: int) -> dict[str, Any]:
         wanted, _ = demands(fleet, loaded)
         sized = time.perf_counter() - start
         start = time.perf_counter()
-        packing = place([d.placed_as() for d in wanted],
+        grouping = group(wanted, gpu_memory_mib=fleet.gpu.memory_mib, reserve_mib=RESERVE_MIB,
+                         target=TARGET)  # fmt: skip
+        packing = place(grouping.requests(wanted),
                         OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus),
                         reserve_mib=RESERVE_MIB, target=TARGET)  # fmt: skip
         packed = time.perf_counter() - start
@@ -138,6 +141,8 @@ def measure(models: int, profiles: int, seed: int) -> dict[str, Any]:
         "models": models,
         "replicas": sum(d.replicas for d in wanted),
         "gpus": plan.gpu_count,
+        "dedicated_gpus": plan.process_per_replica_gpu_count,
+        "shared": sum(len(s.models) for s in plan.servers),
         "bound": plan.lower_bound_gpus,
         "binding": max(bound, key=lambda k: bound[k]),
         "above": plan.above_bound,
@@ -150,14 +155,17 @@ def measure(models: int, profiles: int, seed: int) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| models | replicas | GPUs | lower bound (binding) | above bound | end to end s "
-        "| reading fleet and profiles s | demands s | packing s | the rest (plan files) s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| models | replicas | models shared | GPUs | a process per replica GPUs "
+        "| lower bound (binding) | above bound | end to end s "
+        "| reading fleet and profiles s | demands s | grouping and packing s "
+        "| the rest (plan files) s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         rest = r["total_s"] - r["read_s"] - r["demands_s"] - r["pack_s"]
         lines.append(
-            f"| {r['models']:,} | {r['replicas']:,} | {r['gpus']:,} | {r['bound']:,} "
+            f"| {r['models']:,} | {r['replicas']:,} | {r['shared']:,} | {r['gpus']:,} "
+            f"| {r['dedicated_gpus']:,} | {r['bound']:,} "
             f"({r['binding']}) | {r['above']:.3f}x | {r['total_s']:.2f} | {r['read_s']:.2f} "
             f"| {r['demands_s']:.2f} | {r['pack_s']:.2f} | {rest:.2f} |"
         )
@@ -181,14 +189,16 @@ def main() -> None:
         *heading("Fleet sizing at scale: time, and GPUs against the lower bound", PACKAGES),
         "",
         f"Synthetic fleets on {GPU_NAME} GPUs ({GPU_MIB:,} MiB, 8 to a node, "
-        f"{TARGET:.0%} utilisation target, {RESERVE_MIB} MiB reserve a replica); "
+        f"{TARGET:.0%} utilisation target, {RESERVE_MIB} MiB reserve a process); "
         f"{args.profiles} synthetic profiles (bench report.json files), seed {args.seed} plus "
         "the fleet's size. See the script's docstring for how they are drawn. End to end is "
         "`plan_fleet` (`sharedserve size --fleet` without its CLI): it reads the YAML fleet file "
-        "and the profiles, sizes every model, packs, and writes the plan's files (plan.json, "
-        "plan.md, plan.html, k8s.yaml). The steps up to the packing are then timed apart on the "
-        "same files; the rest is end to end less those: building the plan and writing its "
-        "files. One run each, wall time.",
+        "and the profiles, sizes every model, gathers the cold ones into shared servers "
+        "(`size/grouping.py`), packs them, packs again with every model dedicated (the "
+        "process-per-replica cost), and writes the plan's files (plan.json, plan.md, plan.html, "
+        "k8s.yaml). The steps up to the packing are then timed apart on the same files; the rest "
+        "is end to end less those: the second packing, building the plan and writing its files. "
+        "One run each, wall time.",
         "",
         *table(results),
         "",

@@ -1,6 +1,6 @@
 """The fewest GPUs any plan could use, and what a number of GPUs costs. Pure.
 
-The lower bound is the largest of five: the replicas' memory (each with its context reserve)
+The lower bound is the largest of five: the processes' memory (each with its context reserve)
 over one GPU's memory, their busy shares over the utilisation target, the replicas over the
 densest a GPU may hold, counted per model (a replica of a model measured at most 4 to a GPU
 takes a quarter of one, whatever its neighbours), the most GPUs one model's replicas must be
@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sharedserve.placement import Replicas
 from sharedserve.size.demand import Demand
 
 __all__ = ["HOURS_PER_MONTH", "Bound", "Cost", "cost", "lower_bound"]
@@ -45,9 +46,13 @@ class Cost:
 
 
 def lower_bound(
-    demands: Sequence[Demand], gpu_memory_mib: float, reserve_mib: float, target: float
+    demands: Sequence[Demand] | Sequence[Replicas],
+    gpu_memory_mib: float,
+    reserve_mib: float,
+    target: float,
 ) -> Bound:
-    """No plan of ``demands`` fits on fewer GPUs than ``gpus``."""
+    """No plan of ``demands`` fits on fewer GPUs than ``gpus``. Given what the placement routine
+    places (a shared server's replica one of them), it counts one context reserve a process."""
     memory = sum(d.replicas * (d.memory_mib + reserve_mib) for d in demands)
     busy = sum(d.replicas * d.busy_share for d in demands)
     # A GPU holding a replica holds at most its model's densest measured replicas, so each

@@ -6,14 +6,16 @@ spec of each GPU's share. Pure.
 has the GPU count, its lower bound (and each of the five bounds), the cost against the baseline
 of one replica per GPU (the fleet without sharing), each model's demand and where its replicas
 went, each GPU's replicas, and the ``warnings`` a reader must see (profiles from another GPU or
-a CPU, models not spread). GPU ``i``'s share is the pack spec ``spec_name(i)`` beside it.
+a CPU, models not spread). GPU ``i``'s share is the pack spec ``spec_name(i)`` beside it
+(``size.plan_specs``). Models ``size.grouping`` gathers are placed as shared servers, a server's
+replica one process: each model's ``serving`` says which it got and why, and the cost is told
+three ways (one replica per GPU, a process per replica packed, this plan).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -24,11 +26,11 @@ from pydantic.dataclasses import dataclass
 
 from sharedserve.documents import DOCUMENT, dump, json_schema, parse, read_document
 from sharedserve.files import write_atomic
-from sharedserve.pack.spec import PackSpecFile, SpecEntry
 from sharedserve.placement import Placement, PlannedGpu
 from sharedserve.size.bounds import cost, lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, listed
+from sharedserve.size.grouping import Grouping, Serving, SharedServer
 from sharedserve.size.predict import Predictor
 
 __all__ = [
@@ -37,9 +39,9 @@ __all__ = [
     "PlanGpu",
     "PlanKubernetes",
     "PlanModel",
+    "PlanServer",
     "PlannedReplica",
     "build_plan",
-    "gpu_specs",
     "plan_schema",
     "read_plan",
     "spec_index",
@@ -59,6 +61,9 @@ class PlannedReplica:
     """Its share of the GPU's time."""
     predicted_p99_ms: float | None = None
     """Its p99 beside this GPU's other replicas at its planned rate (``size.predict``)."""
+    server: str | None = None
+    """The shared server whose replica holds it (one entry per model of that replica); None:
+    a process of its own."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -75,9 +80,19 @@ class PlanGpu:
     """The most replicas it may hold: its models' least measured density."""
 
     def held(self) -> str:
-        """Its replicas by model, in words: ``fraud x2, ranker`` (plan.md's and plan.html's)."""
-        models = Counter(r.model for r in self.replicas)
-        return ", ".join(f"{m} x{n}" if n > 1 else m for m, n in models.items())
+        """Its processes in words: ``fraud x2, ranker, shared-0 (a, b)`` (plan.md's and
+        plan.html's)."""
+        models = Counter(r.model for r in self.replicas if r.server is None)
+        servers: dict[str, list[str]] = {}
+        for r in self.replicas:
+            if r.server is not None and r.model not in servers.setdefault(r.server, []):
+                servers[r.server].append(r.model)
+        own = [f"{m} x{n}" if n > 1 else m for m, n in models.items()]
+        shared = []
+        for name, members in servers.items():
+            n = sum(r.model == members[0] and r.server == name for r in self.replicas)
+            shared.append(f"{name}{f' x{n}' if n > 1 else ''} ({', '.join(members)})")
+        return ", ".join(own + shared)
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -116,6 +131,29 @@ class PlanModel:
     row`` (the profile's sequential row at that density: its p99 as measured)."""
     prediction_error: str = ""
     """The error expected of the prediction and where that figure comes from, in words."""
+    serving: str = "dedicated"
+    """``dedicated`` (replicas of its own) or ``shared`` (a model of ``server``)."""
+    server: str | None = None
+    """The shared server holding it; None: dedicated."""
+    serving_reason: str = ""
+    """Why it is served as it is, in words (``size.grouping``)."""
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class PlanServer:
+    """A shared server: each of its replicas is one process holding all its models."""
+
+    name: str
+    replicas: int
+    models: list[str]
+    gpu_memory_mib: float
+    """Its models' memory, without the (one) context reserve."""
+    busy_share: float
+    load: float
+    """Its models' loads summed: the share of one process's capacity its traffic takes."""
+    cpu_limit: float | None
+    gpus: list[int]
+    """The GPU of each replica."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -168,6 +206,11 @@ class Plan:
     models: list[PlanModel]
     gpus: list[PlanGpu]
     warnings: list[str]
+    process_per_replica_gpu_count: int | None = None
+    """Every model's replicas processes of their own, packed: the plan without shared servers
+    (``gpu_count`` where no model shares)."""
+    servers: list[PlanServer] = Field(default_factory=list)
+    """The shared servers (``size.grouping``)."""
     pack_specs: list[str] = Field(default_factory=list)
     """GPU i's pack spec, beside plan.json; none when a model has no files."""
     kubernetes: PlanKubernetes | None = None
@@ -177,25 +220,41 @@ def _r(value: float, digits: int = 3) -> float:
     return round(value, digits)
 
 
-def _gpu(gpu: PlannedGpu, demands: dict[str, Demand], predict: Predictor) -> PlanGpu:
-    sharing = len(gpu.replicas)
-    replicas = [
-        PlannedReplica(
-            r.model,
-            _r(r.gpu_memory_mib, 1),
-            _r(r.busy_share, 4),
-            _r(predict(demands[r.model], sharing).p99_ms),
-        )
-        for r in gpu.replicas
-    ]
+def _gpu(
+    gpu: PlannedGpu,
+    demands: dict[str, Demand],
+    servers: dict[str, SharedServer],
+    predict: Predictor,
+) -> PlanGpu:
+    sharing = len(gpu.replicas)  # processes: a shared server's replica is one
+    replicas = []
+    for r in gpu.replicas:
+        server = servers.get(r.model)
+        held = [demands[r.model]] if server is None else server.models
+        replicas += [
+            PlannedReplica(
+                d.model,
+                _r(d.memory_mib, 1),
+                _r(d.busy_share, 4),
+                _r(predict(d, sharing).p99_ms),
+                None if server is None else server.name,
+            )
+            for d in held
+        ]
     return PlanGpu(gpu.index, gpu.node, replicas, _r(gpu.memory_mib, 1), _r(gpu.busy_share, 4),
                    gpu.densest)  # fmt: skip
 
 
 def _model(
-    entry: FleetModel, d: Demand, gpus: list[int], sharing: int, predict: Predictor
+    entry: FleetModel,
+    d: Demand,
+    gpus: list[int],
+    sharing: int,
+    predict: Predictor,
+    *,
+    serving: Serving | None,
 ) -> PlanModel:
-    """``sharing``: the most replicas on a GPU holding one of its replicas."""
+    """``sharing``: the most processes on a GPU holding one of its replicas."""
     predicted = predict(d, sharing)
     return PlanModel(
         name=d.model,
@@ -219,27 +278,46 @@ def _model(
         predicted_p50_ms=None if predicted.p50_ms is None else _r(predicted.p50_ms),
         prediction_source=predicted.source,
         prediction_error=predicted.error,
+        serving="dedicated" if serving is None or serving.server is None else "shared",
+        server=None if serving is None else serving.server,
+        serving_reason="" if serving is None else serving.reason,
     )
 
 
-def _node_cpu(packing: Placement, demands: dict[str, Demand]) -> list[float]:
-    """CPU cores each node's replicas need: the limit each was profiled under, else the cores it
-    used (none measured: nothing counted)."""
+def _node_cpu(
+    packing: Placement, demands: dict[str, Demand], servers: dict[str, SharedServer]
+) -> list[float]:
+    """CPU cores each node's processes need: the limit each was profiled under, else the cores it
+    used (none measured: nothing counted); a shared server's, its limit, else its models' cores."""
     cores = [0.0] * (max((g.node for g in packing.gpus), default=-1) + 1)
     for g in packing.gpus:
         for r in g.replicas:
+            server = servers.get(r.model)
+            if server is not None:
+                cores[g.node] += server.cpu_limit or sum(d.cpu_cores or 0.0 for d in server.models)
+                continue
             d = demands[r.model]
             cores[g.node] += d.cpu_limit or d.cpu_cores or 0.0
     return [round(c, 2) for c in cores]
 
 
 def build_plan(
-    fleet: Fleet, demands: list[Demand], packing: Placement, warnings: list[str]
+    fleet: Fleet,
+    demands: list[Demand],
+    packing: Placement,
+    warnings: list[str],
+    *,
+    grouping: Grouping | None = None,
+    process_per_replica_gpus: int | None = None,
 ) -> Plan:
-    """The plan, without its pack specs and manifests (``size.run`` adds them)."""
+    """The plan, without its pack specs and manifests (``size.run`` adds them). ``grouping``:
+    the shared servers ``packing`` placed (none: every model dedicated);
+    ``process_per_replica_gpus``: the GPUs with every model dedicated (none: ``packing``'s)."""
     price = fleet.gpu.price_per_hour
-    bound = lower_bound(demands, fleet.gpu.memory_mib, fleet.context_reserve_mib,
+    requests = grouping.requests(demands) if grouping else [d.placed_as() for d in demands]
+    bound = lower_bound(requests, fleet.gpu.memory_mib, fleet.context_reserve_mib,
                         fleet.utilization_target)  # fmt: skip
+    servers = {s.name: s for s in grouping.servers} if grouping else {}
     planned = cost(len(packing.gpus), price)
     baseline = cost(sum(d.replicas for d in demands), price)
     # Looked up once: a fleet has thousands of models, a plan tens of thousands of replicas.
@@ -248,13 +326,18 @@ def build_plan(
     sharing: Counter[str] = Counter()
     for g in packing.gpus:
         for r in g.replicas:
-            gpus_of[r.model].append(g.index)
-            sharing[r.model] = max(sharing[r.model], len(g.replicas))
+            server = servers.get(r.model)
+            for name in [r.model] if server is None else [d.model for d in server.models]:
+                gpus_of[name].append(g.index)
+                sharing[name] = max(sharing[name], len(g.replicas))
     by_model = {d.model: d for d in demands}
     predict = Predictor(fleet.node.cpu_cores)
+    serving = grouping.serving if grouping else {}
     models = [
-        _model(entries[d.model], d, gpus_of[d.model], sharing[d.model], predict) for d in demands
-    ]
+        _model(entries[d.model], d, gpus_of[d.model], sharing[d.model], predict,
+               serving=serving.get(d.model))
+        for d in demands
+    ]  # fmt: skip
     notes = list(warnings)
     over = [m.name for m in models if m.predicted_p99_ms > m.slo_p99_ms]
     if over:
@@ -263,7 +346,7 @@ def build_plan(
             f"model's prediction_source): {listed(over)}; profile at higher "
             "densities, or set max_replicas_per_gpu"
         )
-    nodes = _node_cpu(packing, by_model)
+    nodes = _node_cpu(packing, by_model, servers)
     crowded = [f"node {n} ({cores:g} cores)" for n, cores in enumerate(nodes)
                if cores > fleet.node.cpu_cores]  # fmt: skip
     if crowded:
@@ -296,9 +379,19 @@ def build_plan(
         utilization_target=fleet.utilization_target,
         context_reserve_mib=fleet.context_reserve_mib,
         models=models,
-        gpus=[_gpu(g, by_model, predict) for g in packing.gpus],
+        gpus=[_gpu(g, by_model, servers, predict) for g in packing.gpus],
         warnings=notes,
+        process_per_replica_gpu_count=(
+            planned.gpus if process_per_replica_gpus is None else process_per_replica_gpus
+        ),
+        servers=[_server(s, gpus_of[s.models[0].model]) for s in servers.values()],
     )
+
+
+def _server(s: SharedServer, gpus: list[int]) -> PlanServer:
+    """``gpus``: those of its first model, which are its replicas'."""
+    return PlanServer(s.name, s.replicas, [d.model for d in s.models], _r(s.memory_mib, 1),
+                      _r(s.busy_share, 4), _r(s.load), s.cpu_limit, gpus)  # fmt: skip
 
 
 def write_plan(plan: Plan, path: Path) -> Path:
@@ -325,42 +418,3 @@ def spec_index(path: Path) -> int | None:
     """The GPU whose pack spec ``path`` is (``plan/gpu-007.yaml``: 7); None if it is not one."""
     match = re.fullmatch(r"gpu-(\d+)\.yaml", path.name)
     return None if match is None else int(match[1])
-
-
-def gpu_specs(plan: Plan, fleet: Fleet, out_dir: Path) -> list[PackSpecFile]:
-    """Each GPU's share as a pack spec (``pack --spec``) to write in ``out_dir``: its models'
-    replicas on one GPU, each with its planned memory as its cap (when measured: a
-    model's files are not a cap), the CPU limit its profile was measured under, its objective
-    and its share of the GPU's traffic as its weight. Needs every model's files (``model:``)."""
-    models = {m.name: m for m in plan.models}
-    files = {m.name: m.model for m in fleet.models}
-    return [_spec(gpu, models, files, out_dir) for gpu in plan.gpus]
-
-
-def _spec(
-    gpu: PlanGpu, models: dict[str, PlanModel], files: dict[str, Path | None], out_dir: Path
-) -> PackSpecFile:
-    entries = []
-    for name, count in Counter(r.model for r in gpu.replicas).items():
-        model = models[name]
-        path = files[name]
-        if path is None:
-            raise ValueError(f"model {name} has no files (model:) for a pack spec")
-        entries.append(
-            SpecEntry(
-                model=os.path.relpath(path, out_dir),
-                name=name,
-                replicas=count,
-                # A measured figure (or the cap it ran under) is a cap; a model's files are only
-                # its least need: pack then shares out what the GPU has, in proportion to them.
-                gpu_memory_mib=None
-                if model.gpu_memory_source == "weights"
-                else max(1, math.floor(model.gpu_memory_mib)),
-                slo_p99_ms=model.slo_p99_ms,
-                weight=_r(model.rate_per_replica * count),
-                cpu_limit=model.cpu_limit or None,  # as its profile was measured
-            )
-        )
-    # No `gpu:`: pack packs the share on the host's first GPU it fits (bundle), and runs it
-    # without one too, caps recorded as not enforced, so a plan can be checked on a laptop.
-    return PackSpecFile(models=tuple(entries))

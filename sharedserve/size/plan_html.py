@@ -51,6 +51,35 @@ def _predicted(m: PlanModel) -> str:
     )
 
 
+def _serving(m: PlanModel) -> str:
+    """Dedicated, or its server's name; why, as the cell's tooltip."""
+    shown = m.server if m.server is not None else m.serving
+    return f'<span title="{escape(m.serving_reason)}">{escape(shown)}</span>'
+
+
+def _per_process(plan: Plan) -> list[list[str]]:
+    """The cost row of a process per replica, packed: what the shared servers save."""
+    gpus = plan.process_per_replica_gpu_count
+    if gpus is None:
+        return []
+    per_gpu = plan.cost_per_month / plan.gpu_count if plan.gpu_count else 0.0
+    return [["a process per replica, packed", f"{gpus:,}", f"{gpus * 730:,}",
+             f"{gpus * per_gpu:,.0f}"]]  # fmt: skip
+
+
+def _servers(plan: Plan) -> str:
+    if not plan.servers:
+        return ""
+    rows = [[escape(s.name), str(s.replicas), escape(", ".join(s.models)),
+             f"{s.gpu_memory_mib:,.0f}", f"{s.busy_share:.1%}", f"{s.load:.0%}"]
+            for s in plan.servers]  # fmt: skip
+    head = ["server", "replicas", "models", "memory MiB", "busy", "load"]
+    return (
+        "<h2>Shared servers</h2><p>Each replica one process holding its models, with one "
+        f"context reserve. Hover a model's serving for why.</p>{_table(head, rows)}"
+    )
+
+
 def plan_html(plan: Plan) -> str:
     """The page, from the plan ``plan.json`` holds."""
     memory, target = float(plan.gpu.memory_mib), plan.utilization_target
@@ -70,6 +99,7 @@ def plan_html(plan: Plan) -> str:
                 f"{plan.baseline_gpu_count * 730:,}",
                 f"{plan.baseline_cost_per_month:,.0f}",
             ],
+            *_per_process(plan),
         ],
         "cost",
     )
@@ -80,14 +110,14 @@ def plan_html(plan: Plan) -> str:
         f"{bound.spread}, replicas that share with none {bound.large}): "
         f"this plan is {plan.above_bound}x it. "
         f"{target:.0%} utilisation target, {plan.context_reserve_mib} MiB context reserve per "
-        "replica, 730 hours a month.</p>"
+        "process, 730 hours a month.</p>"
     )
     warnings = "".join(f"<li>{escape(w)}</li>" for w in plan.warnings)
     models = _table(
-        ["model", "peak QPS", "replicas", "QPS / replica", "capacity", "p99 objective ms",
-         "predicted p50 / p99 ms", "memory MiB", "busy share", "densest"],
+        ["model", "serving", "peak QPS", "replicas", "QPS / replica", "capacity",
+         "p99 objective ms", "predicted p50 / p99 ms", "memory MiB", "busy share", "densest"],
         [
-            [escape(m.name), f"{m.peak_qps:g}", str(m.replicas),
+            [escape(m.name), _serving(m), f"{m.peak_qps:g}", str(m.replicas),
              f"{m.rate_per_replica:g}", f"{m.capacity_qps_per_replica:g}",
              f"{m.slo_p99_ms:g}", _predicted(m),
              f"{m.gpu_memory_mib:g} ({escape(m.gpu_memory_source)})",
@@ -112,6 +142,7 @@ def plan_html(plan: Plan) -> str:
         f'<div class="verdict good">{verdict}{cost}</div>',
         f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "",
         f"<h2>Models</h2>{models}",
+        _servers(plan),
         f"<h2>GPUs</h2><p>Memory against the GPU's {memory:,.0f} MiB; busy share against the "
         f"{target:.0%} target (dashed).</p>{gpus}",
     ]

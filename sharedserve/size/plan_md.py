@@ -16,6 +16,10 @@ def _predicted(m: PlanModel) -> str:
     return f"{p50} / {m.predicted_p99_ms:g} ({m.prediction_source})"
 
 
+def _serving(m: PlanModel) -> str:
+    return m.server if m.server is not None else m.serving
+
+
 def plan_markdown(plan: Plan, specs: list[str]) -> str:
     """``plan.md``: the cost comparison first, then each model and each GPU."""
     gpu, bound, nodes = plan.gpu, plan.lower_bound, plan.node_count
@@ -24,7 +28,7 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
         "",
         f"**{plan.gpu_count} x {gpu.name}** ({nodes} node{'' if nodes == 1 else 's'} of "
         f"{plan.node.gpus}) at {plan.utilization_target:.0%} utilisation target, "
-        f"{plan.context_reserve_mib} MiB context reserve per replica.",
+        f"{plan.context_reserve_mib} MiB context reserve per process.",
         "",
         "| | GPUs | GPU-hours / month | cost / month |",
         "|---|---|---|---|",
@@ -32,6 +36,7 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
         f"{_money(plan.cost_per_month)} |",
         f"| one replica per GPU | {plan.baseline_gpu_count} | "
         f"{plan.baseline_gpu_count * 730:,} | {_money(plan.baseline_cost_per_month)} |",
+        *_per_process(plan),
         "",
         f"Saving factor: **{plan.saving_factor}x**. Lower bound: {plan.lower_bound_gpus} "
         f"GPUs (memory {bound.memory}, compute {bound.compute}, density {bound.density}, "
@@ -52,17 +57,32 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
     lines += [
         "## Models",
         "",
-        "| model | peak QPS | replicas | QPS / replica (capacity) | p99 objective ms | "
+        "| model | serving | peak QPS | replicas | QPS / replica (capacity) | p99 objective ms | "
         "predicted p50 / p99 ms (source) | memory MiB (source) | busy share (source) | densest |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in plan.models:
         lines.append(
-            f"| {m.name} | {m.peak_qps:g} | {m.replicas} | {m.rate_per_replica:g} "
+            f"| {m.name} | {_serving(m)} | {m.peak_qps:g} | {m.replicas} | {m.rate_per_replica:g} "
             f"({m.capacity_qps_per_replica:g}) | {m.slo_p99_ms:g} | "
             f"{_predicted(m)} | {m.gpu_memory_mib:g} ({m.gpu_memory_source}) | "
             f"{m.busy_share:.1%} ({m.busy_source}) | {m.max_density} |"
         )
+    if plan.servers:
+        lines += [
+            "",
+            "## Shared servers",
+            "",
+            "| server | replicas | models | memory MiB (one reserve beside) | busy | load |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {s.name} | {s.replicas} | {', '.join(s.models)} | {s.gpu_memory_mib:,.0f} | "
+            f"{s.busy_share:.1%} | {s.load:.0%} |"
+            for s in plan.servers
+        ]
+    lines += ["", "## Why each model is served as it is", ""]
+    lines += [f"- {m.name}: {m.serving_reason or 'not stated'}" for m in plan.models]
     lines += ["", "## Predictions' expected error", ""]
     lines += [f"- {m.name}: {m.prediction_error or 'not stated'}" for m in plan.models]
     lines += [
@@ -79,3 +99,14 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
             f"{gpu.memory_mib:,} | {g.busy_share:.1%} | {spec} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _per_process(plan: Plan) -> list[str]:
+    """The cost row of a process per replica, packed: what the shared servers save."""
+    gpus = plan.process_per_replica_gpu_count
+    if gpus is None:
+        return []
+    per_gpu = plan.cost_per_month / plan.gpu_count if plan.gpu_count else 0.0
+    return [
+        f"| a process per replica, packed | {gpus} | {gpus * 730:,} | {_money(gpus * per_gpu)} |"
+    ]

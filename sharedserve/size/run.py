@@ -9,22 +9,23 @@ from sharedserve.errors import ConfigError
 from sharedserve.files import write_atomic
 from sharedserve.pack.prepare import footprint_mib
 from sharedserve.pack.spec import write_spec
-from sharedserve.placement import OpenEnded, place
+from sharedserve.placement import OpenEnded, Placement, place
 from sharedserve.server.model_source import find_model
-from sharedserve.size.demand import demands
+from sharedserve.size.demand import Demand, demands
 from sharedserve.size.fleet import Fleet, listed, load_fleet
+from sharedserve.size.grouping import Grouping, dedicated, group
 from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import (
     Plan,
     PlanKubernetes,
     build_plan,
-    gpu_specs,
     spec_index,
     spec_name,
     write_plan,
 )
 from sharedserve.size.plan_html import plan_html
 from sharedserve.size.plan_md import plan_markdown
+from sharedserve.size.plan_specs import gpu_specs
 from sharedserve.size.profile import ModelProfile, load_profiles
 
 __all__ = ["plan_fleet"]
@@ -67,7 +68,39 @@ def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_
             "would need more vGPUs than a GPU has: the cluster needs more GPUs than the plan; "
             "cut GPUs finer (kubernetes.vgpus_per_gpu)"
         )
+    if plan.servers:
+        warnings.append(
+            "k8s.yaml renders each model of a shared server as a Deployment of its own, "
+            "not one Deployment a server: size it with k8s render --spec on a GPU's pack spec"
+        )
     return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
+
+
+def _pack(
+    wanted: list[Demand], gpus: OpenEnded, reserve: float, target: float
+) -> tuple[Grouping, Placement, int]:
+    """The grouping, its packing, and the GPUs a process per replica takes. Packed both ways
+    without the GPU limit (only the plan chosen must keep to it); shared servers are dropped
+    where a process per replica takes fewer GPUs."""
+    grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target)
+    unlimited = OpenEnded(gpus.memory_mib, gpus.gpus_per_node)
+    packing = place(grouping.requests(wanted), unlimited, reserve_mib=reserve, target=target)
+    alone = packing
+    if grouping.servers:
+        alone = place([d.placed_as() for d in wanted], unlimited, reserve_mib=reserve,
+                      target=target)  # fmt: skip
+        if len(alone.gpus) < len(packing.gpus):
+            grouping = dedicated(
+                wanted,
+                f"dedicated: with shared servers the fleet packed onto {len(packing.gpus)} GPUs, "
+                f"with a process per replica onto {len(alone.gpus)}",
+            )
+            packing = alone
+    if gpus.max_gpus is not None and len(packing.gpus) > gpus.max_gpus:
+        raise ConfigError(
+            f"the fleet needs {len(packing.gpus)} GPUs and gpu.max_gpus allows {gpus.max_gpus}"
+        )
+    return grouping, packing, len(alone.gpus)
 
 
 def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
@@ -80,13 +113,12 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
             profiles[str(m.profile)] = load_profiles(m.profile)
     sizes, directories = _files(fleet)
     wanted, warnings = demands(fleet, profiles, sizes)
-    packing = place(
-        [d.placed_as() for d in wanted],
-        OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus),
-        reserve_mib=fleet.context_reserve_mib,
-        target=fleet.utilization_target,
+    gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
+    reserve, target = fleet.context_reserve_mib, fleet.utilization_target
+    grouping, packing, separate = _pack(wanted, gpus, reserve, target)
+    plan = build_plan(
+        fleet, wanted, packing, warnings, grouping=grouping, process_per_replica_gpus=separate
     )
-    plan = build_plan(fleet, wanted, packing, warnings)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("gpu-*.yaml"):
         if spec_index(old) is not None:

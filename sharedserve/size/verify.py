@@ -93,7 +93,10 @@ def verify_gpu(
     ``out_dir``; return ``{"spec", "models": [compare's lines], "held"}``."""
     plan = _plan_beside(spec_path)
     spec = load_spec(spec_path)
-    rates = {e.name or e.model_dir.name: e.weight for e in spec.entries}
+    rates: dict[str, float] = {}
+    for e in spec.entries:  # a shared server's models each at their own planned rate
+        held = [(m.name or m.model_dir.name, m.weight) for m in e.models]
+        rates.update(held or [(e.name or e.model_dir.name, e.weight)])
     settings = BenchSettings(
         out_dir=out_dir,
         scales=(1,),

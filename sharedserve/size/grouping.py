@@ -1,0 +1,206 @@
+"""Which models share a server process and which keep replicas of their own. Pure.
+
+Every server process pays its context reserve (``context_reserve_mib``) and its runtime's host
+memory once, whatever it holds, so a model that keeps a replica barely busy pays them for little.
+The rule, from each model's demand (``size.demand``):
+
+- A model's **load** is what one of its replicas carries of what one can: its rate per replica
+  over its capacity (the most QPS per replica at which its profile met its objective).
+- **Hot** (load over ``COLD_LOAD``): dedicated replicas. Its replicas are there for its traffic,
+  and a neighbour in its process would queue behind it.
+- **Measured only alone** (densest 1): dedicated. Its profile never saw a neighbour, and a shared
+  server is one.
+- **Cold** (the rest): gathered into shared servers, first fit in decreasing load, with models of
+  as many replicas and the same densest (a shared server's replica holds one replica of each of
+  its models; the least densest would bind the others), while the server holds: its models'
+  loads sum to at most the utilisation target (one process's time is shared out), their busy
+  shares to at most ``GROUP_BUSY_SHARE`` of the target, their memory plus ONE reserve to at most
+  ``GROUP_MEMORY_SHARE`` of a GPU, and it has at most ``MAX_GROUP_MODELS`` models. A cold model
+  no server takes with another keeps dedicated replicas: a server of one saves nothing.
+
+Each model's ``Serving`` says which it got and why, in words, for the plan. Servers are
+coarser pieces to pack than the replicas they hold, so ``size`` packs the fleet both ways and
+keeps a process per replica where that takes fewer GPUs (``dedicated``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sharedserve.placement import Replicas
+from sharedserve.size.demand import Demand
+
+__all__ = [
+    "COLD_LOAD",
+    "GROUP_BUSY_SHARE",
+    "GROUP_MEMORY_SHARE",
+    "MAX_GROUP_MODELS",
+    "Grouping",
+    "Serving",
+    "SharedServer",
+    "dedicated",
+    "group",
+]
+
+COLD_LOAD = 0.5
+"""The most of a replica's capacity a model's replicas may carry and still share a server."""
+GROUP_MEMORY_SHARE = 0.5
+"""The most of a GPU's memory a shared server's replica may take, its one reserve included."""
+GROUP_BUSY_SHARE = 0.25
+"""The most of the utilisation target a shared server's replica may keep busy. Servers are
+packed as the replicas they hold are, and a large one fills the gaps beside hot replicas less
+well: examples/fleet-500 (CPU profiles, large busy shares) took 524 GPUs with servers up to the
+whole target, 506 up to half, 484 up to a quarter, against 494 with a process per replica."""
+MAX_GROUP_MODELS = 32
+"""The most models one shared server holds: each is a model to load, page and report."""
+_WINDOW = 16
+"""Open servers a cold model is tried against (the newest): first fit over all of them is
+quadratic on a fleet of 10,000 models, and an older server is nearly full anyway."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How one model is served."""
+
+    model: str
+    server: str | None
+    """The shared server holding it; None: dedicated replicas."""
+    reason: str
+
+
+@dataclass
+class SharedServer:
+    """Cold models served together: each of its ``replicas`` is one process holding them all."""
+
+    name: str
+    replicas: int
+    models: list[Demand] = field(default_factory=list)
+    memory_mib: float = 0.0
+    """Its models' memory, without the (one) reserve."""
+    busy_share: float = 0.0
+    load: float = 0.0
+    """Its models' loads summed: the share of one process's capacity its traffic takes."""
+
+    @property
+    def max_density(self) -> int:
+        return min(d.max_density for d in self.models)
+
+    @property
+    def cpu_limit(self) -> float | None:
+        """The largest CPU limit its models were measured under: one process, their load summed
+        within what one took."""
+        limits = [d.cpu_limit for d in self.models if d.cpu_limit]
+        return max(limits) if limits else None
+
+    def placed_as(self) -> Replicas:
+        return Replicas(
+            self.name,
+            self.replicas,
+            self.memory_mib,
+            busy_share=self.busy_share,
+            max_density=self.max_density,
+            spread=max(d.spread for d in self.models),
+        )
+
+
+@dataclass(frozen=True)
+class Grouping:
+    servers: list[SharedServer]
+    serving: dict[str, Serving]
+    """Every model's, by name."""
+
+    def requests(self, demands: Sequence[Demand]) -> list[Replicas]:
+        """What the placement routine places: dedicated models' replicas, then each server's."""
+        own = [d.placed_as() for d in demands if self.serving[d.model].server is None]
+        return own + [s.placed_as() for s in self.servers]
+
+
+def load(d: Demand) -> float:
+    """The share of one replica's capacity each of its replicas carries."""
+    return d.rate_per_replica / d.capacity_qps if d.capacity_qps > 0 else 1.0
+
+
+def group(
+    demands: Sequence[Demand], *, gpu_memory_mib: float, reserve_mib: float, target: float
+) -> Grouping:
+    """Each model dedicated or in a shared server, by the rule of the module's docstring."""
+    serving: dict[str, Serving] = {}
+    cold: list[Demand] = []
+    for d in demands:
+        share = load(d)
+        if share > COLD_LOAD:
+            serving[d.model] = Serving(
+                d.model,
+                None,
+                f"dedicated: hot, a replica carries {share:.0%} of its capacity "
+                f"({d.rate_per_replica:.3g} of {d.capacity_qps:.3g} QPS), over the "
+                f"{COLD_LOAD:.0%} a model may bring to a shared server",
+            )
+        elif d.max_density <= 1:
+            serving[d.model] = Serving(
+                d.model, None, "dedicated: its profile measured it only alone on a GPU"
+            )
+        else:
+            cold.append(d)
+    room = GROUP_MEMORY_SHARE * gpu_memory_mib - reserve_mib
+    taken = {d.model for d in demands}
+    servers: list[SharedServer] = []
+    open_: dict[tuple[int, int], list[SharedServer]] = {}  # by replicas and densest
+    for d in sorted(cold, key=lambda d: (d.replicas, d.max_density, -load(d), d.model)):
+        candidates = open_.setdefault((d.replicas, d.max_density), [])
+        home = next((s for s in candidates[-_WINDOW:] if _fits(s, d, room, target)), None)
+        if home is None:
+            home = SharedServer(_name(len(servers), taken), d.replicas)
+            servers.append(home)
+            candidates.append(home)
+        home.models.append(d)
+        home.memory_mib += d.memory_mib
+        home.busy_share += d.busy_share
+        home.load += load(d)
+        if len(home.models) >= MAX_GROUP_MODELS:
+            candidates.remove(home)
+    shared: list[SharedServer] = []
+    for s in servers:
+        if len(s.models) == 1:
+            d = s.models[0]
+            serving[d.model] = Serving(
+                d.model,
+                None,
+                f"dedicated: cold ({load(d):.0%} of a replica's capacity), but no other cold "
+                f"model with {d.replicas} replica{'' if d.replicas == 1 else 's'} fit a shared "
+                "server beside it",
+            )
+            continue
+        s.name = _name(len(shared), taken)
+        shared.append(s)
+        for d in s.models:
+            serving[d.model] = Serving(
+                d.model,
+                s.name,
+                f"shared in {s.name}: cold, a replica carries {load(d):.0%} of its capacity; "
+                f"{len(s.models)} models pay one {reserve_mib:g} MiB reserve a replica",
+            )
+    return Grouping(shared, serving)
+
+
+def _fits(s: SharedServer, d: Demand, room: float, target: float) -> bool:
+    return (
+        s.load + load(d) <= target
+        and s.busy_share + d.busy_share <= GROUP_BUSY_SHARE * target
+        and s.memory_mib + d.memory_mib <= room
+        and len(s.models) < MAX_GROUP_MODELS
+    )
+
+
+def _name(index: int, taken: set[str]) -> str:
+    """``shared-<index>``, unless a model has that name."""
+    name = f"shared-{index}"
+    while name in taken:
+        name = f"{name}-server"
+    return name
+
+
+def dedicated(demands: Sequence[Demand], why: str) -> Grouping:
+    """Every model dedicated, each for the reason ``why``."""
+    return Grouping([], {d.model: Serving(d.model, None, why) for d in demands})
