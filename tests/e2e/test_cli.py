@@ -104,10 +104,14 @@ def test_bad_env_contract_value_is_a_usage_error(tmp_path: Path) -> None:
     assert "SHAREDSERVE_GPU_MEMORY_MIB" in result.stderr
 
 
-def test_models_build_refuses_to_overwrite(models_dir: Path) -> None:
-    result = invoke("models", "build", "tiny", "--out", str(models_dir))
+def test_models_build_refuses_to_overwrite_a_different_model(models_dir: Path) -> None:
+    # The session's tiny was built with the default seed: another seed is another model.
+    result = invoke("models", "build", "tiny", "--out", str(models_dir), "--seed", "7")
     assert result.exit_code == 2, result.output
     assert "--overwrite" in result.stderr
+    again = invoke("models", "build", "tiny", "--out", str(models_dir))  # the same: kept
+    assert again.exit_code == 0, again.output
+    assert "already built (identical)" in again.output
 
 
 def test_usage_errors_reach_a_shell_as_exit_2() -> None:
