@@ -170,6 +170,7 @@ def build(
             results.append(Built(target, already=True))
             continue
         assert save is not None
+        made = not target.parent.exists()  # OUT/NAME: removed again if nothing is built in it
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
         try:
@@ -179,6 +180,10 @@ def build(
             if target.exists():
                 shutil.rmtree(target)
             (tmp / "model").rename(target)
+        except BaseException:
+            if made:  # it held nothing before this build: no empty folder is left behind
+                shutil.rmtree(target.parent, ignore_errors=True)
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         (target.parent / _STAMP).write_text(json.dumps(stamp) + "\n")

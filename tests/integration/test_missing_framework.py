@@ -50,7 +50,7 @@ def test_torch_missing_is_one_line(command: str, torch_models_dir: Path, tmp_pat
     line = TORCH_LINE.replace("error: ", "error: replica tiny-0 cannot start: ")
     assert_one_line(result.returncode, result.stderr, line if command == "pack" else TORCH_LINE)
     if command == "build":
-        assert not (tmp_path / "m" / "tiny" / "1").exists()
+        assert not (tmp_path / "m" / "tiny").exists()
 
 
 @pytest.mark.parametrize("command", ["build", "serve"])
@@ -62,3 +62,5 @@ def test_tensorflow_missing_is_one_line(command: str, models_dir: Path, tmp_path
     }[command]
     result = run_cli(*args, env=env, timeout=150)
     assert_one_line(result.returncode, result.stderr, TF_LINE)
+    if command == "build":
+        assert not (tmp_path / "m" / "tiny").exists()  # no empty folder left behind
