@@ -50,7 +50,7 @@ browser:
 	echo "could not install chromium: the HTML report test will fail until it is" >&2
 
 # Two or more worker processes (pytest-xdist), each taking a test file at a time, so that a file's
-# module-scoped server is started once: on two cores the suite takes ~10 minutes, not ~14.
+# module-scoped server is started once: on two cores pytest takes ~8 minutes, not ~14.
 test: lint browser
 	$(BIN)/pytest -n auto --maxprocesses 4 --dist loadfile
 

@@ -165,13 +165,11 @@ class Memory:
         started = time.perf_counter()
         try:
             while True:
-                if tenant._paging_in is None or tenant._paging_in.done():
-                    tenant._paging_in = asyncio.get_running_loop().create_task(
-                        self._page_in(tenant)
-                    )
+                if tenant.paging_in is None or tenant.paging_in.done():
+                    tenant.paging_in = asyncio.get_running_loop().create_task(self._page_in(tenant))
                 left = self.page_in_timeout_s - (time.perf_counter() - started)
                 try:
-                    await asyncio.wait_for(asyncio.shield(tenant._paging_in), max(left, 0))
+                    await asyncio.wait_for(asyncio.shield(tenant.paging_in), max(left, 0))
                 except asyncio.TimeoutError:  # not TimeoutError before Python 3.11
                     raise NotResident(self._timed_out(tenant), RETRY_AFTER_S) from None
                 with self._lock:
@@ -244,7 +242,7 @@ class Memory:
                 and t.busy == 0
                 and t.waiting == 0
             ),
-            key=lambda t: t._touched,
+            key=lambda t: t.touched,
         )
         victims: list[Tenant] = []
         for victim in movable:

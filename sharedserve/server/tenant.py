@@ -38,9 +38,9 @@ class Tenant:
         self.held = 0  # bytes counted against the capacity now
         self.busy = 0  # requests running on it
         self.waiting = 0  # requests waiting for it to be paged in
-        self.last_use: float | None = None  # wall clock, for /limits; LRU order uses _touched
-        self._touched = 0.0
-        self._paging_in: asyncio.Task[None] | None = None
+        self.last_use: float | None = None  # wall clock, for /limits; LRU order uses touched
+        self.touched = 0.0
+        self.paging_in: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -63,7 +63,7 @@ class Tenant:
         return self.memory.use(self)
 
     def touch(self) -> None:
-        self.last_use, self._touched = time.time(), time.monotonic()
+        self.last_use, self.touched = time.time(), time.monotonic()
 
     def check_rows(self, rows: int) -> None:
         """ResourceExhausted when a batch of ``rows`` would outgrow the version's budget."""

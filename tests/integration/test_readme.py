@@ -40,14 +40,13 @@ def user_env() -> dict[str, str]:
     return env
 
 
-def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
-    script = block("sharedserve serve --model models/tiny")
-    shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
-    # The trap is the test's own: a failing line must not leave the server running.
+def run_block(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` run by bash in ``cwd`` as a reader would, failing on its first failing line;
+    the trap is the test's own: a failing line must not leave a server running."""
     trap = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
     result = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", trap + script],
-        cwd=tmp_path,
+        cwd=cwd,
         env=user_env(),
         capture_output=True,
         text=True,
@@ -55,6 +54,13 @@ def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
+    script = block("sharedserve serve --model models/tiny")
+    shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
+    result = run_block(script, tmp_path)
     answers = [json.loads(line) for line in result.stdout.replace("}{", "}\n{").splitlines()]
     assert [a for a in answers if "error" in a] == []
     status, metadata, prediction, inference, limits = answers
@@ -72,17 +78,7 @@ def test_the_paging_example(models_dir: Path, torch_models_dir: Path, tmp_path: 
     script = block("--paging lru")
     shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
     shutil.copytree(torch_models_dir / "tiny", tmp_path / "torch-models" / "tiny")
-    trap = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
-    result = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", trap + script],
-        cwd=tmp_path,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_block(script, tmp_path)
     decoder, text, answers = json.JSONDecoder(), result.stdout, []
     while not text.lstrip().startswith("sharedserve_"):
         answer, end = decoder.raw_decode(text.lstrip())
