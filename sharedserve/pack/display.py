@@ -138,25 +138,43 @@ def placement_lines(plan: PreparedPack) -> list[str]:
     return lines
 
 
-def replica_table(replicas: list[Replica]) -> Table:
-    """One row per replica, grouped by model (a section each), in spec order."""
-    table = Table(title="sharedserve pack (Ctrl-C stops every replica)")
-    for column in ("model", "replica", "pid", "REST", "gRPC", "state", "restarts", "last exit"):
-        table.add_column(column)
+def _restarts(replica: Replica) -> str:
+    if replica.last_exit is None:
+        return str(replica.restarts)
+    return f"{replica.restarts} (exit {replica.last_exit})"
+
+
+def replica_table(replicas: list[Replica], plan: PreparedPack) -> Table:
+    """One row per replica, grouped by model (a section each), in spec order.
+
+    It fits 80 columns: the replica's name says its model, its addresses are ports on the one
+    host pack binds (the caption names it and where the full endpoints are), and the GPU and its
+    cap are short numbers. A cell too long all the same (a long model name) folds onto a second
+    line rather than being cut: a cut name or port is no use to anyone.
+    """
+    host = plan.specs[0].rest_url.rsplit(":", 1)[0] if plan.specs else "the host"
+    table = Table(
+        title="sharedserve pack (Ctrl-C stops every replica)",
+        caption=f"ports on {host}; every endpoint in full: {plan.targets_path}",
+        caption_justify="left",
+    )
+    for column in ("replica", "REST", "gRPC", "GPU", "cap MiB", "state", "restarts"):
+        right = column in ("REST", "gRPC", "GPU", "cap MiB", "restarts")
+        table.add_column(column, justify="right" if right else "left", overflow="fold")
     models = list(dict.fromkeys(r.spec.model for r in replicas))
     for m, model in enumerate(models):
         group = [r for r in replicas if r.spec.model == model]
         for k, r in enumerate(group):
             style = _STATE_STYLE[r.state]
+            share = plan.shares[r.spec.index]
             table.add_row(
-                model if k == 0 else "",
                 r.spec.name,
-                str(r.pid or "-"),
-                r.spec.rest_url,
-                r.spec.grpc_address,
+                str(r.spec.rest_port),
+                str(r.spec.grpc_port),
+                "none" if share.gpu is None else str(share.gpu.index),
+                "-" if share.share.mib is None else str(share.share.mib),
                 f"[{style}]{r.state.value}[/{style}]",
-                str(r.restarts),
-                "-" if r.last_exit is None else str(r.last_exit),
+                _restarts(r),
                 end_section=k == len(group) - 1 and m < len(models) - 1,
             )
     return table
@@ -172,7 +190,8 @@ class _Live:
         self._live, self._pack = live, pack
 
     def refresh(self) -> None:
-        self._live.update(replica_table(self._pack.replicas))
+        assert self._pack.plan is not None
+        self._live.update(replica_table(self._pack.replicas, self._pack.plan))
 
 
 @contextmanager
@@ -185,9 +204,11 @@ def showing(pack: Pack, console: Console, live: bool) -> Iterator[View]:
     if not live:
         yield _Plain()
         return
+    assert pack.plan is not None
     root = logging.getLogger()
     saved = root.handlers[:]
-    with Live(replica_table(pack.replicas), console=console, refresh_per_second=4) as display:
+    table = replica_table(pack.replicas, pack.plan)
+    with Live(table, console=console, refresh_per_second=4) as display:
         root.handlers = [RichHandler(console=console, show_path=False)]
         try:
             yield _Live(display, pack)

@@ -1,0 +1,73 @@
+"""``pack``'s live table at the widths terminals have: every cell whole at 80 columns, one line
+per replica at 120. The plan is pack's own (a dry run over a real model on two simulated GPUs);
+the replicas are pack's, in the states a running pack shows."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from sharedserve.config import PackEntry, PackSettings
+from sharedserve.pack.display import replica_table
+from sharedserve.pack.prepare import PreparedPack, prepare_pack
+from sharedserve.pack.replica import Replica, ReplicaState
+from tests.support.gpus import fake_gpu_file
+
+
+@pytest.fixture
+def plan(models_dir: Path, tmp_path: Path) -> PreparedPack:
+    # A name as long as the catalogue's longest (mobilenet_v2), twelve replicas of it (two-digit
+    # indices), over two GPUs: the widest cells a pack of the examples has.
+    entry = PackEntry(model_dir=models_dir / "tiny", name="mobilenet_v2", replicas=12)
+    settings = PackSettings(
+        entries=(entry,),
+        fake_gpus=fake_gpu_file(tmp_path, [16384, 16384]),
+        log_dir=tmp_path / "a-log-directory-as-long-as-a-temporary-one-is" / "logs",
+        base_port=50000,
+    )
+    return prepare_pack(settings, dry_run=True)
+
+
+def _replicas(plan: PreparedPack) -> list[Replica]:
+    replicas = [Replica(spec) for spec in plan.specs]
+    for replica in replicas:
+        replica.state = ReplicaState.AVAILABLE
+    crashed = replicas[-1]
+    crashed.state, crashed.restarts, crashed.last_exit = ReplicaState.BACKOFF, 3, -9
+    return replicas
+
+
+def _render(plan: PreparedPack, width: int) -> str:
+    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    console.print(replica_table(_replicas(plan), plan))
+    return console.export_text()
+
+
+def _row(text: str, name: str) -> str:
+    (line,) = [ln for ln in text.splitlines() if f"│ {name} " in ln]
+    return line
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_live_table_fits_with_every_cell_whole(plan: PreparedPack, width: int) -> None:
+    text = _render(plan, width)
+    # Rich cuts a cell that does not fit with "…"; the old table (full URLs, gRPC addresses,
+    # pid, model) lost every address that way at 80 columns.
+    assert "…" not in text, text
+    assert all(len(line) <= width for line in text.splitlines()), text
+    for spec, share in zip(plan.specs, plan.shares, strict=True):
+        cells = [c.strip() for c in _row(text, spec.name).split("│")[1:-1]]
+        assert share.gpu is not None and share.share.mib is not None
+        state = "backoff" if spec is plan.specs[-1] else "available"
+        restarts = "3 (exit -9)" if spec is plan.specs[-1] else "0"
+        assert cells == [
+            spec.name, str(spec.rest_port), str(spec.grpc_port), str(share.gpu.index),
+            str(share.share.mib), state, restarts,
+        ], text  # fmt: skip
+    # The addresses are ports on the one host; the table says where the full endpoints are.
+    caption = " ".join(text.split())
+    assert "ports on http://127.0.0.1; every endpoint in full:" in caption
+    assert "".join(text.split()).endswith(str(plan.targets_path).replace(" ", "")), text
