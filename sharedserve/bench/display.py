@@ -141,9 +141,22 @@ def _table(console: Console, title: str, headers: list[str], rows: list[list[str
             _line(console, line.rstrip())
 
 
-def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> None:
+def _unjudged(report: dict[str, Any]) -> bool:
+    """Whether no row had an objective to judge (a row's ``slo_met`` is None then)."""
+    rows = list(report.get("rows") or [])
+    return bool(rows) and all(row.get("slo_met") is None for row in rows)
+
+
+def print_summary(
+    console: Console,
+    report: dict[str, Any],
+    out_dir: Path,
+    objective_hint: str | None = None,
+) -> None:
     """Print the results table (and a mix's per-model lines), the recommendation and the
-    report's path on ``console``."""
+    report's path on ``console``. Without any objective there is nothing to recommend, which is
+    no failure: the line says so, and ``objective_hint`` what would judge the rows."""
+    objective_hint = objective_hint or "pass --slo-p99-ms to judge the rows and recommend one"
     title = "sharedserve bench" + (" (PARTIAL)" if report.get("partial") else "")
     _table(console, title, list(_columns(report).values()), summary_cells(report))
     mix = is_mix(list(report.get("rows") or []))
@@ -167,6 +180,11 @@ def print_summary(console: Console, report: dict[str, Any], out_dir: Path) -> No
     for note in throttle_notes(list(report.get("rows") or [])):
         _line(console, f"note: {note}", prose=True)
     recommendation = report.get("recommendation") or {}
+    if _unjudged(report) and recommendation.get("density") is None:
+        judged = f"objective: none given; measured, not judged ({objective_hint})"
+        _line(console, judged, prose=True)
+        _line(console, f"report: {out_dir / 'report.html'}")
+        return
     density = recommendation.get("density")
     reason = recommendation.get("reason") or "no recommendation was made"
     chosen = "none" if density is None else str(density)

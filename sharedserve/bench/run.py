@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from sharedserve.bench.progress import Estimate, estimate, step_progress
 from sharedserve.config import BenchSettings, PackEntry, PackSettings
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
@@ -71,32 +71,34 @@ def run_stoppable(
             raise stop.stopped() from None
 
 
-def run_with_progress(settings: BenchSettings, *, mix: bool) -> dict[str, Any]:
-    """``run_stoppable`` with a progress bar and a line per row on stderr (the bar only on a
-    terminal); ``mix``: a spec's scales, else one model's densities."""
+def run_with_progress(
+    settings: BenchSettings,
+    *,
+    mix: bool,
+    console: Console | None = None,
+    plan: Estimate | None = None,
+    done: int = 0,
+    prefix: str = "",
+) -> dict[str, Any]:
+    """``run_stoppable`` with the time left (a bar on a terminal, a line per step elsewhere) and
+    a line per row, on ``console`` (stderr by default); ``mix``: a spec's scales, else one
+    model's densities. ``plan`` is the estimate the time left counts down (this sweep's unless
+    given), of which ``done`` steps ran before; ``prefix`` leads each step's label."""
     settings.validate()
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    ) as progress:
-        task = progress.add_task("scale" if mix else "density", total=len(settings.scales))
+    console = console or Console(stderr=True)
+    plan = plan or estimate(settings)
 
-        def label(scale: int, replicas: int) -> str:
-            return f"scale {scale} ({replicas} replicas)" if mix else f"density {replicas}"
+    def label(scale: int, replicas: int) -> str:
+        return prefix + (f"scale {scale} ({replicas} replicas)" if mix else f"density {replicas}")
 
-        def on_scale(scale: int, replicas: int) -> None:
-            progress.update(task, description=label(scale, replicas))
+    with step_progress(console, plan, done) as steps:
 
         def on_row(row: dict[str, Any]) -> None:
-            progress.advance(task)
-            console.log(
+            steps.finish(
                 f"{label(row['scale'], row['density'])}: {row['qps']:.1f} qps, "
                 f"p99 {row['p99_ms']} ms"
             )
 
-        return run_stoppable(settings, console, on_scale=on_scale, on_row=on_row)
+        return run_stoppable(
+            settings, console, on_scale=lambda s, r: steps.start(label(s, r)), on_row=on_row
+        )

@@ -207,11 +207,21 @@ def bench(
     from rich.console import Console
 
     from sharedserve.bench.display import print_summary
+    from sharedserve.bench.progress import estimate
     from sharedserve.bench.run import run_with_progress
 
+    settings.validate()
+    n = len(settings.scales)
+    noun = ("density", "densities") if model else ("scale", "scales")
+    what = "the running endpoints" if targets else f"{n} {noun[n != 1]}"
+    # Up front, on stderr with the progress: a long sweep is no surprise, and stdout stays the
+    # results.
+    progress = Console(stderr=True)
+    progress.print(estimate(settings).describe(what), highlight=False, soft_wrap=True)
     with exit_when_stopped():
-        report = run_with_progress(settings, mix=spec is not None)
-    print_summary(Console(), report, out)
+        report = run_with_progress(settings, mix=spec is not None, console=progress)
+    hint = "give slo_p99_ms in the spec, or --slo-p99-ms, to judge the scales" if spec else None
+    print_summary(Console(), report, out, objective_hint=hint)
 
 
 def _scales(

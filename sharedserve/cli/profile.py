@@ -19,6 +19,7 @@ __all__: list[str] = []
 _USERS_PER_REPLICA = 4
 _DURATION_S = 20.0
 _DENSITIES = ",".join(str(s) for s in BenchSettings.scales)
+_JUDGED_BY_SIZE = "size judges each density against the fleet file's slo_p99_ms"
 
 _Model = Annotated[Path, typer.Option(help="Model base path, as for `serve --model`.")]
 _Out = Annotated[
@@ -73,16 +74,18 @@ def profile(
     from rich.console import Console
 
     from sharedserve.bench.display import print_summary
-    from sharedserve.bench.run import model_pack, parse_scales, run_stoppable
+    from sharedserve.bench.progress import estimate
+    from sharedserve.bench.run import model_pack, parse_scales, run_with_progress
 
     scales = parse_scales("--densities", densities)
     entry = PackEntry(model_dir=model, gpu=gpu, cpu_limit_cores=cpu_limit)
     pack = model_pack(entry, PackSettings.placement_policy, fake_gpus, replica_environment())
     console = Console()
-    for pattern in (LoadPattern.SEQUENTIAL, LoadPattern.PARALLEL):
-        where = out / pattern.value
-        settings = BenchSettings(
-            out_dir=where,
+    progress = Console(stderr=True)
+    patterns = (LoadPattern.SEQUENTIAL, LoadPattern.PARALLEL)
+    sweeps = [
+        BenchSettings(
+            out_dir=out / pattern.value,
             scales=scales,
             pack=pack,
             pattern=pattern,
@@ -93,10 +96,27 @@ def profile(
             warmup_s=warmup,
             command=("sharedserve", *sys.argv[1:]),
         )
+        for pattern in patterns
+    ]
+    for settings in sweeps:
         settings.validate()
+    # One estimate for both sweeps, said before either starts; the time left counts it down.
+    plan = estimate(sweeps[0], sweeps=len(sweeps))
+    what = f"{len(sweeps)} sweeps of {len(scales)} densit{'y' if len(scales) == 1 else 'ies'}"
+    progress.print(f"profile {model.name}: {plan.describe(what)}", highlight=False, soft_wrap=True)
+    for i, settings in enumerate(sweeps):
         console.print(
-            f"profile {model.name}: {pattern.value} sweep of {densities}", highlight=False
+            f"profile {model.name}: {settings.pattern.value} sweep of {densities}", highlight=False
         )
         with exit_when_stopped():
-            print_summary(console, run_stoppable(settings, console), where)
+            report = run_with_progress(
+                settings,
+                mix=False,
+                console=progress,
+                plan=plan,
+                done=i * len(scales),
+                prefix=f"{settings.pattern.value} ",
+            )
+        # Unjudged on purpose: the objectives are the fleet file's, which size reads.
+        print_summary(console, report, settings.out_dir, objective_hint=_JUDGED_BY_SIZE)
     console.print(f"profile in {out} (a fleet file's `profile:` may name it)", highlight=False)

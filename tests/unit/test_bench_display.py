@@ -173,3 +173,21 @@ def test_one_model_prints_as_it_always_has(terminal: bool) -> None:
         assert render(new, width=width, terminal=terminal) == render(
             old, width=width, terminal=terminal
         )
+
+
+def test_no_objective_reads_as_measured_not_as_a_failure() -> None:
+    rep = report(reason="no SLO given (--slo-p99-ms, or slo_p99_ms in the spec)")
+    for row in rep["rows"]:
+        row["slo_met"] = None  # nothing to judge against: what summary.py writes then
+    out = io.StringIO()
+    print_summary(Console(file=out), rep, Path("out"))
+    lines = out.getvalue().splitlines()
+    # "recommendation: none — no SLO given" read as a run that failed; nothing was judged.
+    assert not any(line.startswith("recommendation:") for line in lines)
+    assert (
+        "objective: none given; measured, not judged (pass --slo-p99-ms to judge the rows and "
+        "recommend one)"
+    ) in lines
+    out = io.StringIO()
+    print_summary(Console(file=out), rep, Path("out"), objective_hint="size judges them")
+    assert "objective: none given; measured, not judged (size judges them)" in out.getvalue()
