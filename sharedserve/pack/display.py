@@ -95,24 +95,37 @@ def describe_plan(pack: Pack) -> list[str]:
 
 
 def placement_table(plan: PreparedPack) -> Table:
-    """Which replica is on which GPU, with its cap, its reserve and its CPU quota."""
+    """Which replica is on which GPU, with its cap and its CPU quota.
+
+    It fits 80 columns, as the live table does: the GPU is its index (the lines after the table
+    name each GPU used, with its memory taken), and the context reserve, the same for every
+    replica, is said once in the caption. A cell too long all the same folds rather than being
+    cut.
+    """
     kind = "simulated " if plan.simulated_gpus else ""
-    table = Table(title=f"sharedserve pack: the placement on this host's {kind}GPUs")
-    heads = ("replica", "GPU", "cap MiB", "cap fraction", "cap from", "reserve MiB", "CPU quota")
-    for head in heads:
-        table.add_column(
-            head, justify="left" if head in ("replica", "GPU", "cap from") else "right"
-        )
+    on_gpu = any(share.gpu is not None for share in plan.shares)
+    table = Table(
+        title=f"sharedserve pack: the placement on this host's {kind}GPUs",
+        caption=(
+            f"each replica on a GPU also holds a {plan.context_reserve_mib} MiB reserve beside "
+            "its cap (its CUDA context)"
+            if on_gpu
+            else None
+        ),
+        caption_justify="left",
+    )
+    for head in ("replica", "GPU", "cap MiB", "cap fraction", "cap from", "CPU quota"):
+        left = head in ("replica", "cap from")
+        table.add_column(head, justify="left" if left else "right", overflow="fold")
     for spec, share in zip(plan.specs, plan.shares, strict=True):
         gpu, cap = share.gpu, share.share
         split = "split" if share.default_split else "asked"
         table.add_row(
             spec.name,
-            "none" if gpu is None else f"{gpu.index} {gpu.name}",
+            "none" if gpu is None else str(gpu.index),
             "-" if cap.mib is None else str(cap.mib),
             "-" if cap.fraction is None else f"{cap.fraction:g}",
             "-" if cap.mib is None and cap.fraction is None else split,
-            "-" if gpu is None else str(plan.context_reserve_mib),
             "none" if spec.cpu_limit is None else cores_text(spec.cpu_limit),
         )
     return table

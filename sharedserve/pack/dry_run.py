@@ -15,7 +15,7 @@ def dry_run(settings: PackSettings, console: Console | None = None) -> int:
     """Check the pack as a run would, print where each replica would go and what it would get,
     and return the exit status (0); ConfigError where a run would refuse."""
     plan = prepare_pack(settings, dry_run=True)
-    console = console or Console(width=max(120, Console().width))
+    console = console or Console()  # the terminal's width: the table fits 80 columns
     console.print(placement_table(plan))
     for line in [*placement_lines(plan), *group_lines(plan)]:
         console.print(line, highlight=False, soft_wrap=True)

@@ -1,6 +1,7 @@
-"""``pack``'s live table at the widths terminals have: every cell whole at 80 columns, one line
-per replica at 120. The plan is pack's own (a dry run over a real model on two simulated GPUs);
-the replicas are pack's, in the states a running pack shows."""
+"""``pack``'s tables at the widths terminals have: every cell whole at 80 columns, one line per
+replica at 120; the live one and ``--dry-run``'s placement. The plan is pack's own (a dry run
+over a real model on two simulated GPUs); the replicas are pack's, in the states a running pack
+shows."""
 
 from __future__ import annotations
 
@@ -9,25 +10,33 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.table import Table
 
 from sharedserve.config import PackEntry, PackSettings
-from sharedserve.pack.display import replica_table
+from sharedserve.pack.display import placement_table, replica_table
+from sharedserve.pack.dry_run import dry_run
 from sharedserve.pack.prepare import PreparedPack, prepare_pack
 from sharedserve.pack.replica import Replica, ReplicaState
 from tests.support.gpus import fake_gpu_file
 
 
 @pytest.fixture
-def plan(models_dir: Path, tmp_path: Path) -> PreparedPack:
+def settings(models_dir: Path, tmp_path: Path) -> PackSettings:
     # A name as long as the catalogue's longest (mobilenet_v2), twelve replicas of it (two-digit
     # indices), over two GPUs: the widest cells a pack of the examples has.
-    entry = PackEntry(model_dir=models_dir / "tiny", name="mobilenet_v2", replicas=12)
-    settings = PackSettings(
+    entry = PackEntry(
+        model_dir=models_dir / "tiny", name="mobilenet_v2", replicas=12, cpu_limit_cores=0.5
+    )
+    return PackSettings(
         entries=(entry,),
         fake_gpus=fake_gpu_file(tmp_path, [16384, 16384]),
         log_dir=tmp_path / "a-log-directory-as-long-as-a-temporary-one-is" / "logs",
         base_port=50000,
     )
+
+
+@pytest.fixture
+def plan(settings: PackSettings) -> PreparedPack:
     return prepare_pack(settings, dry_run=True)
 
 
@@ -40,9 +49,10 @@ def _replicas(plan: PreparedPack) -> list[Replica]:
     return replicas
 
 
-def _render(plan: PreparedPack, width: int) -> str:
+def _render(plan: PreparedPack, width: int, table: Table | None = None) -> str:
+    """``table`` (the live one, by default) as a terminal ``width`` columns wide shows it."""
     console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
-    console.print(replica_table(_replicas(plan), plan))
+    console.print(table or replica_table(_replicas(plan), plan))
     return console.export_text()
 
 
@@ -71,3 +81,33 @@ def test_the_live_table_fits_with_every_cell_whole(plan: PreparedPack, width: in
     caption = " ".join(text.split())
     assert "ports on http://127.0.0.1; every endpoint in full:" in caption
     assert "".join(text.split()).endswith(str(plan.targets_path).replace(" ", "")), text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_dry_runs_placement_fits_with_every_cell_whole(plan: PreparedPack, width: int) -> None:
+    text = _render(plan, width, placement_table(plan))
+    # It had the GPU's name and a reserve column: 94 columns wide, cut to fit 80.
+    assert "…" not in text, text
+    assert all(len(line) <= width for line in text.splitlines()), text
+    for spec, share in zip(plan.specs, plan.shares, strict=True):
+        cells = [c.strip() for c in _row(text, spec.name).split("│")[1:-1]]
+        assert share.gpu is not None and share.share.fraction is not None
+        fraction = f"{share.share.fraction:g}"
+        assert cells == [
+            spec.name, str(share.gpu.index), str(share.share.mib), fraction, "split", "0.5 cores"
+        ], text  # fmt: skip
+    reserve = f"each replica on a GPU also holds a {plan.context_reserve_mib} MiB reserve"
+    assert reserve in " ".join(text.split())
+
+
+def test_the_dry_run_prints_at_the_terminals_width(
+    settings: PackSettings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It printed at 120 columns at least, whatever the terminal: wider than an 80-column one.
+    monkeypatch.setenv("COLUMNS", "80")
+    assert dry_run(settings) == 0
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line.startswith(tuple("┏┃┡│└"))]
+    assert len(table) > settings.entries[0].replicas
+    assert all(len(line) <= 80 for line in table), out
+    assert "GPU 0 Tesla T4" in out and "dry run: nothing was started" in out
