@@ -199,9 +199,16 @@ class ServerGroup:
     @model_validator(mode="after")
     def _budgets(self) -> ServerGroup:
         budgets = [m.gpu_memory_mib for m in self.models if m.gpu_memory_mib is not None]
-        if self.gpu_memory_mib is not None and sum(budgets) > self.gpu_memory_mib:
+        need, what = sum(budgets), "the models' budgets sum to"
+        if self.paging == "lru":
+            # Paging, the unpinned models take turns under the cap beside the pinned ones.
+            pinned = [m.gpu_memory_mib or 0 for m in self.models if m.pinned]
+            paged = [m.gpu_memory_mib or 0 for m in self.models if not m.pinned]
+            need = sum(pinned) + max(paged, default=0)
+            what = "the pinned models' budgets and the largest other's sum to"
+        if self.gpu_memory_mib is not None and need > self.gpu_memory_mib:
             raise refuse(
-                f"gpu_memory_mib: the models' budgets sum to {sum(budgets)} MiB, more than the "
+                f"gpu_memory_mib: {what} {need} MiB, more than the "
                 f"group's cap of {self.gpu_memory_mib} MiB; raise the cap or lower the budgets"
             )
         return self

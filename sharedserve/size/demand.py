@@ -71,6 +71,10 @@ class Demand:
     service_times: ServiceTimes | None = None
     """One call's time measured alone (``ModelProfile.service_times``); None: not in the
     profile, and its p50/p99 are read off the profile's rows (``size.predict``)."""
+    slo_p99_ms: float | None = None
+    """Its objective (the fleet's), which a page-in must leave room in (``size.grouping``)."""
+    files_mib: float | None = None
+    """Its files' size on disk; None: the fleet gives no files (``size.host``)."""
 
     def p99_sharing(self, replicas: int) -> float:
         """The p99 predicted for a replica on a GPU of ``replicas`` replicas at the planned
@@ -172,6 +176,8 @@ def _demand(
             )
         ),
         service_times=profile.service_times,
+        slo_p99_ms=entry.slo_p99_ms,
+        files_mib=weights_mib,
     )
 
 

@@ -4,9 +4,11 @@
 Format (YAML; JSON is YAML too)::
 
     gpu: {name: H100-80GB, memory_mib: 81559, price_per_hour: 3.0}   # optional max_gpus
-    node: {gpus: 8, cpu_cores: 64}
+    node: {gpus: 8, cpu_cores: 64}   # optional host_memory_mib: the plan warns past it
     utilization_target: 0.8          # share of a GPU's time the plan may fill (default 0.8)
-    context_reserve_mib: 512         # kept per replica beside its cap, as pack keeps it
+    context_reserve_mib: 512         # kept per process beside its cap, as pack keeps it
+    host_memory_per_process_mib: 250 # a serve process's runtime in host memory, paid once
+    paging: {policy: lru, page_in_ms: 50}   # optional: shared servers page their coldest out
     models:
       - name: fraud
         profile: profiles/fraud/report.json   # a bench report, relative to this file
@@ -58,6 +60,7 @@ __all__ = [
     "GpuType",
     "KubernetesSettings",
     "NodeType",
+    "PagingSettings",
     "fleet_schema",
     "listed",
     "load_fleet",
@@ -102,6 +105,9 @@ class NodeType:
     """GPUs per node: replicas of one model go on different nodes where possible."""
     cpu_cores: Positive
     """CPU cores per node: the plan warns of a node whose replicas need more."""
+    host_memory_mib: PositiveWhole | None = None
+    """Host memory per node in MiB: the plan warns of a node whose processes need more (each
+    process's runtime once, and its models, ``size.host``); none: not checked."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -132,6 +138,20 @@ class FleetModel:
     @property
     def in_profile(self) -> str:
         return self.profile_model or self.name
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class PagingSettings:
+    """Shared servers may page their coldest models out of GPU memory and back in on demand
+    (``serve --paging lru``): a server then needs room for its other models and the largest of
+    those it pages, not for all of them (``size.grouping``)."""
+
+    policy: Annotated[str, Must("lru", lambda v: v == "lru")] = "lru"
+    """Which model a full server pages out: the least recently used (the only policy)."""
+    page_in_ms: Positive = 50.0
+    """The time one page-in adds to a request, in ms: a model is paged only where its
+    objective has room for it over its p99 (the GPU kit's multimodel stage measures it; 50 ms
+    is the most it allows)."""
 
 
 _OLD_VGPUS = "replicas_per_gpu"
@@ -191,7 +211,16 @@ class Fleet:
     context_reserve_mib: Annotated[
         int, Field(ge=0), Must("a whole number >= 0", lambda v: whole(v) and v >= 0)
     ] = 512
-    """MiB kept per replica beside its cap (its CUDA context), as pack keeps it."""
+    """MiB kept per process beside its cap (its CUDA context), as pack keeps it."""
+    host_memory_per_process_mib: Annotated[
+        int, Field(ge=0), Must("a whole number >= 0", lambda v: whole(v) and v >= 0)
+    ] = 250
+    """Host memory in MiB each serve process pays once for its runtime, whatever it holds:
+    178 (torch) to 246 (TensorFlow) per process measured on CPU
+    (benchmarks/results/multimodel_memory_cpu.md)."""
+    paging: PagingSettings | None = None
+    """Shared servers page their coldest models (``serve --paging lru``); none: every model of
+    a server stays in GPU memory."""
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     """For the plan's k8s.yaml."""
     source: Annotated[Path | None, INTERNAL] = None
@@ -202,6 +231,12 @@ class Fleet:
     def _empty_block(cls, value: Any) -> Any:
         """``kubernetes:`` with every key commented out is YAML's null: the defaults."""
         return {} if value is None else value
+
+    @field_validator("paging", mode="before")
+    @classmethod
+    def _paging_policy(cls, value: Any) -> Any:
+        """``paging: lru``: the policy, with the page-in time's default."""
+        return {"policy": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _unique_names(self) -> Fleet:

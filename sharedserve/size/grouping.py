@@ -18,6 +18,15 @@ The rule, from each model's demand (``size.demand``):
   ``GROUP_MEMORY_SHARE`` of a GPU, and it has at most ``MAX_GROUP_MODELS`` models. A cold model
   no server takes with another keeps dedicated replicas: a server of one saves nothing.
 
+**Paging**, where the fleet allows it (``paging:``): a cold model whose replicas carry at most
+``PAGE_LOAD`` of their capacity, and whose objective has room for a page-in over its p99, is
+*paged*: its server keeps room for the largest of its paged models, not for each, and runs
+``serve --paging lru`` (the others pinned). A server's memory is then its pinned models' plus
+its largest paged model's.
+
+Each server's replica pays one runtime in host memory (``size.host``) where its models, each
+dedicated, would pay one each.
+
 Each model's ``Serving`` says which it got and why, in words, for the plan. Servers are
 coarser pieces to pack than the replicas they hold, so ``size`` packs the fleet both ways and
 keeps a process per replica where that takes fewer GPUs (``dedicated``).
@@ -30,12 +39,15 @@ from dataclasses import dataclass, field
 
 from sharedserve.placement import Replicas
 from sharedserve.size.demand import Demand
+from sharedserve.size.fleet import PagingSettings
+from sharedserve.size.host import process_host_mib
 
 __all__ = [
     "COLD_LOAD",
     "GROUP_BUSY_SHARE",
     "GROUP_MEMORY_SHARE",
     "MAX_GROUP_MODELS",
+    "PAGE_LOAD",
     "Grouping",
     "Serving",
     "SharedServer",
@@ -54,6 +66,9 @@ well: examples/fleet-500 (CPU profiles, large busy shares) took 524 GPUs with se
 whole target, 506 up to half, 484 up to a quarter, against 494 with a process per replica."""
 MAX_GROUP_MODELS = 32
 """The most models one shared server holds: each is a model to load, page and report."""
+PAGE_LOAD = 0.1
+"""The most of a replica's capacity a paged model's replicas may carry: its requests come far
+apart, so few of them wait for a page-in, and a model over it would be paged back in at once."""
 _WINDOW = 16
 """Open servers a cold model is tried against (the newest): first fit over all of them is
 quadratic on a fleet of 10,000 models, and an older server is nearly full anyway."""
@@ -76,11 +91,23 @@ class SharedServer:
     name: str
     replicas: int
     models: list[Demand] = field(default_factory=list)
-    memory_mib: float = 0.0
-    """Its models' memory, without the (one) reserve."""
+    pinned_mib: float = 0.0
+    """Its models' memory that stays in GPU memory: all of it without paging."""
+    paged: list[str] = field(default_factory=list)
+    """Its paged models (``paging: lru``)."""
+    paged_mib: float = 0.0
+    """Room for its largest paged model."""
+    host_memory_mib: float = 0.0
+    """One process's host memory: one runtime, and its models (``size.host``)."""
     busy_share: float = 0.0
     load: float = 0.0
     """Its models' loads summed: the share of one process's capacity its traffic takes."""
+
+    @property
+    def memory_mib(self) -> float:
+        """Its GPU memory need, without the (one) reserve: its pinned models' and room for the
+        largest paged one."""
+        return self.pinned_mib + self.paged_mib
 
     @property
     def max_density(self) -> int:
@@ -121,10 +148,25 @@ def load(d: Demand) -> float:
     return d.rate_per_replica / d.capacity_qps if d.capacity_qps > 0 else 1.0
 
 
+def pageable(d: Demand, paging: PagingSettings | None) -> bool:
+    """Whether ``d`` may be paged: the fleet allows it, it is among the coldest, and its
+    objective has room for a page-in over its p99."""
+    if paging is None or load(d) > PAGE_LOAD:
+        return False
+    return d.slo_p99_ms is None or d.predicted_p99_ms + paging.page_in_ms <= d.slo_p99_ms
+
+
 def group(
-    demands: Sequence[Demand], *, gpu_memory_mib: float, reserve_mib: float, target: float
+    demands: Sequence[Demand],
+    *,
+    gpu_memory_mib: float,
+    reserve_mib: float,
+    target: float,
+    paging: PagingSettings | None = None,
+    runtime_mib: float = 0.0,
 ) -> Grouping:
-    """Each model dedicated or in a shared server, by the rule of the module's docstring."""
+    """Each model dedicated or in a shared server, by the rule of the module's docstring;
+    ``runtime_mib``: a process's host memory base (``size.host``)."""
     serving: dict[str, Serving] = {}
     cold: list[Demand] = []
     for d in demands:
@@ -149,13 +191,18 @@ def group(
     open_: dict[tuple[int, int], list[SharedServer]] = {}  # by replicas and densest
     for d in sorted(cold, key=lambda d: (d.replicas, d.max_density, -load(d), d.model)):
         candidates = open_.setdefault((d.replicas, d.max_density), [])
-        home = next((s for s in candidates[-_WINDOW:] if _fits(s, d, room, target)), None)
+        paged = pageable(d, paging)
+        home = next((s for s in candidates[-_WINDOW:] if _fits(s, d, paged, room, target)), None)
         if home is None:
             home = SharedServer(_name(len(servers), taken), d.replicas)
             servers.append(home)
             candidates.append(home)
         home.models.append(d)
-        home.memory_mib += d.memory_mib
+        if paged:
+            home.paged.append(d.model)
+            home.paged_mib = max(home.paged_mib, d.memory_mib)
+        else:
+            home.pinned_mib += d.memory_mib
         home.busy_share += d.busy_share
         home.load += load(d)
         if len(home.models) >= MAX_GROUP_MODELS:
@@ -173,22 +220,38 @@ def group(
             )
             continue
         s.name = _name(len(shared), taken)
+        s.host_memory_mib = process_host_mib(s.models, runtime_mib)
         shared.append(s)
         for d in s.models:
-            serving[d.model] = Serving(
-                d.model,
-                s.name,
-                f"shared in {s.name}: cold, a replica carries {load(d):.0%} of its capacity; "
-                f"{len(s.models)} models pay one {reserve_mib:g} MiB reserve a replica",
-            )
+            serving[d.model] = Serving(d.model, s.name, _shared_reason(s, d, paging, reserve_mib,
+                                                                       runtime_mib))  # fmt: skip
     return Grouping(shared, serving)
 
 
-def _fits(s: SharedServer, d: Demand, room: float, target: float) -> bool:
+def _shared_reason(
+    s: SharedServer, d: Demand, paging: PagingSettings | None, reserve: float, runtime: float
+) -> str:
+    why = (
+        f"shared in {s.name}: cold, a replica carries {load(d):.0%} of its capacity; "
+        f"{len(s.models)} models pay one {reserve:g} MiB reserve"
+        + (f" and one {runtime:g} MiB runtime in host memory" if runtime else "")
+        + " a replica"
+    )
+    if d.model in s.paged and paging is not None:
+        why += (
+            f"; paged (paging: lru): among the coldest (at most {PAGE_LOAD:.0%}), its objective "
+            f"has room for a {paging.page_in_ms:g} ms page-in over its p99, and the server keeps "
+            f"room for its largest paged model ({s.paged_mib:,.0f} MiB), not for each"
+        )
+    return why
+
+
+def _fits(s: SharedServer, d: Demand, paged: bool, room: float, target: float) -> bool:
+    memory = s.pinned_mib + max(s.paged_mib, d.memory_mib) if paged else s.memory_mib + d.memory_mib
     return (
         s.load + load(d) <= target
         and s.busy_share + d.busy_share <= GROUP_BUSY_SHARE * target
-        and s.memory_mib + d.memory_mib <= room
+        and memory <= room
         and len(s.models) < MAX_GROUP_MODELS
     )
 

@@ -31,6 +31,7 @@ from sharedserve.size.bounds import cost, lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, listed
 from sharedserve.size.grouping import Grouping, Serving, SharedServer
+from sharedserve.size.host import process_host_mib
 from sharedserve.size.predict import Predictor
 
 __all__ = [
@@ -154,6 +155,12 @@ class PlanServer:
     cpu_limit: float | None
     gpus: list[int]
     """The GPU of each replica."""
+    paging: str | None = None
+    """``lru`` where it pages models (``serve --paging lru``); None: all stay in GPU memory."""
+    paged: list[str] = Field(default_factory=list)
+    """Its paged models: ``gpu_memory_mib`` holds room for the largest, not for each."""
+    host_memory_mib: float = 0.0
+    """One replica's host memory: one runtime and its models (``size.host``)."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -214,6 +221,8 @@ class Plan:
     pack_specs: list[str] = Field(default_factory=list)
     """GPU i's pack spec, beside plan.json; none when a model has no files."""
     kubernetes: PlanKubernetes | None = None
+    node_host_memory_mib: list[float] = Field(default_factory=list)
+    """Host memory each node's processes need (``size.host``): one runtime a process."""
 
 
 def _r(value: float, digits: int = 3) -> float:
@@ -284,21 +293,28 @@ def _model(
     )
 
 
-def _node_cpu(
-    packing: Placement, demands: dict[str, Demand], servers: dict[str, SharedServer]
-) -> list[float]:
-    """CPU cores each node's processes need: the limit each was profiled under, else the cores it
-    used (none measured: nothing counted); a shared server's, its limit, else its models' cores."""
-    cores = [0.0] * (max((g.node for g in packing.gpus), default=-1) + 1)
+def _nodes(
+    packing: Placement,
+    demands: dict[str, Demand],
+    servers: dict[str, SharedServer],
+    runtime_mib: float,
+) -> tuple[list[float], list[float]]:
+    """CPU cores and host MiB each node's processes need. Cores: the limit each was profiled
+    under, else the cores it used (none measured: nothing counted); a shared server's, its
+    limit, else its models' cores. Host memory: ``size.host``'s, one runtime a process."""
+    nodes = max((g.node for g in packing.gpus), default=-1) + 1
+    cores, host = [0.0] * nodes, [0.0] * nodes
     for g in packing.gpus:
         for r in g.replicas:
             server = servers.get(r.model)
             if server is not None:
                 cores[g.node] += server.cpu_limit or sum(d.cpu_cores or 0.0 for d in server.models)
+                host[g.node] += server.host_memory_mib
                 continue
             d = demands[r.model]
             cores[g.node] += d.cpu_limit or d.cpu_cores or 0.0
-    return [round(c, 2) for c in cores]
+            host[g.node] += process_host_mib([d], runtime_mib)
+    return [round(c, 2) for c in cores], [round(h) for h in host]
 
 
 def build_plan(
@@ -346,7 +362,7 @@ def build_plan(
             f"model's prediction_source): {listed(over)}; profile at higher "
             "densities, or set max_replicas_per_gpu"
         )
-    nodes = _node_cpu(packing, by_model, servers)
+    nodes, host = _nodes(packing, by_model, servers, fleet.host_memory_per_process_mib)
     crowded = [f"node {n} ({cores:g} cores)" for n, cores in enumerate(nodes)
                if cores > fleet.node.cpu_cores]  # fmt: skip
     if crowded:
@@ -354,6 +370,14 @@ def build_plan(
             f"the replicas' CPU (their profiles' limits, else what they used) is more than a "
             f"node's {fleet.node.cpu_cores:g} cores on {listed(crowded)}: give the nodes more "
             "cores, or fewer GPUs a node"
+        )
+    most = fleet.node.host_memory_mib
+    full = [f"node {n} ({mib:,.0f} MiB)" for n, mib in enumerate(host) if most and mib > most]
+    if full:
+        notes.append(
+            f"the processes' host memory (a {fleet.host_memory_per_process_mib} MiB runtime "
+            f"each, and their models) is more than a node's {most:,} MiB on {listed(full)}: "
+            "give the nodes more memory, or fewer GPUs a node"
         )
     if packing.unspread:
         notes.append(
@@ -369,6 +393,7 @@ def build_plan(
         above_bound=_r(planned.gpus / bound.gpus) if bound.gpus else None,
         node_count=math.ceil(planned.gpus / fleet.node.gpus),
         node_cpu_cores=nodes,
+        node_host_memory_mib=host,
         gpu_hours_per_month=planned.gpu_hours_per_month,
         cost_per_month=_r(planned.per_month, 2),
         baseline_gpu_count=baseline.gpus,
@@ -391,7 +416,9 @@ def build_plan(
 def _server(s: SharedServer, gpus: list[int]) -> PlanServer:
     """``gpus``: those of its first model, which are its replicas'."""
     return PlanServer(s.name, s.replicas, [d.model for d in s.models], _r(s.memory_mib, 1),
-                      _r(s.busy_share, 4), _r(s.load), s.cpu_limit, gpus)  # fmt: skip
+                      _r(s.busy_share, 4), _r(s.load), s.cpu_limit, gpus,
+                      "lru" if s.paged else None, list(s.paged),
+                      _r(s.host_memory_mib, 1))  # fmt: skip
 
 
 def write_plan(plan: Plan, path: Path) -> Path:

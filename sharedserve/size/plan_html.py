@@ -71,9 +71,10 @@ def _servers(plan: Plan) -> str:
     if not plan.servers:
         return ""
     rows = [[escape(s.name), str(s.replicas), escape(", ".join(s.models)),
-             f"{s.gpu_memory_mib:,.0f}", f"{s.busy_share:.1%}", f"{s.load:.0%}"]
+             f"{s.gpu_memory_mib:,.0f}", f"{s.busy_share:.1%}", f"{s.load:.0%}",
+             f"{s.host_memory_mib:,.0f}", escape(", ".join(s.paged)) or "-"]
             for s in plan.servers]  # fmt: skip
-    head = ["server", "replicas", "models", "memory MiB", "busy", "load"]
+    head = ["server", "replicas", "models", "memory MiB", "busy", "load", "host MiB", "paged"]
     return (
         "<h2>Shared servers</h2><p>Each replica one process holding its models, with one "
         f"context reserve. Hover a model's serving for why.</p>{_table(head, rows)}"

@@ -73,13 +73,22 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
             "",
             "## Shared servers",
             "",
-            "| server | replicas | models | memory MiB (one reserve beside) | busy | load |",
-            "|---|---|---|---|---|---|",
+            "| server | replicas | models | memory MiB (one reserve beside) | busy | load "
+            "| host MiB (one runtime) | paged (paging: lru) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {s.name} | {s.replicas} | {', '.join(s.models)} | {s.gpu_memory_mib:,.0f} | "
-            f"{s.busy_share:.1%} | {s.load:.0%} |"
+            f"{s.busy_share:.1%} | {s.load:.0%} | {s.host_memory_mib:,.0f} | "
+            f"{', '.join(s.paged) or '-'} |"
             for s in plan.servers
+        ]
+    if plan.node_host_memory_mib:
+        most = f" of {plan.node.host_memory_mib:,}" if plan.node.host_memory_mib else ""
+        lines += [
+            "",
+            "Host memory each node's processes need, MiB (a runtime a process, and their "
+            f"models){most}: {', '.join(f'{h:,.0f}' for h in plan.node_host_memory_mib)}.",
         ]
     lines += ["", "## Why each model is served as it is", ""]
     lines += [f"- {m.name}: {m.serving_reason or 'not stated'}" for m in plan.models]

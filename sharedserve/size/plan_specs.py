@@ -3,7 +3,8 @@
 A dedicated model's replicas on the GPU are an entry of ``models:``, a shared server's replicas
 a group of ``servers:``: each model with its planned memory as its cap or budget (when measured:
 a model's files are not a cap), the CPU limit its profile was measured under, its objective and
-its share of the GPU's traffic as its weight.
+its share of the GPU's traffic as its weight. A server that pages writes ``paging: lru``, its
+cap room for its pinned models and its largest paged one.
 """
 
 from __future__ import annotations
@@ -17,19 +18,31 @@ from sharedserve.pack.spec import PackSpecFile, ServerGroup, ServerModel, SpecEn
 from sharedserve.size.fleet import Fleet
 from sharedserve.size.plan import Plan, PlanGpu, PlanModel, PlanServer
 
-__all__ = ["gpu_specs"]
+__all__ = ["gpu_specs", "model_cap"]
 
 
 def _r(value: float) -> float:
     return round(value, 3)
 
 
-def _cap(model: PlanModel) -> int | None:
+def model_cap(model: PlanModel) -> int | None:
     # A measured figure (or the cap it ran under) is a cap; a model's files are only its least
     # need: pack then shares out what the GPU has, in proportion to them.
     if model.gpu_memory_source == "weights":
         return None
     return max(1, math.floor(model.gpu_memory_mib))
+
+
+def _group_cap(
+    server: PlanServer, members: list[PlanModel], budgets: list[int | None]
+) -> int | None:
+    """The models' budgets summed, when every one was measured (the reserve is kept beside the
+    cap, once for the process); paging, the pinned ones' and the largest paged one's."""
+    if None in budgets:
+        return None
+    pinned = [b or 0 for m, b in zip(members, budgets, strict=True) if m.name not in server.paged]
+    paged = [b or 0 for m, b in zip(members, budgets, strict=True) if m.name in server.paged]
+    return sum(pinned) + max(paged, default=0)
 
 
 def gpu_specs(plan: Plan, fleet: Fleet, out_dir: Path) -> list[PackSpecFile]:
@@ -63,7 +76,7 @@ def _spec(
                 model=_path(name, files, out_dir),
                 name=name,
                 replicas=count,
-                gpu_memory_mib=_cap(model),
+                gpu_memory_mib=model_cap(model),
                 slo_p99_ms=model.slo_p99_ms,
                 weight=_r(model.rate_per_replica * count),
                 cpu_limit=model.cpu_limit or None,  # as its profile was measured
@@ -77,7 +90,7 @@ def _spec(
         server = servers[name]
         count = listed // len(server.models)
         members = [models[m] for m in server.models]
-        budgets = [_cap(m) for m in members]
+        budgets = [model_cap(m) for m in members]
         groups.append(
             ServerGroup(
                 name=name,
@@ -88,14 +101,15 @@ def _spec(
                         slo_p99_ms=m.slo_p99_ms,
                         weight=_r(m.rate_per_replica * count),
                         gpu_memory_mib=budget,
+                        # Paging: the models it does not page stay in memory.
+                        pinned=bool(server.paged) and m.name not in server.paged,
                     )
                     for m, budget in zip(members, budgets, strict=True)
                 ),
                 replicas=count,
-                # The models' budgets summed, when every one was measured: the reserve is kept
-                # beside the cap, once for the process.
-                gpu_memory_mib=None if None in budgets else sum(b or 0 for b in budgets),
+                gpu_memory_mib=_group_cap(server, members, budgets),
                 cpu_limit=server.cpu_limit or None,
+                paging=server.paging,
             )
         )
     # No `gpu:`: pack packs the share on the host's first GPU it fits (bundle), and runs it

@@ -12,7 +12,7 @@ from sharedserve.pack.spec import write_spec
 from sharedserve.placement import OpenEnded, Placement, place
 from sharedserve.server.model_source import find_model
 from sharedserve.size.demand import Demand, demands
-from sharedserve.size.fleet import Fleet, listed, load_fleet
+from sharedserve.size.fleet import Fleet, PagingSettings, listed, load_fleet
 from sharedserve.size.grouping import Grouping, dedicated, group
 from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import (
@@ -49,7 +49,8 @@ def _files(fleet: Fleet) -> tuple[dict[str, float], dict[str, str]]:
 def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_dir: Path) -> Plan:
     """Write k8s.yaml; the plan with what it asks of the allocator (and a warning if its cut
     makes a planned GPU's share overflow)."""
-    manifests = plan_manifests(plan, fleet, directories)
+    files = {m.name: m.model for m in fleet.models if m.model is not None}
+    manifests = plan_manifests(plan, fleet, directories, files)
     write_atomic(out_dir / "k8s.yaml", manifests.text.encode())
     size = manifests.size
     kubernetes = PlanKubernetes(
@@ -68,21 +69,23 @@ def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_
             "would need more vGPUs than a GPU has: the cluster needs more GPUs than the plan; "
             "cut GPUs finer (kubernetes.vgpus_per_gpu)"
         )
-    if plan.servers:
-        warnings.append(
-            "k8s.yaml renders each model of a shared server as a Deployment of its own, "
-            "not one Deployment a server: size it with k8s render --spec on a GPU's pack spec"
-        )
     return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
 
 
 def _pack(
-    wanted: list[Demand], gpus: OpenEnded, reserve: float, target: float
+    wanted: list[Demand],
+    gpus: OpenEnded,
+    reserve: float,
+    target: float,
+    *,
+    paging: PagingSettings | None = None,
+    runtime_mib: float = 0.0,
 ) -> tuple[Grouping, Placement, int]:
     """The grouping, its packing, and the GPUs a process per replica takes. Packed both ways
     without the GPU limit (only the plan chosen must keep to it); shared servers are dropped
     where a process per replica takes fewer GPUs."""
-    grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target)
+    grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target,
+                     paging=paging, runtime_mib=runtime_mib)  # fmt: skip
     unlimited = OpenEnded(gpus.memory_mib, gpus.gpus_per_node)
     packing = place(grouping.requests(wanted), unlimited, reserve_mib=reserve, target=target)
     alone = packing
@@ -115,7 +118,8 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     wanted, warnings = demands(fleet, profiles, sizes)
     gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
     reserve, target = fleet.context_reserve_mib, fleet.utilization_target
-    grouping, packing, separate = _pack(wanted, gpus, reserve, target)
+    grouping, packing, separate = _pack(wanted, gpus, reserve, target, paging=fleet.paging,
+                                        runtime_mib=fleet.host_memory_per_process_mib)  # fmt: skip
     plan = build_plan(
         fleet, wanted, packing, warnings, grouping=grouping, process_per_replica_gpus=separate
     )

@@ -72,6 +72,34 @@ def test_every_stage_dry_runs_and_passes(dry_run: tuple[Path, Any]) -> None:
         assert "(DRY RUN)" in text and "**Status: pass**" in text
 
 
+def check_profile_stage(profile: dict[str, Any]) -> None:
+    """The profile stage's dry run: a CPU profile of tiny, a plan with a shared server, and that
+    server's GPU verified."""
+    assert list(profile["profiles"]) == ["tiny"]
+    for row in profile["profiles"]["tiny"]:
+        assert row["qps"] > 0 and row["gpu_util_mean"] is None and row["gpu_mem_mib"] is None
+    plan = profile["plan"]
+    assert plan["gpu_count"] >= plan["lower_bound_gpus"] >= 1 and plan["saving_factor"] >= 1
+    tiny, *cold = plan["models"]
+    assert tiny["name"] == "tiny" and [m["name"] for m in cold] == ["tiny-cold-a", "tiny-cold-b"]
+    # The cold copies share a server, as one process a replica, and verify ran its GPU's share.
+    (server,) = plan["servers"]
+    assert {m["server"] for m in cold} == {server["name"]} and len(server["models"]) >= 2
+    assert all(m["serving"] == "shared" for m in cold)
+    # A CPU profile: memory from the model's files, time from throughput, no NVML figure, and
+    # the plan says so (naming the profile by its path in the kit's work, not this machine's).
+    assert tiny["gpu_memory_source"] == "weights" and tiny["nvml_memory_mib"] is None
+    assert tiny["busy_source"] == "throughput" and tiny["replicas"] >= 2
+    assert any("(profiles/tiny) was measured without a GPU" in w for w in plan["warnings"])
+    verify = profile["verify"]
+    assert verify["held"] is True and verify["gpus"] is None and verify["gpu_util_mean"] is None
+    assert verify["spec"] == plan["pack_specs"][server["gpus"][0]]
+    assert {m["model"] for m in verify["models"]} >= set(server["models"])
+    for line in verify["models"]:
+        assert line["measured_qps"] > 0 and line["errors"] == 0
+        assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
+
+
 @pytest.mark.timeout(600)
 def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
     out, _ = dry_run
@@ -94,23 +122,7 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
         assert list(row["models"]) == ["tiny", "mobilenet_v2"] and row["errors"] == 0
         assert row["gpus"] is None and row["gpu_util_mean"] is None
         assert all(m["gpu_mem_mib"] is None for m in row["models"].values())
-    profile = results["profile"]
-    assert list(profile["profiles"]) == ["tiny"]
-    for row in profile["profiles"]["tiny"]:
-        assert row["qps"] > 0 and row["gpu_util_mean"] is None and row["gpu_mem_mib"] is None
-    plan = profile["plan"]
-    assert plan["gpu_count"] >= plan["lower_bound_gpus"] >= 1 and plan["saving_factor"] >= 1
-    (tiny,) = plan["models"]
-    # A CPU profile: memory from the model's files, time from throughput, no NVML figure, and
-    # the plan says so (naming the profile by its path in the kit's work, not this machine's).
-    assert tiny["gpu_memory_source"] == "weights" and tiny["nvml_memory_mib"] is None
-    assert tiny["busy_source"] == "throughput" and tiny["replicas"] >= 2
-    assert any("(profiles/tiny) was measured without a GPU" in w for w in plan["warnings"])
-    verify = profile["verify"]
-    assert verify["held"] is True and verify["gpus"] is None and verify["gpu_util_mean"] is None
-    (line,) = verify["models"]
-    assert line["model"] == "tiny" and line["measured_qps"] > 0 and line["errors"] == 0
-    assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
+    check_profile_stage(results["profile"])
     multimodel = results["multimodel"]
     for side in ("one process", "separate processes"):
         rows = multimodel["density"]["tiny"][side]

@@ -80,8 +80,24 @@ def _group(**changes: Any) -> dict[str, Any]:
         ),
         (
             _group(gpu_memory_mib=400),
+            r"servers\[0\] \(shared-a\): gpu_memory_mib: the pinned models' budgets and the "
+            "largest other's sum to 500 MiB, more than the group's cap of 400 MiB",
+        ),
+        (
+            _group(gpu_memory_mib=400, paging=None),
             r"servers\[0\] \(shared-a\): gpu_memory_mib: the models' budgets sum to 500 MiB, "
             "more than the group's cap of 400 MiB",
+        ),
+        (
+            _group(
+                gpu_memory_mib=900,
+                models=[
+                    {"model": "m/a", "gpu_memory_mib": 500, "pinned": True},
+                    {"model": "m/b", "gpu_memory_mib": 300},
+                    {"model": "m/c", "gpu_memory_mib": 500},
+                ],
+            ),
+            "the pinned models' budgets and the largest other's sum to 1000 MiB",
         ),
         (_group(paging="fifo"), "paging must be lru"),
         (_group(weight=2), "unknown key 'weight'"),
@@ -99,6 +115,19 @@ def _group(**changes: Any) -> dict[str, Any]:
 def test_refusals_name_the_group_and_key(data: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_spec(data, base_dir=Path("/b"), where="pack.yaml")
+
+
+def test_paging_budgets_may_sum_past_the_cap_the_pinned_and_largest_other_may_not() -> None:
+    # 500 pinned + the largest of 300 and 400 paged = 900 fit a 900 MiB cap; all three, 1200.
+    models = [
+        {"model": "m/a", "gpu_memory_mib": 500, "pinned": True},
+        {"model": "m/b", "gpu_memory_mib": 300},
+        {"model": "m/c", "gpu_memory_mib": 400},
+    ]
+    (group,) = parse_spec(_group(gpu_memory_mib=900, models=models), base_dir=Path("/b")).entries
+    assert group.paging and [m.gpu_memory_mib for m in group.models] == [500, 300, 400]
+    with pytest.raises(ConfigError, match="budgets sum to 1200 MiB"):
+        parse_spec(_group(gpu_memory_mib=900, models=models, paging=None), base_dir=Path("/b"))
 
 
 def test_the_repository_links_each_model_and_writes_its_model_file(tmp_path: Path) -> None:

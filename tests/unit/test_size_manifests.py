@@ -35,6 +35,7 @@ def plan_of(data: dict[str, Any]) -> Plan:
     return replace(
         golden,
         models=[replace(model, **m) for m in data["models"]],
+        servers=data.get("servers", []),
         gpus=[replace(gpu, replicas=[replace(gpu.replicas[0], **r) for r in g["replicas"]])
               for g in data["gpus"]],
     )  # fmt: skip

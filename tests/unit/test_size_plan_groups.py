@@ -3,12 +3,17 @@ with the server as a group of ``servers:``, read back by pack's own reader."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
+
+import yaml
 
 from sharedserve.pack.spec import load_spec, write_spec
 from sharedserve.placement import OpenEnded, place
-from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType
+from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, PagingSettings
 from sharedserve.size.grouping import group
+from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import Plan, build_plan, spec_name
 from sharedserve.size.plan_html import plan_html
 from sharedserve.size.plan_md import plan_markdown
@@ -101,3 +106,62 @@ def test_shared_servers_are_dropped_where_a_process_per_replica_takes_fewer_gpus
         "dedicated: with shared servers the fleet packed onto 3 GPUs, with a process per "
         "replica onto 2"
     )
+
+
+def test_k8s_yaml_renders_a_shared_server_as_one_deployment_holding_its_models(
+    tmp_path: Path,
+) -> None:
+    plan, fleet = plan_of(tmp_path)
+    manifests = plan_manifests(plan, fleet, {"a": "dir-a", "hot": "dir-hot"})
+    objects = [o for o in yaml.safe_load_all(manifests.text) if o]
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    assert sorted(deployments) == ["hot", "shared-0"]  # not a, b, c: one a server
+    server = deployments["shared-0"]
+    assert server["spec"]["replicas"] == 1
+    pod = server["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[args.index("--model-repository") + 1] == "/repository"
+    assert "--model" not in args and "--paging" not in args  # nothing paged in this plan
+    # One process's memory: its models' 9,000 MiB and ONE reserve, in vGPUs of the cut.
+    vgpu = manifests.size.vgpu_memory_mib
+    assert int(container["resources"]["limits"]["sharedserve.io/vgpu"]) == math.ceil(
+        (9000 + RESERVE) / vgpu)  # fmt: skip
+    (init,) = pod["initContainers"]
+    script = init["command"][-1]
+    for name, directory in (("a", "dir-a"), ("b", "b"), ("c", "c")):
+        assert f"/models/{directory}/* /repository/{name}/" in script
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert config["metadata"]["name"] == "shared-0-models"
+    files = {k: yaml.safe_load(v) for k, v in config["data"].items()}
+    assert files == {f"{n}.yaml": {"weight": 10.0, "gpu_memory_mib": 3000} for n in "abc"}
+    assert manifests.vgpus == math.ceil((3000 + RESERVE) / vgpu) + math.ceil(
+        (9000 + RESERVE) / vgpu)  # fmt: skip
+
+
+def test_a_paging_server_pins_the_others_in_its_spec_and_pages_in_its_pods(
+    tmp_path: Path,
+) -> None:
+    # a and b are the coldest (5%), c (20%) stays pinned: cap 3,000 + the largest paged 3,000.
+    wanted = [replace(model(n, load, memory=3000, busy=0.05, densest=2), slo_p99_ms=100.0)
+              for n, load in (("a", 0.05), ("b", 0.05), ("c", 0.2))]  # fmt: skip
+    entries = tuple(FleetModel(d.model, Path("p.json"), 10.0, 100.0, min_replicas=1,
+                               model=tmp_path / "models" / d.model) for d in wanted)  # fmt: skip
+    fleet = Fleet(GpuType("L4", GPU, 0.8), NodeType(8, 64), entries, paging=PagingSettings())
+    grouping, packing, separate = _pack(wanted, OpenEnded(GPU, 8), RESERVE, TARGET,
+                                        paging=fleet.paging)  # fmt: skip
+    plan = build_plan(fleet, wanted, packing, [], grouping=grouping,
+                      process_per_replica_gpus=separate)  # fmt: skip
+    (server,) = plan.servers
+    assert (server.paging, sorted(server.paged), server.gpu_memory_mib) == ("lru", ["a", "b"], 6000)
+    assert "paged (paging: lru)" in next(m for m in plan.models if m.name == "a").serving_reason
+    out = tmp_path / "plan"
+    out.mkdir()
+    (spec,) = gpu_specs(plan, fleet, out)
+    (entry,) = load_spec(write_spec(spec, out / spec_name(0))).entries
+    assert entry.paging and entry.cap.share.mib == 6000
+    assert [(m.name, m.pinned) for m in entry.models] == [("c", True), ("a", False), ("b", False)]
+    deployment = next(o for o in yaml.safe_load_all(plan_manifests(plan, fleet, {}).text)
+                      if o and o["kind"] == "Deployment")  # fmt: skip
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--paging") + 1] == "lru"

@@ -2,12 +2,14 @@
 
 ``sharedserve profile`` of the torch ``tiny`` and ``mobilenet_v2`` on the GPU (densities 1 and
 4, sequential and parallel, one core per replica; REST, as ``size --verify`` measures), then
-``sharedserve size`` on ``examples/fleet.yaml``'s models with the GPU the stage sees in place of
-the example's, and ``sharedserve size --verify`` of the plan's first GPU on that GPU. The checks:
-every profile carries NVML memory and the plan no CPU-profile warning, the plan keeps its own
-limits (memory, busy share, densities measured), and the verified share is served at its planned
-rates without errors, every planned P99 objective holding: a plan is only as good as its verify,
-so a missed objective is a FAIL.
+``sharedserve size`` on ``examples/fleet.yaml``'s models, and two cold ones beside them (``tiny``
+again at a few requests a second, ``COLD``), with the GPU the stage sees in place of the
+example's, and ``sharedserve size --verify`` of the GPU holding the plan's shared server on that
+GPU. The checks: every profile carries NVML memory and the plan no CPU-profile warning, the plan
+keeps its own limits (memory, busy share, densities measured, processes not model entries), the
+cold models share a server, and the verified share, the server's process included, is served at
+its planned rates without errors, every planned P99 objective holding: a plan is only as good as
+its verify, so a missed objective is a FAIL.
 """
 
 # minutes: 2
@@ -31,10 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # shadowing the standard library's: nothing the stage imports uses that one (cProfile would).
 
 import kit
+import plan_report
 import replicas
 
 EXAMPLE_FLEET = Path(__file__).resolve().parents[3] / "examples" / "fleet.yaml"
 MODELS = ("tiny", "mobilenet_v2")  # the models the example fleet serves
+COLD = ("tiny-cold-a", "tiny-cold-b")
+"""Fleet models served from tiny's profile and files at COLD_QPS: cold, so size gathers them into
+one shared server (of one densest, as copies of one profile are), which verify then runs."""
+COLD_QPS, COLD_SLO_MS = 20.0, 500.0
 DENSITIES = [1, 4]  # alone and shared: two points keep the stage in the sweep's call
 FLOOR_MIB = 1024  # the least cap per replica worth profiling
 RESERVE_MIB = 512  # pack's --context-reserve-mib default
@@ -57,13 +64,16 @@ PROFILE_ROW_KEYS = (
 )
 PLAN_KEYS = (
     *("gpu_count", "lower_bound_gpus", "lower_bound", "above_bound", "baseline_gpu_count"),
+    "process_per_replica_gpu_count",
     *("saving_factor", "cost_per_month", "baseline_cost_per_month", "warnings", "pack_specs"),
 )
 PLAN_MODEL_KEYS = (
     *("name", "replicas", "peak_qps", "slo_p99_ms", "capacity_qps_per_replica"),
     *("rate_per_replica", "predicted_p99_ms", "measured_at_density", "max_density"),
     *("gpu_memory_mib", "gpu_memory_source", "busy_share", "busy_source", "gpus"),
+    *("serving", "server", "serving_reason"),
 )
+SERVER_KEYS = ("name", "replicas", "models", "gpu_memory_mib", "host_memory_mib", "paged", "gpus")
 
 
 def main() -> None:
@@ -100,7 +110,9 @@ def main() -> None:
     if not run_size(stage, write_fleet(stage, gpu, models), stage.work / "plan"):
         stage.finish()
         return
-    run_verify(stage, stage.work / "plan" / "gpu-000.yaml", stage.work / "verify")
+    spec = shared_gpu_spec(stage)
+    if spec is not None:
+        run_verify(stage, stage.work / "plan" / spec, stage.work / "verify")
     stage.finish()
 
 
@@ -147,7 +159,7 @@ def run_profiles(stage: kit.Stage, models: Path) -> bool:
         or f"{', '.join(settings['models'])} at densities {settings['densities']}",
     )
     if not failed:
-        describe_profiles(stage)
+        plan_report.describe_profiles(stage)
     return not failed
 
 
@@ -165,9 +177,24 @@ def run_size(stage: kit.Stage, fleet: Path, out: Path) -> bool:
     plan["warnings"] = [w.replace(f"{stage.work}/", "") for w in plan["warnings"]]
     stage.results["plan"] = summarize_plan(plan)
     judge_plan(stage, plan)
-    describe_plan(stage)
+    plan_report.describe_plan(stage)
     stage.finish(partial=True)
     return True
+
+
+def shared_gpu_spec(stage: kit.Stage) -> str | None:
+    """The pack spec of the GPU holding the plan's first shared server's first replica."""
+    plan = stage.results["plan"]
+    cold = {m["name"]: m for m in plan["models"] if m["name"] in COLD}
+    servers = plan["servers"]
+    stage.check(
+        "the cold models share a server (servers: in its GPU's pack spec)",
+        bool(servers) and all(m["serving"] == "shared" for m in cold.values()),
+        "; ".join(f"{n}: {m['serving']} ({m['serving_reason']})" for n, m in cold.items()),
+    )
+    if not servers or not plan["pack_specs"]:
+        return None
+    return str(plan["pack_specs"][servers[0]["gpus"][0]])
 
 
 def run_verify(stage: kit.Stage, spec: Path, out: Path) -> None:
@@ -203,7 +230,7 @@ def run_verify(stage: kit.Stage, spec: Path, out: Path) -> None:
             and row["gpu_util_mean"] is None,
             "GPU columns null in the profiles, the plan and the verify",
         )
-    describe_verify(stage)
+    plan_report.describe_verify(stage)
 
 
 def profile_rows(name: str, reports: list[Path]) -> list[dict[str, Any]]:
@@ -236,8 +263,23 @@ def write_fleet(stage: kit.Stage, gpu: Any, models: Path) -> Path:
             "model": os.path.relpath(models / name, path.parent),
         }
         fleet["models"].append(entry | (DRY_RUN_DEMAND if stage.dry_run else {}))
+    tiny = fleet["models"][names.index("tiny")]
+    for name in COLD:
+        fleet["models"].append(
+            tiny
+            | {"name": name, "profile_model": "tiny", "peak_qps": COLD_QPS, "min_replicas": 2}
+            | {"slo_p99_ms": max(COLD_SLO_MS, tiny["slo_p99_ms"])}
+        )
     path.write_text(yaml.safe_dump(fleet, sort_keys=False))
     return path
+
+
+def processes(replicas: list[dict[str, Any]], sizes: dict[str, int]) -> int:
+    """A GPU's processes: its dedicated replicas, and each shared server's replica once (plan.json
+    lists it once for each of its ``sizes[server]`` models)."""
+    own = sum(r["server"] is None for r in replicas)
+    held = Counter(r["server"] for r in replicas if r["server"] is not None)
+    return own + sum(n // sizes[name] for name, n in held.items())
 
 
 def summarize_plan(plan: dict[str, Any]) -> dict[str, Any]:
@@ -246,15 +288,18 @@ def summarize_plan(plan: dict[str, Any]) -> dict[str, Any]:
         # The NVML figure, on its own: null wherever nothing was measured on a GPU.
         nvml = m["gpu_memory_mib"] if m["gpu_memory_source"] == "nvml" else None
         models.append({k: m[k] for k in PLAN_MODEL_KEYS} | {"nvml_memory_mib": nvml})
+    sizes = {s["name"]: len(s["models"]) for s in plan["servers"]}
     gpus = [
         {
             "index": g["index"],
             "replicas": dict(Counter(r["model"] for r in g["replicas"])),
+            "processes": processes(g["replicas"], sizes),
             **{k: g[k] for k in ("memory_used_mib", "busy_share", "replica_limit")},
         }
         for g in plan["gpus"]
     ]
     return {k: plan[k] for k in PLAN_KEYS} | {
+        "servers": [{k: s[k] for k in SERVER_KEYS} for s in plan["servers"]],
         "gpu": plan["gpu"],
         "utilization_target": plan["utilization_target"],
         "models": models,
@@ -277,13 +322,14 @@ def judge_plan(stage: kit.Stage, plan: dict[str, Any]) -> None:
         "; ".join(foreign) or f"profiles from {plan['gpu']['name']}",
     )
     memory, target = plan["gpu"]["memory_mib"], plan["utilization_target"]
+    sizes = {s["name"]: len(s["models"]) for s in plan["servers"]}
     wrong = [
         f"GPU {g['index']}: {g['memory_used_mib']:g} MiB, busy {g['busy_share']:.2f}, "
-        f"{len(g['replicas'])} replicas (limit {g['replica_limit']})"
+        f"{processes(g['replicas'], sizes)} processes (limit {g['replica_limit']})"
         for g in plan["gpus"]
         if g["memory_used_mib"] > memory
         or g["busy_share"] > target + 1e-9
-        or len(g["replicas"]) > g["replica_limit"]
+        or processes(g["replicas"], sizes) > g["replica_limit"]
     ]
     placed = Counter(r["model"] for g in plan["gpus"] for r in g["replicas"])
     wrong += [
@@ -329,78 +375,6 @@ def judge_verify(stage: kit.Stage, result: dict[str, Any], duration: float) -> N
             f"objective {m['slo_p99_ms']:g})"
             for m in result["models"]
         ),
-    )
-
-
-def describe_profiles(stage: kit.Stage) -> None:
-    settings = stage.results["settings"]
-    table = [
-        [name, *(r[k] for k in ("pattern", "density", "qps", "p99_ms", "stable")),
-         r["gpu_util_mean"], r["gpu_mem_mib"]]
-        for name, rows in stage.results["profiles"].items()
-        for r in rows
-    ]  # fmt: skip
-    stage.section(
-        f"`sharedserve profile` per model: densities {settings['densities']}, "
-        f"{settings['warmup_s']:g} s warm-up and {settings['duration_s']:g} s measured per "
-        f"density and pattern, {settings['concurrency']} users per replica in the parallel "
-        f"sweep, {settings['cpu_limit']} core per replica, REST. GPU % is the mean utilisation, "
-        "peak MiB the NVML peak of the model's highest replica.",
-        "",
-        *kit.markdown_table(
-            ["model", "pattern", "density", "QPS", "p99 ms", "stable", "GPU %", "peak MiB"], table
-        ),
-    )
-
-
-def describe_plan(stage: kit.Stage) -> None:
-    plan = stage.results["plan"]
-    models = [
-        [m["name"], m["replicas"], m["capacity_qps_per_replica"], m["predicted_p99_ms"],
-         m["slo_p99_ms"], f"{m['gpu_memory_mib']:g} ({m['gpu_memory_source']})",
-         f"{m['busy_share']:.3f} ({m['busy_source']})", m["max_density"]]
-        for m in plan["models"]
-    ]  # fmt: skip
-    gpus = [
-        [g["index"], ", ".join(f"{n} x{c}" for n, c in g["replicas"].items()),
-         g["memory_used_mib"], g["busy_share"]]
-        for g in plan["gpus"]
-    ]  # fmt: skip
-    heads = ["model", "replicas", "QPS / replica", "predicted p99 ms", "objective ms",
-             "memory MiB (source)", "busy share (source)", "densest"]  # fmt: skip
-    stage.section(
-        f"`sharedserve size` on examples/fleet.yaml's models on {plan['gpu']['name']} "
-        f"({plan['gpu']['memory_mib']} MiB): **{plan['gpu_count']} GPUs** (lower bound "
-        f"{plan['lower_bound_gpus']}, {plan['above_bound']}x it); one replica per GPU would "
-        f"take {plan['baseline_gpu_count']} (saving factor {plan['saving_factor']}x).",
-        *(f"- warning: {w}" for w in plan["warnings"]),
-        "",
-        *kit.markdown_table(heads, models),
-        "",
-        *kit.markdown_table(["GPU", "replicas", "memory MiB", "busy share"], gpus),
-    )
-
-
-def describe_verify(stage: kit.Stage) -> None:
-    settings, verify = stage.results["settings"], stage.results["verify"]
-    table = [
-        [m["model"], m["replicas"], m["planned_qps"], m["measured_qps"], m["predicted_p99_ms"],
-         m["measured_p99_ms"], m["slo_p99_ms"], "yes" if m["slo_met"] else "NO", m["errors"]]
-        for m in verify["models"]
-    ]  # fmt: skip
-    heads = ["model", "replicas", "planned QPS", "measured QPS", "predicted p99 ms",
-             "measured p99 ms", "objective ms", "held", "errors"]  # fmt: skip
-    stage.section(
-        f"`sharedserve size --verify {verify['spec']}`: {settings['verify_warmup_s']:g} s "
-        f"warm-up, {settings['verify_duration_s']:g} s measured, open loop at the planned rates; "
-        + (
-            "no GPU figures (simulated GPU)."
-            if verify["gpus"] is None
-            else f"GPU utilisation {verify['gpu_util_mean']} % (mean), "
-            f"{verify['gpu_mem_used_mib']} MiB used."
-        ),
-        "",
-        *kit.markdown_table(heads, table),
     )
 
 
