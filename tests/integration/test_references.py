@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # A document named in prose or help: a path to a .md file (links' targets included), or a
 # capitalised one such as README.md; a bare lower-case name (plan.md, report.md) is an output.
 DOCUMENT = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]+\.md|[A-Z][A-Z_]*\.md)\b")
+PLACEHOLDERS = {"NAME.md"}  # what a stage of the GPU kit writes, one per stage
 
 
 def _help(path: tuple[str, ...]) -> str:
@@ -27,7 +28,7 @@ def _help(path: tuple[str, ...]) -> str:
 
 
 def _missing(text: str, base: Path) -> set[str]:
-    named = set(DOCUMENT.findall(text))
+    named = set(DOCUMENT.findall(text)) - PLACEHOLDERS
     return {n for n in named if not (base / n).exists() and not (ROOT / n).exists()}
 
 
@@ -53,3 +54,17 @@ def test_every_fake_gpus_option_says_where_the_format_is() -> None:
         assert isinstance(option, typer.core.TyperOption)
         assert "docs/fake-gpus.md" in (option.help or ""), " ".join(path)
     assert (ROOT / "docs" / "fake-gpus.md").is_file()
+
+
+def test_the_gpu_kit_readme_is_written_for_a_user_with_a_gpu_and_a_shell() -> None:
+    # Not for an internal tool's audience: no lent machine, no "device" runs, nothing carried.
+    text = (ROOT / "benchmarks" / "gpu" / "README.md").read_text()
+    for word in ("carry", "carried", "lent", "`device`", "device run", "$OUT"):
+        assert word not in text, word
+    for heading in ("## What you need", "## Running it", "## Where the results go"):
+        assert heading in text
+    # The stages its table describes are the ones run.sh runs.
+    stages = {p.stem for p in (ROOT / "benchmarks" / "gpu" / "stages").glob("*.py")}
+    described = set(re.findall(r"^\| `(\w+)` \|", text, flags=re.M))
+    assert described == stages
+    assert _missing(text, ROOT / "benchmarks" / "gpu") == set()

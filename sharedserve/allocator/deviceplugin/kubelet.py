@@ -10,6 +10,11 @@ never touched: their devices were decided by the kubelet and live in its checkpo
 
 The watch polls ``stat`` (a few syscalls per interval) instead of inotify, which the standard
 library lacks; the interval bounds how late a kubelet restart is noticed.
+
+Nothing is served before ``kubelet.sock`` exists: the directory is the kubelet's, and on a host
+without one (a mistyped --device-plugin-dir, a machine that is no Kubernetes node) creating it
+would leave a kubelet's directory behind and wait in silence. The wait says what it waits for,
+at start and then every ``WAITING_LOG_S``.
 """
 
 from __future__ import annotations
@@ -28,9 +33,13 @@ from sharedserve.allocator.settings import API_VERSION, AllocatorSettings
 from sharedserve.allocator.sockets import FileId, file_id
 from sharedserve.errors import SharedServeError
 
-__all__ = ["KubeletSession"]
+__all__ = ["WAITING_LOG_S", "KubeletSession"]
 
 log = logging.getLogger(__name__)
+
+WAITING_LOG_S = 60.0
+"""Seconds between the lines saying the kubelet is still awaited: its absence is news once, and
+a reminder now and then, not a line every poll."""
 
 
 class KubeletSession:
@@ -50,6 +59,7 @@ class KubeletSession:
     async def run(self) -> None:
         try:
             while True:
+                await self._wait_for_kubelet()
                 await self._serve()
                 kubelet_id = await self._register()
                 reason = await self._watch(kubelet_id)
@@ -60,7 +70,6 @@ class KubeletSession:
 
     async def _serve(self) -> None:
         path = self._settings.plugin_socket
-        path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a stale socket from an earlier run would make the bind fail
         servicer = self._make_servicer()
@@ -90,23 +99,41 @@ class KubeletSession:
                 self._settings.plugin_socket.unlink()
         self._socket_id = None
 
+    async def _wait_for_kubelet(self) -> None:
+        """Until ``kubelet.sock`` exists; says so at once and then every ``WAITING_LOG_S``."""
+        socket = self._settings.kubelet_socket
+        if file_id(socket) is not None:
+            return
+        clock = asyncio.get_running_loop().time
+        next_line = clock() + WAITING_LOG_S
+        if self.registrations:  # it was here: a kubelet restarting, which is routine
+            log.info("waiting for the kubelet to come back: no registration socket %s", socket)
+        else:
+            log.warning(
+                "waiting for the kubelet: its registration socket %s does not exist (is this a "
+                "Kubernetes node, and --device-plugin-dir the kubelet's device plugin directory?)",
+                socket,
+            )
+        while file_id(socket) is None:
+            await asyncio.sleep(self._settings.socket_poll_interval_s)
+            if clock() >= next_line:
+                log.warning("still waiting for the kubelet's registration socket %s", socket)
+                next_line += WAITING_LOG_S
+        log.info("the kubelet's registration socket %s is there", socket)
+
     async def _register(self) -> FileId:
         """Register, retrying with backoff; returns the identity of the kubelet.sock used."""
         settings = self._settings
         first, longest = settings.register_backoff_s
         delay = first
-        waiting_logged = False
         tried: FileId | None = None
         while True:
             kubelet_id = file_id(settings.kubelet_socket)
             if kubelet_id != tried:
                 delay = first  # a new kubelet.sock: a new kubelet, try it promptly
                 tried = kubelet_id
-            if kubelet_id is None:
-                if not waiting_logged:
-                    log.info("waiting for the kubelet at %s", settings.kubelet_socket)
-                    waiting_logged = True
-                await asyncio.sleep(settings.socket_poll_interval_s)
+            if kubelet_id is None:  # gone since we served: a kubelet restarting
+                await self._wait_for_kubelet()
                 continue
             try:
                 await self._register_once()
