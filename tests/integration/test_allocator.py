@@ -379,7 +379,7 @@ def test_without_a_kubelet_it_says_what_it_waits_for_and_creates_nothing() -> No
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
     try:
-        waiting = f"waiting for the kubelet: its registration socket {plugin_dir}/kubelet.sock"
+        waiting = f"waiting for the kubelet: its registration socket {plugin_dir}/kubelet.sock does"
         deadline = time.monotonic() + 60
         while waiting not in log_path.read_text() and process.poll() is None:
             assert time.monotonic() < deadline, log_path.read_text()

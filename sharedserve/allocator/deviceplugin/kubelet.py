@@ -11,10 +11,8 @@ never touched: their devices were decided by the kubelet and live in its checkpo
 The watch polls ``stat`` (a few syscalls per interval) instead of inotify, which the standard
 library lacks; the interval bounds how late a kubelet restart is noticed.
 
-Nothing is served before ``kubelet.sock`` exists: the directory is the kubelet's, and on a host
-without one (a mistyped --device-plugin-dir, a machine that is no Kubernetes node) creating it
-would leave a kubelet's directory behind and wait in silence. The wait says what it waits for,
-at start and then every ``WAITING_LOG_S``.
+Nothing is served before ``kubelet.sock`` exists, and its directory is never created here
+(``sockets.wait_for_kubelet`` says why, and says what it waits for).
 """
 
 from __future__ import annotations
@@ -30,16 +28,12 @@ from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from sharedserve.allocator.deviceplugin.plugin import OPTIONS, DevicePluginServicer, add_to_server
 from sharedserve.allocator.settings import API_VERSION, AllocatorSettings
-from sharedserve.allocator.sockets import FileId, file_id
+from sharedserve.allocator.sockets import FileId, file_id, wait_for_kubelet
 from sharedserve.errors import SharedServeError
 
-__all__ = ["WAITING_LOG_S", "KubeletSession"]
+__all__ = ["KubeletSession"]
 
 log = logging.getLogger(__name__)
-
-WAITING_LOG_S = 60.0
-"""Seconds between the lines saying the kubelet is still awaited: its absence is news once, and
-a reminder now and then, not a line every poll."""
 
 
 class KubeletSession:
@@ -100,26 +94,13 @@ class KubeletSession:
         self._socket_id = None
 
     async def _wait_for_kubelet(self) -> None:
-        """Until ``kubelet.sock`` exists; says so at once and then every ``WAITING_LOG_S``."""
-        socket = self._settings.kubelet_socket
-        if file_id(socket) is not None:
-            return
-        clock = asyncio.get_running_loop().time
-        next_line = clock() + WAITING_LOG_S
-        if self.registrations:  # it was here: a kubelet restarting, which is routine
-            log.info("waiting for the kubelet to come back: no registration socket %s", socket)
-        else:
-            log.warning(
-                "waiting for the kubelet: its registration socket %s does not exist (is this a "
-                "Kubernetes node, and --device-plugin-dir the kubelet's device plugin directory?)",
-                socket,
-            )
-        while file_id(socket) is None:
-            await asyncio.sleep(self._settings.socket_poll_interval_s)
-            if clock() >= next_line:
-                log.warning("still waiting for the kubelet's registration socket %s", socket)
-                next_line += WAITING_LOG_S
-        log.info("the kubelet's registration socket %s is there", socket)
+        await wait_for_kubelet(
+            self._settings.kubelet_socket,
+            "its registration socket",
+            self._settings.socket_poll_interval_s,
+            flag="--device-plugin-dir",
+            routine=self.registrations > 0,
+        )
 
     async def _register(self) -> FileId:
         """Register, retrying with backoff; returns the identity of the kubelet.sock used."""
