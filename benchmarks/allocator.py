@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -78,18 +79,24 @@ def start_plugin(root: Path, policy: str) -> tuple[subprocess.Popen[bytes], Path
     inventory = root / "gpus.json"
     inventory.write_text(json.dumps({"gpus": [g.__dict__ for g in gpus()]}))
     plugin_dir = root / "dp"
+    # The allocator serves only once the kubelet's registration socket exists (and creates no
+    # kubelet directory). This one refuses connections, like a kubelet that is down: the
+    # allocator retries registering meanwhile, and this script talks to its socket directly.
+    plugin_dir.mkdir()
+    with socket.socket(socket.AF_UNIX) as kubelet:
+        kubelet.bind(str(plugin_dir / "kubelet.sock"))
     command = [sys.executable, "-m", "sharedserve", "allocator", "--fake-gpus", str(inventory)]
     command += ["--device-plugin-dir", str(plugin_dir), "--vgpus-per-gpu", str(REPLICAS)]
     command += ["--policy", policy]
     log = (root / "allocator.log").open("wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    socket = plugin_dir / "sharedserve-vgpu.sock"
+    plugin_socket = plugin_dir / "sharedserve-vgpu.sock"
     deadline = time.monotonic() + 30
-    while not socket.exists():
+    while not plugin_socket.exists():
         if process.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"allocator did not start:\n{(root / 'allocator.log').read_text()}")
         time.sleep(0.05)
-    return process, socket
+    return process, plugin_socket
 
 
 def measure(args: argparse.Namespace) -> list[str]:

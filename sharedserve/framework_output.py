@@ -11,18 +11,21 @@ whether a GPU is there and the cap enforced.
 
 Stdlib only, and inert until the CLI calls ``hide_startup_output``: a library user of sharedserve
 sees the frameworks exactly as they print. ``framework_needed`` turns a framework that is not
-installed into one line that says what to install (a ``ConfigError``), not an import traceback.
+installed into one line that says what to install (a ``ConfigError``), not an import traceback;
+``require_installed`` says it before any work, without importing the framework.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib.util
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
 
+from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "framework_needed",
     "framework_startup",
     "hide_startup_output",
+    "require_installed",
 ]
 
 QUIET_ENV = {
@@ -59,15 +63,31 @@ def framework_needed(framework: str) -> Iterator[None]:
     install 'sharedserve[torch]'". A module missing *inside* an installed framework (one of its
     own dependencies) is not this case and propagates as it is.
     """
-    modules, needs, name, extra = _INSTALL[framework]
+    modules = _INSTALL[framework][0]
     try:
         yield
     except ModuleNotFoundError as e:
         if (e.name or "").partition(".")[0] not in modules:
             raise
-        raise ConfigError(
-            f"{needs} need {name}, which is not installed: pip install 'sharedserve[{extra}]'"
-        ) from e
+        raise ConfigError(_not_installed(framework)) from e
+
+
+def require_installed(framework: Framework) -> None:
+    """``framework_needed``'s ConfigError now, if ``framework`` is not installed, found without
+    importing it (milliseconds): a server or pack says so before anything else it would print
+    (the GPU it looked for), not seconds later."""
+    key = "torch" if framework is Framework.TORCH else "tensorflow"
+    try:
+        found = importlib.util.find_spec(_INSTALL[key][0][0]) is not None
+    except ValueError:  # imported already, in a form without a spec: it is there
+        found = True
+    if not found:
+        raise ConfigError(_not_installed(key))
+
+
+def _not_installed(framework: str) -> str:
+    _, needs, name, extra = _INSTALL[framework]
+    return f"{needs} need {name}, which is not installed: pip install 'sharedserve[{extra}]'"
 
 
 class _Switch:

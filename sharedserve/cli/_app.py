@@ -125,7 +125,8 @@ DeprecatedVgpusPerGpu = Annotated[
 FakeGpus = Annotated[
     Path | None,
     typer.Option(
-        help="Simulated GPU inventory (JSON), for tests.",
+        help="Simulated GPUs (a JSON inventory: docs/fake-gpus.md, `sharedserve schema "
+        "fake-gpus`), for hosts without one.",
         show_default="none: real GPUs through NVML",
     ),
 ]

@@ -159,7 +159,8 @@ _MemoryStepMib = Annotated[
 _FakeGpus = Annotated[
     Path | None,
     typer.Option(
-        help="Simulated GPU inventory (JSON) instead of NVML, for tests.",
+        help="Simulated GPUs instead of NVML (a JSON inventory: docs/fake-gpus.md, "
+        "`sharedserve schema fake-gpus`), re-read on every probe; for tests.",
         show_default="none: real GPUs through NVML",
     ),
 ]

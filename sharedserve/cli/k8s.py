@@ -28,7 +28,10 @@ _Image = Annotated[str, typer.Option(help="sharedserve image, e.g. REGISTRY/shar
 _Model = Annotated[
     str | None,
     typer.Option(
-        help="Model name: its URLs (/v1/models/NAME) and its directory /models/NAME.",
+        help="The model, as serve's --model takes it: its path (models/NAME; a version "
+        "directory models/NAME/1 is read as serve reads it) or just NAME. NAME, the path's last "
+        "part, names its URLs (/v1/models/NAME) and its directory on the claim, /models/NAME. "
+        "The files are read only where the path exists here; the pod reads the claim's.",
         show_default="none: --spec",
     ),
 ]
@@ -279,7 +282,7 @@ def _render_model(
                 "default, a whole GPU"
             )
     deployment = ModelDeployment(
-        model=model,
+        model=_model_name(model),
         name=name,
         vgpu=ModelDeployment.vgpu if vgpu is None else vgpu,
         cpu=ModelDeployment.cpu if cpu is None else cpu,
@@ -288,6 +291,23 @@ def _render_model(
         **common,
     )
     return render_model_yaml(deployment)
+
+
+def _model_name(model: str) -> str:
+    """--model's name, as ``serve --model`` takes a path: a model on disk here is named as the
+    server names it (a version directory by its parent); a path that is not here by its last
+    part, which is what the pod finds on the claim; a bare NAME is itself."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        from sharedserve.server.model_source import find_model  # reads the directory
+
+        return find_model(path).name
+    if path.name.isdigit():
+        raise ConfigError(
+            f"--model {model}: {path.name} is a version directory, not here to read; pass the "
+            f"model's base path ({path.parent}) or its name"
+        )
+    return path.name or model
 
 
 def _write(text: str, out: Path | None) -> None:

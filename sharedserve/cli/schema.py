@@ -1,4 +1,4 @@
-"""``sharedserve schema fleet|pack|plan|model``: print a file format's JSON Schema.
+"""``sharedserve schema fleet|pack|plan|model|fake-gpus``: print a file format's JSON Schema.
 
 Thin: each schema is made by the module that reads and writes the format, from its types.
 """
@@ -22,10 +22,12 @@ class FileFormat(str, Enum):
     pack = "pack"
     plan = "plan"
     model = "model"
+    fake_gpus = "fake-gpus"
 
 
 def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
     # Imported here: the types load pydantic, which no other command needs at start-up.
+    from sharedserve.gpu.fake import fake_gpus_schema
     from sharedserve.pack.spec import pack_schema
     from sharedserve.server.model_repository import model_schema
     from sharedserve.size.fleet import fleet_schema
@@ -36,6 +38,7 @@ def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
         FileFormat.pack: pack_schema,
         FileFormat.plan: plan_schema,
         FileFormat.model: model_schema,
+        FileFormat.fake_gpus: fake_gpus_schema,
     }[kind]
 
 
@@ -45,11 +48,13 @@ def schema(
         FileFormat,
         typer.Argument(
             help="fleet (size --fleet), pack (pack --spec, the plan's gpu-NNN.yaml), plan "
-            "(the plan's plan.json) or model (a model repository's NAME/sharedserve.yaml)."
+            "(the plan's plan.json), model (a model repository's NAME/sharedserve.yaml) or "
+            "fake-gpus (the simulated GPUs of --fake-gpus, docs/fake-gpus.md)."
         ),
     ],
 ) -> None:
-    """Print the JSON Schema of a fleet file, a pack spec, a plan or a model file.
+    """Print the JSON Schema of a fleet file, a pack spec, a plan, a model file or a fake-GPU
+    inventory.
 
     For an editor to check a file as it is typed, or a CI job to check one; docs/schemas/ holds
     the same files."""

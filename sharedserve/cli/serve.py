@@ -60,9 +60,13 @@ def models_build(
 
 @models_app.command("list")
 def models_list() -> None:
-    """List the example models."""
+    """List the example models `models build` can make (a catalogue: not the models you built).
+
+    Each row: the name `models build` takes, the frameworks it builds for (--framework) and
+    what the model is."""
     from sharedserve.models import CATALOG
 
+    typer.echo("Example models `models build` can make (name, --framework, what it is):")
     for model in CATALOG.values():
         frameworks = ",".join(f.value for f in model.frameworks)
         typer.echo(f"{model.name:14} {frameworks:9} {model.description}")
@@ -104,8 +108,20 @@ _ModelRepository = Annotated[
 ]
 _Name = Annotated[str | None, typer.Option(help="--model's name in URLs.", show_default="dir name")]
 _Host = Annotated[str, typer.Option(help="Address to listen on.")]
-_RestPort = Annotated[int, typer.Option(help="REST port (TF Serving and OIP); 0 picks a free one.")]
-_GrpcPort = Annotated[int, typer.Option(help="gRPC port (TF Serving and OIP); 0 picks a free one.")]
+_RestPort = Annotated[
+    int,
+    typer.Option(
+        help="REST port (TF Serving and OIP); 0 picks a free one. A second server on this host "
+        "needs another --grpc-port too."
+    ),
+]
+_GrpcPort = Annotated[
+    int,
+    typer.Option(
+        help="gRPC port (TF Serving and OIP); 0 picks a free one. A second server on this host "
+        "needs another --rest-port too."
+    ),
+]
 _MaxBodyBytes = Annotated[
     int, typer.Option(help="Largest request body in bytes; larger gets HTTP 413.")
 ]

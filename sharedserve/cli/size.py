@@ -92,7 +92,7 @@ _Warmup = Annotated[
 _FakeGpus = Annotated[
     Path | None,
     typer.Option(
-        help="--verify: simulated GPU inventory (JSON), for tests.",
+        help="--verify: simulated GPUs (a JSON inventory: docs/fake-gpus.md), for tests.",
         show_default="none: real GPUs through NVML",
     ),
 ]

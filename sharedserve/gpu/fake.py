@@ -22,7 +22,14 @@ from sharedserve.documents import read_document
 from sharedserve.errors import ConfigError, GpuError
 from sharedserve.gpu.backend import GpuInfo, XidWatch
 
-__all__ = ["MAX_GPUS", "MAX_MEMORY_MIB", "MAX_TEXT", "FakeGpuBackend", "parse_inventory"]
+__all__ = [
+    "MAX_GPUS",
+    "MAX_MEMORY_MIB",
+    "MAX_TEXT",
+    "FakeGpuBackend",
+    "fake_gpus_schema",
+    "parse_inventory",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,64 @@ def parse_inventory(data: Any, origin: str = "inventory") -> list[GpuInfo]:
     gpus = [_entry(entry, i, origin) for i, entry in enumerate(data["gpus"])]
     _unique(gpus, origin)
     return gpus
+
+
+def fake_gpus_schema() -> dict[str, Any]:
+    """The inventory's JSON Schema (``sharedserve schema fake-gpus``, docs/fake-gpus.md).
+
+    Written out by hand beside ``parse_inventory``, from the same bounds, as the reader is: a
+    test checks that the two accept and refuse the same files. What a schema cannot say (no two
+    GPUs share a UUID or an index) is in the descriptions."""
+    text = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT}
+    gpu = {
+        "type": "object",
+        "description": "One GPU, as NVML would report it.",
+        "required": ["uuid", "memory_mib"],
+        "properties": {
+            "uuid": text
+            | {
+                "description": "The GPU's UUID (`GPU-...`, as `nvidia-smi -L` prints it): its "
+                "vGPUs' IDs and NVIDIA_VISIBLE_DEVICES. Unique in the file."
+            },
+            "index": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_GPUS - 1,
+                "description": "The GPU's index (CUDA_VISIBLE_DEVICES); default: its place in "
+                "the list. Unique in the file.",
+            },
+            "name": text
+            | {"default": "Simulated GPU", "description": "The model name, e.g. `Tesla T4`."},
+            "memory_mib": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_MEMORY_MIB,
+                "description": "Total memory in MiB (`nvidia-smi --query-gpu=memory.total`).",
+            },
+            "numa_node": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "maximum": MAX_GPUS,
+                "default": None,
+                "description": "The NUMA node the GPU hangs off; null: unknown.",
+            },
+            "healthy": {
+                "type": "boolean",
+                "default": True,
+                "description": "False marks the GPU failed; the file is re-read on every health "
+                "probe, so rewriting it fails or recovers the GPU.",
+            },
+        },
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "sharedserve fake GPU inventory (--fake-gpus)",
+        "description": "Simulated GPUs for hosts without one (tests, development); everything "
+        "measured against them is marked SIMULATED. docs/fake-gpus.md.",
+        "type": "object",
+        "required": ["gpus"],
+        "properties": {"gpus": {"type": "array", "maxItems": MAX_GPUS, "items": gpu}},
+    }
 
 
 def _unique(gpus: list[GpuInfo], origin: str) -> None:

@@ -17,6 +17,7 @@ from sharedserve.config import PackEntry, PackSettings
 from sharedserve.contract import Grant, vgpu_id
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
+from sharedserve.framework_output import require_installed
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
@@ -190,6 +191,9 @@ def _sources(entries: tuple[PackEntry, ...]) -> list[list[ModelSource]]:
         else [find_model(e.model_dir, e.name)]
         for e in entries
     ]
+    for entry, row in zip(entries, sources, strict=True):
+        if not entry.is_group:  # a group's server serves the models it can, as serve does
+            require_installed(row[0].framework)  # before the GPU lookup says anything
     names = [s.name for row in sources for s in row]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:

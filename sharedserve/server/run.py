@@ -24,6 +24,7 @@ import uvicorn
 
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
+from sharedserve.framework_output import require_installed
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
 from sharedserve.server.backends import make_backend
 from sharedserve.server.backends.base import AppliedRuntime, Backend, RuntimeConfig
@@ -75,6 +76,8 @@ def run(settings: ServerSettings, models: Sequence[VersionToServe] | None = None
         models, catalog = _versions(settings)
     if not models:
         raise ConfigError("no model to serve: the model config file or repository names none")
+    if catalog is None:  # --model: its framework missing is the one line to say, and first
+        require_installed(models[0].source.framework)
     # The ports before the framework: a port in use fails in milliseconds, not after seconds of
     # TensorFlow start-up. The REST socket is bound for good (connections made meanwhile wait in
     # its backlog); gRPC's can only be probed.

@@ -101,6 +101,17 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _in_use(api: str, host: str, port: int, error: OSError | str) -> str:
+    """The one line for a port that cannot be listened on, naming the flag that moves it: a
+    second server started with only --rest-port changed meets the first one's gRPC port."""
+    reason = error.strerror if isinstance(error, OSError) else error
+    flag = "--rest-port" if api == "REST" else "--grpc-port"
+    return (
+        f"cannot listen for {api} on {_address(host, port)}: {reason}; give this server "
+        f"another {flag} (0 picks a free one)"
+    )
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must be IPPROTO_TCP, not 0: asyncio turns on TCP_NODELAY only for sockets that say
@@ -112,7 +123,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise ConfigError(f"cannot listen on {_address(host, port)}: {e.strerror}") from e
+        raise ConfigError(_in_use("REST", host, port, e)) from e
     sock.listen(2048)
     sock.setblocking(False)
     return sock
@@ -144,7 +155,7 @@ def check_grpc_port(host: str, port: int) -> None:
         except OSError as e:
             errors.append(e)
     first = errors[0]
-    raise ConfigError(f"cannot listen on {_address(host, port)}: {first.strerror}") from first
+    raise ConfigError(_in_use("gRPC", host, port, first)) from first
 
 
 def bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
@@ -152,9 +163,9 @@ def bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError as e:  # grpc raises RuntimeError("Failed to bind ...")
-        raise SharedServeError(f"cannot listen for gRPC on {address}: {e}") from e
+        raise SharedServeError(_in_use("gRPC", host, port, str(e))) from e
     if bound == 0:  # older grpc versions signal failure with port 0
-        raise SharedServeError(f"cannot listen for gRPC on {address}")
+        raise SharedServeError(_in_use("gRPC", host, port, "in use or not allowed"))
     return int(bound)
 
 

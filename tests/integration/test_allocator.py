@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from tests.support.allocator import A100, GPUS, T4, Node, allocate, ids, prefer
 from tests.support.cli import invoke
 from tests.support.gpus import write_inventory
+from tests.support.kubelet import FakeKubelet
 from tests.support.servers import SHAREDSERVE, clean_env, free_port
 
 
@@ -361,3 +363,38 @@ def test_inventory_nested_too_deeply_at_start_is_a_clear_error(tmp_path: Path) -
     expected = f"error: fake GPU inventory {gpus} is nested too deeply to be read"
     assert result.stderr.strip().splitlines()[-1] == expected, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_without_a_kubelet_it_says_what_it_waits_for_and_creates_nothing() -> None:
+    # A host with no kubelet (or a mistyped --device-plugin-dir): the allocator must not make
+    # the kubelet's directory, and must say what it waits for; once the kubelet comes, it
+    # registers as usual.
+    root = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
+    plugin_dir = root / "kubelet" / "device-plugins"
+    gpus = write_inventory(root / "gpus.json", GPUS)
+    log_path = root / "allocator.log"
+    command = [*SHAREDSERVE, "allocator", "--fake-gpus", str(gpus)]
+    command += ["--device-plugin-dir", str(plugin_dir)]
+    kubelet = FakeKubelet(plugin_dir)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
+    try:
+        waiting = f"waiting for the kubelet: its registration socket {plugin_dir}/kubelet.sock does"
+        deadline = time.monotonic() + 60
+        while waiting not in log_path.read_text() and process.poll() is None:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        assert process.poll() is None, log_path.read_text()
+        assert not (root / "kubelet").exists()  # nothing of the kubelet's made by us
+        plugin_dir.mkdir(parents=True)
+        kubelet.start()
+        kubelet.wait_plugins(1, timeout=60)
+        assert len(kubelet.registrations) == 1
+        text = log_path.read_text()
+        assert text.count("waiting for the kubelet") == 1, text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+        kubelet.close()
+        shutil.rmtree(root, ignore_errors=True)
+    assert code == 0

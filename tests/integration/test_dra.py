@@ -8,6 +8,10 @@ stopped and started again where a test needs a restart.
 
 from __future__ import annotations
 
+import shutil
+import signal
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +23,11 @@ from sharedserve.allocator.dra.cdi import spec_path
 from sharedserve.allocator.dra.claims import CDI_KIND
 from sharedserve.contract import DRA_DRIVER, Grant, fraction_of
 from tests.support.allocator import A100, GPUS, T4
-from tests.support.apiserver import allocated_claim
+from tests.support.apiserver import FakeApiServer, allocated_claim
 from tests.support.dra_node import NODE, SLICE, DraNode
-from tests.support.servers import Server, clean_env
+from tests.support.gpus import write_inventory
+from tests.support.kubelet_dra import FakeDraKubelet
+from tests.support.servers import SHAREDSERVE, Server, clean_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -283,3 +289,37 @@ def test_a_node_left_without_gpus_deletes_its_slice() -> None:
     finally:
         log = node.log()
         assert node.close() == 0, log
+
+
+def test_without_a_kubelet_it_waits_for_the_plugin_registry_and_creates_nothing() -> None:
+    # The registry is the kubelet's: on a host without one the driver must say what it waits
+    # for and make nothing of the kubelet's; once the kubelet comes, it registers as usual.
+    api = FakeApiServer().start()
+    root = Path(tempfile.mkdtemp(prefix="ss-dra-", dir="/tmp"))
+    registry = root / "kubelet" / "plugins_registry"
+    kubelet = FakeDraKubelet(registry)
+    log_path = root / "allocator.log"
+    command = [*SHAREDSERVE, "allocator", "--api", "dra", "--node-name", NODE]
+    command += ["--kubeconfig", str(api.write_kubeconfig(root / "kubeconfig"))]
+    command += ["--fake-gpus", str(write_inventory(root / "gpus.json", GPUS))]
+    command += ["--plugin-registry-dir", str(registry), "--dra-plugin-dir", str(root / "plugin")]
+    command += ["--cdi-dir", str(root / "cdi")]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
+    try:
+        waiting = f"waiting for the kubelet: its plugin registry {registry} does not exist"
+        deadline = time.monotonic() + 60
+        while waiting not in log_path.read_text() and process.poll() is None:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        assert process.poll() is None, log_path.read_text()
+        assert not (root / "kubelet").exists()
+        kubelet.start()
+        kubelet.wait_registered(1, timeout=60)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+        kubelet.close()
+        api.close()
+        shutil.rmtree(root, ignore_errors=True)
+    assert code == 0

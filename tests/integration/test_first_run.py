@@ -149,7 +149,13 @@ def test_a_busy_port_fails_before_any_framework_loads(
     )
     messages = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert result.returncode == 2, result.stderr
-    assert messages[-1] == f"error: cannot listen on 127.0.0.1:{busy_port}: Address already in use"
+    # The line names the API and the flag that moves it: a second server given only another
+    # --rest-port meets the first one's gRPC port, and must be told which flag to add.
+    name, flag = {"rest": ("REST", "--rest-port"), "grpc": ("gRPC", "--grpc-port")}[api]
+    assert messages[-1] == (
+        f"error: cannot listen for {name} on 127.0.0.1:{busy_port}: Address already in use; "
+        f"give this server another {flag} (0 picks a free one)"
+    )
     modules = imported_modules(result.stderr)
     assert "sharedserve.server.run" in modules  # the server did start up to the ports
     assert not {m for m in modules if m.split(".")[0] in FRAMEWORKS}
@@ -165,5 +171,6 @@ def test_one_port_for_both_apis_is_refused_in_one_line(models_dir: Path) -> None
     result = run_cli("serve", "--model", model, *args, env=first_run_env())
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
-        f"error: cannot listen on 127.0.0.1:{port}: Address already in use"
+        f"error: cannot listen for gRPC on 127.0.0.1:{port}: Address already in use; "
+        "give this server another --grpc-port (0 picks a free one)"
     ]

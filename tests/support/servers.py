@@ -58,13 +58,19 @@ def without_torch(root: Path, **extra: str) -> dict[str, str]:
 
 
 def _hiding(root: Path, names: Sequence[str], **extra: str) -> dict[str, str]:
-    # Packages of the same names placed first on PYTHONPATH fail on import, as absent ones do.
+    # Packages of the same names placed first on PYTHONPATH fail on import, as absent ones do;
+    # and a sitecustomize marks them absent in sys.modules, so that looking for one without
+    # importing it (importlib.util.find_spec) finds nothing too, as for a package not installed.
     for name in names:
         package = root / name
         package.mkdir(parents=True, exist_ok=True)
         (package / "__init__.py").write_text(
             f"raise ModuleNotFoundError({name!r} + ' is hidden by the test', name={name!r})\n"
         )
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sitecustomize.py").write_text(
+        f"import sys\n\nsys.modules.update(dict.fromkeys({sorted(names)!r}))\n"
+    )
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     return clean_env(PYTHONPATH=path, **extra)
 

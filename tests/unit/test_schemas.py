@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,14 @@ from typer.testing import CliRunner
 from sharedserve.cli import app
 from sharedserve.documents import parse
 from sharedserve.errors import ConfigError
+from sharedserve.gpu.fake import parse_inventory
 from sharedserve.pack.spec import load_spec, parse_spec
 from sharedserve.size.fleet import load_fleet, parse_fleet
 from sharedserve.size.plan import Plan, read_plan
+from tests.support.gpus import fake_gpu_file, gpu
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("fleet", "pack", "plan")
+KINDS = ("fleet", "pack", "plan", "fake-gpus")
 
 
 def schema(kind: str) -> dict[str, Any]:
@@ -132,4 +135,50 @@ def test_a_broken_file_is_refused_by_its_schema_and_its_reader_names_the_key(
         jsonschema.validate(data, schema(kind))
     with pytest.raises(ConfigError) as refused:
         _parse(kind, data)
+    assert message in refused.value.message
+
+
+def _docs_inventories() -> list[Any]:
+    """The fake-GPU inventories the docs show: docs/fake-gpus.md's JSON blocks and README's
+    inline one."""
+    page = (ROOT / "docs" / "fake-gpus.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", page, flags=re.S)]
+    readme = (ROOT / "README.md").read_text()
+    inline = [json.loads(s) for s in re.findall(r"`(\{\"gpus\": .*?\})`", readme, flags=re.S)]
+    assert blocks and inline, "the docs show no fake-GPU inventory"
+    return [*blocks, *inline]
+
+
+def test_the_fake_gpu_files_of_the_docs_and_tests_meet_the_schema_and_the_reader(
+    tmp_path: Path,
+) -> None:
+    written = fake_gpu_file(tmp_path, (16384, 81559), healthy=(True, False))
+    for data in [json.loads(written.read_text()), *_docs_inventories()]:
+        jsonschema.validate(data, schema("fake-gpus"))
+        assert parse_inventory(data)
+
+
+GPU = gpu(0, 16384)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({**GPU, "memory_mib": "16G"}, "gpus[0].memory_mib: must be a whole number, got '16G'"),
+        ({**GPU, "memory_mib": 1 << 80}, "gpus[0].memory_mib: must be in 1..16777216"),
+        ({k: v for k, v in GPU.items() if k != "uuid"}, "gpus[0].uuid: required"),
+        ({**GPU, "healthy": "yes"}, "gpus[0].healthy: must be true or false"),
+        ({**GPU, "name": "x" * 97}, "gpus[0].name: at most 96 characters"),
+        ({**GPU, "index": -1}, "gpus[0].index: must be in 0..1023"),
+    ],
+    ids=["memory-text", "memory-huge", "no-uuid", "healthy-text", "long-name", "negative-index"],
+)
+def test_a_broken_fake_gpu_file_is_refused_by_the_schema_and_the_reader(
+    entry: dict[str, Any], message: str
+) -> None:
+    data = {"gpus": [entry]}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema("fake-gpus"))
+    with pytest.raises(ConfigError) as refused:
+        parse_inventory(data)
     assert message in refused.value.message

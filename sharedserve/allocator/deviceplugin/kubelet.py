@@ -10,6 +10,9 @@ never touched: their devices were decided by the kubelet and live in its checkpo
 
 The watch polls ``stat`` (a few syscalls per interval) instead of inotify, which the standard
 library lacks; the interval bounds how late a kubelet restart is noticed.
+
+Nothing is served before ``kubelet.sock`` exists, and its directory is never created here
+(``sockets.wait_for_kubelet`` says why, and says what it waits for).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2_grpc as pb_grpc
 from sharedserve.allocator.deviceplugin.plugin import OPTIONS, DevicePluginServicer, add_to_server
 from sharedserve.allocator.settings import API_VERSION, AllocatorSettings
-from sharedserve.allocator.sockets import FileId, file_id
+from sharedserve.allocator.sockets import FileId, file_id, wait_for_kubelet
 from sharedserve.errors import SharedServeError
 
 __all__ = ["KubeletSession"]
@@ -50,6 +53,7 @@ class KubeletSession:
     async def run(self) -> None:
         try:
             while True:
+                await self._wait_for_kubelet()
                 await self._serve()
                 kubelet_id = await self._register()
                 reason = await self._watch(kubelet_id)
@@ -60,7 +64,6 @@ class KubeletSession:
 
     async def _serve(self) -> None:
         path = self._settings.plugin_socket
-        path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a stale socket from an earlier run would make the bind fail
         servicer = self._make_servicer()
@@ -90,23 +93,28 @@ class KubeletSession:
                 self._settings.plugin_socket.unlink()
         self._socket_id = None
 
+    async def _wait_for_kubelet(self) -> None:
+        await wait_for_kubelet(
+            self._settings.kubelet_socket,
+            "its registration socket",
+            self._settings.socket_poll_interval_s,
+            flag="--device-plugin-dir",
+            routine=self.registrations > 0,
+        )
+
     async def _register(self) -> FileId:
         """Register, retrying with backoff; returns the identity of the kubelet.sock used."""
         settings = self._settings
         first, longest = settings.register_backoff_s
         delay = first
-        waiting_logged = False
         tried: FileId | None = None
         while True:
             kubelet_id = file_id(settings.kubelet_socket)
             if kubelet_id != tried:
                 delay = first  # a new kubelet.sock: a new kubelet, try it promptly
                 tried = kubelet_id
-            if kubelet_id is None:
-                if not waiting_logged:
-                    log.info("waiting for the kubelet at %s", settings.kubelet_socket)
-                    waiting_logged = True
-                await asyncio.sleep(settings.socket_poll_interval_s)
+            if kubelet_id is None:  # gone since we served: a kubelet restarting
+                await self._wait_for_kubelet()
                 continue
             try:
                 await self._register_once()

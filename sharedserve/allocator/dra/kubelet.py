@@ -25,7 +25,7 @@ import grpc
 from sharedserve.allocator.dra.preparer import Preparer
 from sharedserve.allocator.dra.service import add_services
 from sharedserve.allocator.dra.settings import DraSettings
-from sharedserve.allocator.sockets import FileId, file_id
+from sharedserve.allocator.sockets import FileId, file_id, wait_for_kubelet
 from sharedserve.errors import SharedServeError
 
 __all__ = ["DraKubeletSession"]
@@ -59,6 +59,14 @@ class DraKubeletSession:
     async def run(self) -> None:
         try:
             while True:
+                # The registry is the kubelet's to make; our own plugin directory is ours.
+                await wait_for_kubelet(
+                    self._settings.registry_dir,
+                    "its plugin registry",
+                    self._settings.socket_poll_interval_s,
+                    flag="--plugin-registry-dir",
+                    routine=self.registrations > 0,
+                )
                 await self._serve()
                 reason = await self._watch()
                 log.warning("%s; serving afresh", reason)
@@ -69,8 +77,8 @@ class DraKubeletSession:
     async def _serve(self) -> None:
         server = grpc.aio.server()
         add_services(server, self._preparer, self._settings.dra_socket, self._registered)
+        self._settings.dra_socket.parent.mkdir(parents=True, exist_ok=True)
         for path in self._sockets:
-            path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # a stale socket from an earlier run would make the bind fail
             try:
