@@ -9,6 +9,11 @@ there over p50 alone: this is where the neighbours' interference comes from, unt
 mixes stand in for it). Elsewhere, as before: the profile's sequential row at that density (else
 the capacity point), p50 from the same row.
 
+A shared server's models are one process (``size.grouping``): they are simulated together, each
+at its planned rate per replica, taking the server's slots in the scheduler's weighted fair
+turns (a model's weight its planned rate, as ``size.plan_specs`` writes it), so a cold model's
+p99 has its neighbours' calls in it, not only its own.
+
 Speed: a replica alone on its slots is a queue whose sojourn scales with its service times, so
 a rate and a slowdown meet in one figure, the load per slot (rho). Simulations are kept by
 (service times, slots, rho) with rho rounded up to a step of 2% of the headroom ``1 - rho``
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from sharedserve.limits.cpu import CpuLimit, CpuLimitSource, thread_pool_sizes
 from sharedserve.server.scheduler import model_call_slots
 from sharedserve.size.demand import Demand
+from sharedserve.size.grouping import SharedServer
 from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, simulate
 
 __all__ = ["REQUESTS", "PredictedLatency", "Predictor", "slots_of"]
@@ -103,14 +110,60 @@ class Predictor:
         self.node_cores = node_cores
         self._runs: dict[tuple[ServiceTimes, int, float], Prediction] = {}
         self._done: dict[tuple[str, int], PredictedLatency] = {}
+        self._groups: dict[tuple[Any, ...], list[Prediction]] = {}
 
-    def __call__(self, d: Demand, sharing: int) -> PredictedLatency:
-        """Model ``d``'s replica on a GPU of ``sharing`` replicas."""
+    def __call__(
+        self, d: Demand, sharing: int, server: SharedServer | None = None
+    ) -> PredictedLatency:
+        """Model ``d``'s replica on a GPU of ``sharing`` processes; ``server``: the shared
+        server whose process holds it beside its other models (None: a process of its own)."""
         key = (d.model, sharing)
         found = self._done.get(key)
         if found is None:
+            if server is not None and all(m.service_times for m in server.models):
+                self._done.update(self._group(server, sharing))
+                return self._done[key]
             found = self._done[key] = self._predict(d, sharing)
         return found
+
+    def _group(self, server: SharedServer, sharing: int) -> dict[tuple[str, int], PredictedLatency]:
+        """Every model of ``server`` simulated in one process of its slots. Each model's rate is
+        rounded up as a replica's is (its own rho on the grid), so that servers of like models
+        at like rates share a simulation."""
+        slots = slots_of(server.cpu_limit, self.node_cores)
+        loads, key, slowdowns = [], [], []
+        for d in server.models:
+            service = d.service_times
+            assert service is not None
+            slowdown = _slowdown(d, sharing)
+            slowdowns.append(slowdown)
+            scaled = ServiceTimes(tuple(v * slowdown for v in service.values_ms), service.counts)
+            rho = _rounded_rho(d.rate_per_replica * scaled.mean_ms / 1000 / slots)
+            rate = rho * slots * 1000 / scaled.mean_ms
+            loads.append(ModelLoad(d.model, rate, scaled, weight=rate))
+            key.append((scaled, rho))
+        cached = (slots, tuple(key))
+        runs = self._groups.get(cached)
+        if runs is None:
+            # A few requests a model at the least, for each model's own p99.
+            requests = max(REQUESTS, 300 * len(loads))
+            runs = self._groups[cached] = simulate(loads, slots, requests=requests)
+        out = {}
+        for d, run, slowdown in zip(server.models, runs, slowdowns, strict=True):
+            if run.saturated or run.p99_ms is None or run.p50_ms is None:
+                out[(d.model, sharing)] = self._predict(d, sharing)
+                continue
+            out[(d.model, sharing)] = PredictedLatency(
+                run.p50_ms,
+                run.p99_ms,
+                "queueing simulation (shared server)",
+                f"{_sampling(run.requests)}; one process of {slots} slots with "
+                f"{', '.join(m.model for m in server.models if m is not d)} ({server.name}) at "
+                "their planned rates, fair turns by rate; interference from other processes "
+                f"on the GPU as a {slowdown:.3g}x slowdown (its sequential rows, p50 at "
+                f"{sharing} over p50 alone); {UNVERIFIED}",
+            )
+        return out
 
     def _predict(self, d: Demand, sharing: int) -> PredictedLatency:
         density, p50, p99 = _row(d, sharing)

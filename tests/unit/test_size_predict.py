@@ -35,7 +35,7 @@ def test_service_times_give_a_simulated_prediction_and_others_keep_the_row(
     # beside one neighbour, a 1.5x slowdown. ranker: 100 QPS a replica on 2 slots (1 core).
     models = _plan(tmp_path, [[3.0, 2000], [4.0, 1500], [8.0, 500]])
     ranker = models["ranker"]
-    assert ranker["prediction_source"] == "queueing simulation"
+    assert ranker["prediction_source"] == "queueing simulation (shared server)"
     assert "simulated requests" in ranker["prediction_error"]
     assert "size --verify" in ranker["prediction_error"]
     # Its slowest call at the slowdown (8 x 1.5 = 12 ms) is in its p99 (12.5% of calls); a
@@ -48,6 +48,19 @@ def test_service_times_give_a_simulated_prediction_and_others_keep_the_row(
     assert vision["prediction_source"] == "profile row"
     assert (vision["predicted_p50_ms"], vision["predicted_p99_ms"]) == (45.0, 45.0)
     assert "size --verify" in vision["prediction_error"]
+
+
+def test_a_shared_servers_models_are_simulated_in_one_process(tmp_path: Path) -> None:
+    # ranker (100 QPS a replica) and fraud (40) share shared-0: one process of 2 slots. Each is
+    # simulated beside the other, so fraud's calls queue behind ranker's: both see one queue.
+    # Before, each was simulated as if it had the process to itself.
+    models = _plan(tmp_path, [[3.0, 2000], [4.0, 1500], [8.0, 500]])
+    ranker, fraud = models["ranker"], models["fraud"]
+    for model, neighbour in ((ranker, "fraud"), (fraud, "ranker")):
+        assert model["prediction_source"] == "queueing simulation (shared server)"
+        assert f"with {neighbour} (shared-0)" in model["prediction_error"]
+    # One queue, the same service times: their p99s are close, whatever their own rates.
+    assert fraud["predicted_p99_ms"] == pytest.approx(ranker["predicted_p99_ms"], rel=0.2)
 
 
 def test_without_service_times_every_model_keeps_its_row(tmp_path: Path) -> None:
