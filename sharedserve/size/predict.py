@@ -3,7 +3,8 @@
 Where a model's profile holds its service times (``ModelProfile.service_times``: one call's time
 measured alone), the figures come from ``size.queueing.simulate`` of one replica: open-loop
 arrivals at its planned rate per replica, the model-call slots its CPU limit gives a ``serve``
-process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``), each call's time
+process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``; from a CPU profile,
+the limit's whole cores: ``calls_at_once``), each call's time
 scaled by the slowdown its profile's sequential rows show at the planned GPU's density (p50
 there over p50 alone: this is where the neighbours' interference comes from, until measured
 mixes stand in for it). Elsewhere, as before: the profile's sequential row at that density (else
@@ -34,7 +35,7 @@ from sharedserve.size.demand import Demand
 from sharedserve.size.grouping import SharedServer
 from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, simulate
 
-__all__ = ["REQUESTS", "PredictedLatency", "Predictor", "slots_of"]
+__all__ = ["REQUESTS", "PredictedLatency", "Predictor", "calls_at_once", "slots_of"]
 
 REQUESTS = 3000
 """Requests simulated a queue: a p99 from about 30 requests' tail, 2,700 after the warm-up."""
@@ -62,6 +63,19 @@ def slots_of(cpu_limit: float | None, node_cores: float) -> int:
     or the node's without a limit."""
     limit = CpuLimit(cpu_limit, CpuLimitSource.FLAG, None, max(1, math.floor(node_cores)))
     return model_call_slots(thread_pool_sizes(limit)[1])
+
+
+def calls_at_once(d: Demand, node_cores: float) -> int:
+    """The model calls a process runs side by side, as the simulation's slots. On a GPU, the
+    ``serve`` process's model-call slots (``slots_of``). From a CPU profile (busy share from
+    throughput), the whole cores of its CPU limit: the slots' calls share the framework's
+    thread pool, sized to those cores, so a call beyond them waits its turn. The profiles show
+    it: four users on one core (the parallel row) take four times a call's time alone, at the
+    sequential row's throughput, and a small model in a server beside resnet50 waited whole
+    resnet50 calls (benchmarks/results/sizing_verify_cpu.md)."""
+    if d.busy_source != "throughput":
+        return slots_of(d.cpu_limit, node_cores)
+    return max(1, math.floor(d.cpu_limit or node_cores))
 
 
 def _rounded_rho(rho: float) -> float:
@@ -130,7 +144,8 @@ class Predictor:
         """Every model of ``server`` simulated in one process of its slots. Each model's rate is
         rounded up as a replica's is (its own rho on the grid), so that servers of like models
         at like rates share a simulation."""
-        slots = slots_of(server.cpu_limit, self.node_cores)
+        # One process: the fewest calls at once of its models (they share its thread pool).
+        slots = min(calls_at_once(d, self.node_cores) for d in server.models)
         loads, key, slowdowns = [], [], []
         for d in server.models:
             service = d.service_times
@@ -178,7 +193,7 @@ class Predictor:
         service = d.service_times
         if service is None or d.rate_per_replica <= 0:
             return row
-        slots = slots_of(d.cpu_limit, self.node_cores)
+        slots = calls_at_once(d, self.node_cores)
         slowdown = _slowdown(d, sharing)
         rho = _rounded_rho(d.rate_per_replica * service.mean_ms * slowdown / 1000 / slots)
         run = self._runs.get((service, slots, rho))

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sharedserve.size.predict import _rounded_rho, slots_of
+from sharedserve.size.demand import Demand
+from sharedserve.size.predict import _rounded_rho, calls_at_once, slots_of
+from sharedserve.size.profile import ProfilePoint
 from sharedserve.size.run import plan_fleet
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "plan"
@@ -83,3 +85,23 @@ def test_rho_is_rounded_up_by_at_most_two_percent_of_its_headroom(rho: float) ->
 )
 def test_slots_are_the_servers(cpu_limit: float | None, node_cores: float, slots: int) -> None:
     assert slots_of(cpu_limit, node_cores) == slots
+
+
+def _demand(busy_source: str, cpu_limit: float | None) -> Demand:
+    point = ProfilePoint("sequential", 1, 1, 10.0, 1.0, 2.0, 0.0, True, 1.0, cpu_limit, None,
+                         None, None)  # fmt: skip
+    return Demand("m", 1, 1.0, 10.0, 100.0, "weights", 0.1, busy_source, 2, 1, 2.0, 1.0,
+                  cpu_limit, point)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("busy_source", "cpu_limit", "calls"),
+    [("gpu utilisation", 1.0, 2), ("gpu utilisation", None, 8), ("throughput", 1.0, 1),
+     ("throughput", 2.5, 2), ("throughput", None, 8)],
+)  # fmt: skip
+def test_a_cpu_profiles_calls_at_once_are_its_cores_not_its_slots(
+    busy_source: str, cpu_limit: float | None, calls: int
+) -> None:
+    # On a CPU the slots' calls share a thread pool sized to the limit's cores: one core runs
+    # one call at a time (a parallel row of 4 users takes 4x a call's time alone).
+    assert calls_at_once(_demand(busy_source, cpu_limit), 8) == calls
