@@ -120,7 +120,8 @@ class LoadPattern(str, Enum):
     PARALLEL = "parallel"
     """``concurrency`` requests in flight per model (closed loop)."""
     POISSON = "poisson"
-    """Open loop: ``rate`` requests/s per model with exponential gaps."""
+    """Open loop: ``rate`` requests/s per model, Poisson-timed and exact in count a block of
+    a few seconds at a time."""
 
 
 @dataclass(frozen=True)

@@ -34,26 +34,54 @@ def _print_plan(plan: Plan, out: Path) -> None:
     console.print(f"plan in {out}/plan.md", highlight=False)
 
 
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _share(error: float | None) -> str:
+    return "-" if error is None else f"{error:+.0%}"
+
+
 def _print_verify(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"size --verify {result['spec']}")
-    heads = ("model", "replicas", "planned QPS", "measured QPS", "predicted p99 ms",
-             "measured p99 ms", "p99 error", "SLO ms", "held")  # fmt: skip
+    table = Table(title=f"size --verify {result['spec']} ({result['protocol']})")
+    heads = ("model", "QPS plan", "QPS meas", "err", "p50 pred", "p50 meas", "err",
+             "p99 pred", "p99 meas", "err", "SLO", "held")  # fmt: skip
     for head in heads:
         table.add_column(head, justify="left" if head == "model" else "right")
     for m in result["models"]:
-        error = "-" if m["p99_error"] is None else f"{m['p99_error']:+.0%}"
         table.add_row(
-            m["model"], str(m["replicas"]), f"{m['planned_qps']:g}", f"{m['measured_qps']:g}",
-            f"{m['predicted_p99_ms']}", f"{m['measured_p99_ms']}", error,
-            f"{m['slo_p99_ms']:g}", "yes" if m["slo_met"] else "NO",
+            m["model"], _figure(m["planned_qps"]), _figure(m["measured_qps"]),
+            _share(m["qps_error"]), _figure(m["predicted_p50_ms"]),
+            _figure(m["measured_p50_ms"]), _share(m["p50_error"]),
+            _figure(m["predicted_p99_ms"]), _figure(m["measured_p99_ms"]),
+            _share(m["p99_error"]), _figure(m["slo_p99_ms"]), "yes" if m["slo_met"] else "NO",
         )  # fmt: skip
     console = Console(width=max(120, Console().width))
     console.print(table)
+
+    def say(text: str) -> None:
+        console.print(text, highlight=False)
+
+    say(f"Latencies in ms. {result['meaning']}")
+    say(f"Protocol: {result['protocol']}, {result['protocol_source']}.")
+    c = result["conditions"]
+    stable = {True: "stable", False: "NOT stable", None: "stability not judged"}[c["stable"]]
+    late = "-" if c["late_share"] is None else f"{c['late_share']:.1%}"
+    say(
+        f"Measurement: {stable}; sent late {late}; load average {_figure(c['load_before'])} "
+        f"before, {_figure(c['load_after'])} after, on {c['cores']} cores."
+    )
+    for flag in result["flags"]:
+        say(f"(!) {flag}")
+    targets = "every figure within its target" if result["within_targets"] else (
+        "NOT every figure within its target")  # fmt: skip
     verdict = "every objective held" if result["held"] else "an objective did NOT hold"
-    console.print(f"{verdict}; the bench report is {result['report']}", highlight=False)
+    say(f"{verdict}; {targets}; the bench report is {result['report']}")
+    for step in result["next_steps"]:
+        say(f"next: {step}")
 
 
 _Fleet = Annotated[
@@ -126,10 +154,13 @@ def size(
     the fleet file's kubernetes: settings) and, when every model gives its files (model:),
     gpu-NNN.yaml: each GPU's share as a pack spec (`sharedserve pack --spec OUT/gpu-000.yaml`).
 
-    --verify OUT/gpu-NNN.yaml runs that share on this host (`bench --spec` at scale 1, open loop,
-    each model at its planned requests/s) and prints planned against measured QPS and that GPU's
-    predicted against measured p99 per model, and whether each objective held; exit 1 when one
-    did not.
+    --verify OUT/gpu-NNN.yaml runs that share on this host, shared servers included (`bench
+    --spec` at scale 1, open loop, each model at its planned requests/s, over the protocol its
+    profile was measured with) and prints planned against measured QPS, p50 and p99 per model,
+    each error (predicted - measured) / measured (negative: the plan was optimistic), whether
+    each objective held, whether the measurement can be trusted (the run's stability, the load
+    generator's lateness, the host's load average), and what to do next; exit 1 when an
+    objective did not hold.
     """
     if (fleet is None) == (verify is None):
         raise ConfigError("give --fleet (plan a fleet) or --verify (check a GPU's share)")

@@ -65,6 +65,8 @@ class PlannedReplica:
     server: str | None = None
     """The shared server whose replica holds it (one entry per model of that replica); None:
     a process of its own."""
+    predicted_p50_ms: float | None = None
+    """Its p50 where ``predicted_p99_ms`` is; None: its profile row has none."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -240,16 +242,18 @@ def _gpu(
     for r in gpu.replicas:
         server = servers.get(r.model)
         held = [demands[r.model]] if server is None else server.models
-        replicas += [
-            PlannedReplica(
-                d.model,
-                _r(d.memory_mib, 1),
-                _r(d.busy_share, 4),
-                _r(predict(d, sharing).p99_ms),
-                None if server is None else server.name,
+        for d in held:
+            predicted = predict(d, sharing, server)
+            replicas.append(
+                PlannedReplica(
+                    d.model,
+                    _r(d.memory_mib, 1),
+                    _r(d.busy_share, 4),
+                    _r(predicted.p99_ms),
+                    None if server is None else server.name,
+                    None if predicted.p50_ms is None else _r(predicted.p50_ms),
+                )
             )
-            for d in held
-        ]
     return PlanGpu(gpu.index, gpu.node, replicas, _r(gpu.memory_mib, 1), _r(gpu.busy_share, 4),
                    gpu.densest)  # fmt: skip
 
@@ -262,9 +266,10 @@ def _model(
     predict: Predictor,
     *,
     serving: Serving | None,
+    server: SharedServer | None = None,
 ) -> PlanModel:
     """``sharing``: the most processes on a GPU holding one of its replicas."""
-    predicted = predict(d, sharing)
+    predicted = predict(d, sharing, server)
     return PlanModel(
         name=d.model,
         replicas=d.replicas,
@@ -349,9 +354,10 @@ def build_plan(
     by_model = {d.model: d for d in demands}
     predict = Predictor(fleet.node.cpu_cores)
     serving = grouping.serving if grouping else {}
+    server_of = {d.model: s for s in servers.values() for d in s.models}
     models = [
         _model(entries[d.model], d, gpus_of[d.model], sharing[d.model], predict,
-               serving=serving.get(d.model))
+               serving=serving.get(d.model), server=server_of.get(d.model))
         for d in demands
     ]  # fmt: skip
     notes = list(warnings)

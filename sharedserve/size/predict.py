@@ -3,11 +3,17 @@
 Where a model's profile holds its service times (``ModelProfile.service_times``: one call's time
 measured alone), the figures come from ``size.queueing.simulate`` of one replica: open-loop
 arrivals at its planned rate per replica, the model-call slots its CPU limit gives a ``serve``
-process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``), each call's time
+process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``; from a CPU profile,
+the limit's whole cores: ``calls_at_once``), each call's time
 scaled by the slowdown its profile's sequential rows show at the planned GPU's density (p50
 there over p50 alone: this is where the neighbours' interference comes from, until measured
 mixes stand in for it). Elsewhere, as before: the profile's sequential row at that density (else
 the capacity point), p50 from the same row.
+
+A shared server's models are one process (``size.grouping``): they are simulated together, each
+at its planned rate per replica, taking the server's slots in the scheduler's weighted fair
+turns (a model's weight its planned rate, as ``size.plan_specs`` writes it), so a cold model's
+p99 has its neighbours' calls in it, not only its own.
 
 Speed: a replica alone on its slots is a queue whose sojourn scales with its service times, so
 a rate and a slowdown meet in one figure, the load per slot (rho). Simulations are kept by
@@ -21,13 +27,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from sharedserve.limits.cpu import CpuLimit, CpuLimitSource, thread_pool_sizes
 from sharedserve.server.scheduler import model_call_slots
 from sharedserve.size.demand import Demand
+from sharedserve.size.grouping import SharedServer
 from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, simulate
 
-__all__ = ["REQUESTS", "PredictedLatency", "Predictor", "slots_of"]
+__all__ = ["REQUESTS", "PredictedLatency", "Predictor", "calls_at_once", "slots_of"]
 
 REQUESTS = 3000
 """Requests simulated a queue: a p99 from about 30 requests' tail, 2,700 after the warm-up."""
@@ -55,6 +63,19 @@ def slots_of(cpu_limit: float | None, node_cores: float) -> int:
     or the node's without a limit."""
     limit = CpuLimit(cpu_limit, CpuLimitSource.FLAG, None, max(1, math.floor(node_cores)))
     return model_call_slots(thread_pool_sizes(limit)[1])
+
+
+def calls_at_once(d: Demand, node_cores: float) -> int:
+    """The model calls a process runs side by side, as the simulation's slots. On a GPU, the
+    ``serve`` process's model-call slots (``slots_of``). From a CPU profile (busy share from
+    throughput), the whole cores of its CPU limit: the slots' calls share the framework's
+    thread pool, sized to those cores, so a call beyond them waits its turn. The profiles show
+    it: four users on one core (the parallel row) take four times a call's time alone, at the
+    sequential row's throughput, and a small model in a server beside resnet50 waited whole
+    resnet50 calls (benchmarks/results/sizing_verify_cpu.md)."""
+    if d.busy_source != "throughput":
+        return slots_of(d.cpu_limit, node_cores)
+    return max(1, math.floor(d.cpu_limit or node_cores))
 
 
 def _rounded_rho(rho: float) -> float:
@@ -103,14 +124,61 @@ class Predictor:
         self.node_cores = node_cores
         self._runs: dict[tuple[ServiceTimes, int, float], Prediction] = {}
         self._done: dict[tuple[str, int], PredictedLatency] = {}
+        self._groups: dict[tuple[Any, ...], list[Prediction]] = {}
 
-    def __call__(self, d: Demand, sharing: int) -> PredictedLatency:
-        """Model ``d``'s replica on a GPU of ``sharing`` replicas."""
+    def __call__(
+        self, d: Demand, sharing: int, server: SharedServer | None = None
+    ) -> PredictedLatency:
+        """Model ``d``'s replica on a GPU of ``sharing`` processes; ``server``: the shared
+        server whose process holds it beside its other models (None: a process of its own)."""
         key = (d.model, sharing)
         found = self._done.get(key)
         if found is None:
+            if server is not None and all(m.service_times for m in server.models):
+                self._done.update(self._group(server, sharing))
+                return self._done[key]
             found = self._done[key] = self._predict(d, sharing)
         return found
+
+    def _group(self, server: SharedServer, sharing: int) -> dict[tuple[str, int], PredictedLatency]:
+        """Every model of ``server`` simulated in one process of its slots. Each model's rate is
+        rounded up as a replica's is (its own rho on the grid), so that servers of like models
+        at like rates share a simulation."""
+        # One process: the fewest calls at once of its models (they share its thread pool).
+        slots = min(calls_at_once(d, self.node_cores) for d in server.models)
+        loads, key, slowdowns = [], [], []
+        for d in server.models:
+            service = d.service_times
+            assert service is not None
+            slowdown = _slowdown(d, sharing)
+            slowdowns.append(slowdown)
+            scaled = ServiceTimes(tuple(v * slowdown for v in service.values_ms), service.counts)
+            rho = _rounded_rho(d.rate_per_replica * scaled.mean_ms / 1000 / slots)
+            rate = rho * slots * 1000 / scaled.mean_ms
+            loads.append(ModelLoad(d.model, rate, scaled, weight=rate))
+            key.append((scaled, rho))
+        cached = (slots, tuple(key))
+        runs = self._groups.get(cached)
+        if runs is None:
+            # A few requests a model at the least, for each model's own p99.
+            requests = max(REQUESTS, 300 * len(loads))
+            runs = self._groups[cached] = simulate(loads, slots, requests=requests)
+        out = {}
+        for d, run, slowdown in zip(server.models, runs, slowdowns, strict=True):
+            if run.saturated or run.p99_ms is None or run.p50_ms is None:
+                out[(d.model, sharing)] = self._predict(d, sharing)
+                continue
+            out[(d.model, sharing)] = PredictedLatency(
+                run.p50_ms,
+                run.p99_ms,
+                "queueing simulation (shared server)",
+                f"{_sampling(run.requests)}; one process of {slots} slots with "
+                f"{', '.join(m.model for m in server.models if m is not d)} ({server.name}) at "
+                "their planned rates, fair turns by rate; interference from other processes "
+                f"on the GPU as a {slowdown:.3g}x slowdown (its sequential rows, p50 at "
+                f"{sharing} over p50 alone); {UNVERIFIED}",
+            )
+        return out
 
     def _predict(self, d: Demand, sharing: int) -> PredictedLatency:
         density, p50, p99 = _row(d, sharing)
@@ -125,7 +193,7 @@ class Predictor:
         service = d.service_times
         if service is None or d.rate_per_replica <= 0:
             return row
-        slots = slots_of(d.cpu_limit, self.node_cores)
+        slots = calls_at_once(d, self.node_cores)
         slowdown = _slowdown(d, sharing)
         rho = _rounded_rho(d.rate_per_replica * service.mean_ms * slowdown / 1000 / slots)
         run = self._runs.get((service, slots, rho))

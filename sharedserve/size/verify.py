@@ -1,27 +1,34 @@
 """``size --verify plan/gpu-007.yaml``: run one GPU's share of a plan here and hold the plan to it.
 
-The GPU's pack spec goes through ``bench --spec`` at scale 1, open loop (Poisson), with the total
-rate the plan gives that GPU's replicas: each entry's ``weight`` is its planned requests/s, so
-``bench.offered`` hands every replica exactly its planned rate. The plan's predictions (its
-``plan.json`` beside the spec) are then set against what was measured, model by model: QPS, p99
-(the plan's prediction for that GPU, beside its neighbours there) and whether each objective
-held. No second measuring code: this is ``bench``.
+The GPU's pack spec (shared servers included) goes through ``bench --spec`` at scale 1, open loop
+(Poisson), with the total rate the plan gives that GPU's replicas: each entry's ``weight`` is its
+planned requests/s, so ``bench.offered`` hands every replica exactly its planned rate; over the
+protocol the models' profiles were measured with (their reports' settings say it). The plan's
+predictions (its ``plan.json`` beside the spec) are then set against what was measured, model by
+model: QPS, p50 and p99 (the plan's prediction for that GPU, beside its neighbours there), each
+error as ``(predicted - measured) / measured``, and whether each objective held. How far the
+measurement can be trusted is judged beside it (``size.verify_advice``): the bench row's
+stability and the load generator's lateness, and the host's load average before and after
+against its cores. No second measuring code: this is ``bench``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sharedserve.bench.sweep import run_bench
 from sharedserve.config import BenchSettings, LoadPattern, PackSettings
+from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import load_spec
 from sharedserve.size.plan import Plan, read_plan, spec_index
+from sharedserve.size.verify_advice import advice, conditions
 
-__all__ = ["compare", "gpu_predictions", "verify_gpu"]
+__all__ = ["compare", "gpu_predictions", "profile_protocol", "verify_gpu"]
 
 
 def _plan_beside(spec: Path) -> Plan:
@@ -31,17 +38,52 @@ def _plan_beside(spec: Path) -> Plan:
     return read_plan(path)
 
 
-def gpu_predictions(plan: Plan, spec: Path) -> dict[str, float]:
-    """The p99 the plan predicts for each model on the GPU whose spec is ``spec``
-    (``gpu-007.yaml``: GPU 7), beside its neighbours there; empty if the spec is not one."""
+def gpu_predictions(plan: Plan, spec: Path, figure: str = "predicted_p99_ms") -> dict[str, float]:
+    """The p99 (``figure``: or ``predicted_p50_ms``) the plan predicts for each model on the GPU
+    whose spec is ``spec`` (``gpu-007.yaml``: GPU 7), beside its neighbours there; empty if the
+    spec is not one."""
     index = spec_index(spec)
     if index is None or index >= len(plan.gpus):
         return {}
     return {
-        r.model: r.predicted_p99_ms
+        r.model: getattr(r, figure)
         for r in plan.gpus[index].replicas
-        if r.predicted_p99_ms is not None
+        if getattr(r, figure) is not None
     }
+
+
+def profile_protocol(plan: Plan, models: list[str]) -> tuple[Protocol, str]:
+    """The protocol the profiles of ``models`` were measured over, and where that was read; REST
+    (bench's default) when no profile says. Profiles measured over both: a usage error."""
+    found: dict[str, str] = {}
+    for m in plan.models:
+        path = Path(m.profile)
+        if m.name not in models or not path.exists():
+            continue
+        for report in [path] if path.is_file() else sorted(path.rglob("report.json")):
+            try:
+                protocol = json.loads(report.read_text())["settings"]["protocol"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            found.setdefault(str(protocol), str(report))
+    if len(found) > 1:
+        raise ConfigError(
+            f"the profiles of this GPU's models were measured over {' and '.join(sorted(found))}; "
+            "verify runs one protocol: profile them over one"
+        )
+    if not found:
+        return BenchSettings.protocol, "bench's default: no profile of these models says"
+    ((protocol, where),) = found.items()
+    try:
+        return Protocol(protocol), f"as the profile was measured ({where})"
+    except ValueError as e:
+        raise ConfigError(f"profile {where} names an unknown protocol {protocol!r}") from e
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or not measured:
+        return None
+    return round((predicted - measured) / measured, 3)
 
 
 def compare(
@@ -49,26 +91,32 @@ def compare(
     report: dict[str, Any],
     rates: dict[str, float],
     on_gpu: dict[str, float] | None = None,
+    p50_on_gpu: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
-    """Predicted against measured, a line per model of the GPU's share; ``on_gpu``: the
-    plan's p99 prediction on that GPU, by model (else the model's own, at its worst GPU)."""
-    planned = {m.name: m.predicted_p99_ms for m in plan.models}
+    """Predicted against measured, a line per model of the GPU's share; ``on_gpu`` and
+    ``p50_on_gpu``: the plan's p99 and p50 predictions on that GPU, by model (else the model's
+    own, at its worst GPU). Each error is ``(predicted - measured) / measured``."""
+    planned = {m.name: m for m in plan.models}
     (row,) = report["rows"]
     lines = []
     for name, measured in row["models"].items():
-        predicted = (on_gpu or {}).get(name, planned.get(name))
-        p99 = measured["p99_ms"]
+        model = planned.get(name)
+        p99 = (on_gpu or {}).get(name, None if model is None else model.predicted_p99_ms)
+        p50 = (p50_on_gpu or {}).get(name, None if model is None else model.predicted_p50_ms)
         lines.append(
             {
                 "model": name,
                 "replicas": measured["replicas"],
                 "planned_qps": round(rates[name], 3),
                 "measured_qps": measured["qps"],
-                "predicted_p99_ms": predicted,
-                "measured_p99_ms": p99,
-                "p99_error": None
-                if predicted is None or p99 is None or not p99
-                else round((predicted - p99) / p99, 3),
+                "qps_error": _error(rates[name], measured["qps"]),
+                "predicted_p50_ms": p50,
+                "measured_p50_ms": measured.get("p50_ms"),
+                "p50_error": _error(p50, measured.get("p50_ms")),
+                "predicted_p99_ms": p99,
+                "measured_p99_ms": measured["p99_ms"],
+                "p99_error": _error(p99, measured["p99_ms"]),
+                "prediction_source": None if model is None else model.prediction_source,
                 "slo_p99_ms": measured["slo_p99_ms"],
                 "slo_met": measured["slo_met"],
                 "errors": measured["errors"],
@@ -97,12 +145,14 @@ def verify_gpu(
     for e in spec.entries:  # a shared server's models each at their own planned rate
         held = [(m.name or m.model_dir.name, m.weight) for m in e.models]
         rates.update(held or [(e.name or e.model_dir.name, e.weight)])
+    protocol, protocol_source = profile_protocol(plan, list(rates))
     settings = BenchSettings(
         out_dir=out_dir,
         scales=(1,),
         pack=PackSettings(entries=spec.entries, fake_gpus=fake_gpus, environment=environment),
         spec_file=spec_path,
         pattern=LoadPattern.POISSON,
+        protocol=protocol,
         rate=sum(rates.values()),
         # Enough in flight that a slow replica's queue shows in its p99, not in drops.
         max_in_flight=1000,
@@ -110,13 +160,35 @@ def verify_gpu(
         warmup_s=warmup_s,
         command=command,
     )
+    before = load_average()
     report = run(settings)  # the CLI's stops in order on SIGINT and SIGTERM
-    lines = compare(plan, report, rates, gpu_predictions(plan, spec_path))
+    after = load_average()
+    lines = compare(
+        plan,
+        report,
+        rates,
+        gpu_predictions(plan, spec_path),
+        gpu_predictions(plan, spec_path, "predicted_p50_ms"),
+    )
+    (row,) = report["rows"]
+    measured = conditions(row, before, after, os.cpu_count() or 1, duration_s)
     result = {
         "spec": str(spec_path),
+        "protocol": protocol.value,
+        "protocol_source": protocol_source,
         "models": lines,
         "held": all(line["slo_met"] for line in lines),
         "report": str(out_dir / "report.json"),
+        "conditions": measured,
+        **advice(lines, measured),
     }
     (out_dir / "verify.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def load_average() -> float | None:
+    """The host's 1-minute load average; None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None

@@ -218,8 +218,22 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
         assert 0.6 * rate <= line["measured_qps"] <= 1.4 * rate, line
         assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
         assert line["slo_p99_ms"] == 1000.0 and line["errors"] == 0
+        # QPS, p50 and p99, each predicted against measured with its error.
+        for figure in ("qps", "p50", "p99"):
+            assert line[f"{figure}_error"] is not None, (figure, line)
+        assert line["predicted_p50_ms"] > 0 and line["measured_p50_ms"] > 0
     assert verified["held"] == all(m["slo_met"] for m in verified["models"])
-    assert "predicted p99 ms" in result.stdout and "measured p99 ms" in result.stdout
+    # Over the protocol the profile was measured with, and saying so.
+    assert verified["protocol"] == "rest" and "tiny/" in verified["protocol_source"]
+    conditions = verified["conditions"]
+    assert conditions["cores"] >= 1 and conditions["load_before"] is not None
+    out = " ".join(result.stdout.split())
+    for said in ("p50 pred", "p99 meas", "negative means the plan was optimistic",
+                 "Measurement:", "load average", "next:"):  # fmt: skip
+        assert said in out, said
+    # Two seconds on a busy test host: whatever it flags is printed, each with its marker.
+    for flag in verified["flags"]:
+        assert f"(!) {flag.split(':')[0]}" in out
     assert result.returncode == (0 if verified["held"] else 1)
 
 

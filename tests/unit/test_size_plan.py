@@ -81,11 +81,14 @@ def test_verify_holds_each_model_to_its_gpus_prediction(tmp_path: Path) -> None:
     assert gpu_predictions(plan, tmp_path / spec_name(1)) == {"a": 20.0}
     assert gpu_predictions(plan, tmp_path / spec_name(2)) == {}  # not in this plan
     assert gpu_predictions(plan, Path("mine.yaml")) == {}
-    model = {"replicas": 1, "qps": 1.0, "p99_ms": 25.0, "slo_p99_ms": 60.0, "slo_met": True,
-             "errors": 0, "dropped": 0}  # fmt: skip
+    model = {"replicas": 1, "qps": 1.25, "p50_ms": 10.0, "p99_ms": 25.0, "slo_p99_ms": 60.0,
+             "slo_met": True, "errors": 0, "dropped": 0}  # fmt: skip
     report = {"rows": [{"models": {"a": model}}]}
-    (line,) = compare(plan, report, {"a": 1.0}, {"a": 20.0})
+    (line,) = compare(plan, report, {"a": 1.0}, {"a": 20.0}, {"a": 12.0})
     assert (line["predicted_p99_ms"], line["p99_error"]) == (20.0, -0.2)
+    # Every figure's error is (predicted - measured) / measured: p50 and QPS too.
+    assert (line["measured_p50_ms"], line["p50_error"]) == (10.0, 0.2)
+    assert line["qps_error"] == -0.2
     (line,) = compare(plan, report, {"a": 1.0})  # no GPU's: the model's, at its worst GPU
     assert line["predicted_p99_ms"] == 50.0
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sharedserve.size.predict import _rounded_rho, slots_of
+from sharedserve.size.demand import Demand
+from sharedserve.size.predict import _rounded_rho, calls_at_once, slots_of
+from sharedserve.size.profile import ProfilePoint
 from sharedserve.size.run import plan_fleet
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "plan"
@@ -35,7 +37,7 @@ def test_service_times_give_a_simulated_prediction_and_others_keep_the_row(
     # beside one neighbour, a 1.5x slowdown. ranker: 100 QPS a replica on 2 slots (1 core).
     models = _plan(tmp_path, [[3.0, 2000], [4.0, 1500], [8.0, 500]])
     ranker = models["ranker"]
-    assert ranker["prediction_source"] == "queueing simulation"
+    assert ranker["prediction_source"] == "queueing simulation (shared server)"
     assert "simulated requests" in ranker["prediction_error"]
     assert "size --verify" in ranker["prediction_error"]
     # Its slowest call at the slowdown (8 x 1.5 = 12 ms) is in its p99 (12.5% of calls); a
@@ -48,6 +50,19 @@ def test_service_times_give_a_simulated_prediction_and_others_keep_the_row(
     assert vision["prediction_source"] == "profile row"
     assert (vision["predicted_p50_ms"], vision["predicted_p99_ms"]) == (45.0, 45.0)
     assert "size --verify" in vision["prediction_error"]
+
+
+def test_a_shared_servers_models_are_simulated_in_one_process(tmp_path: Path) -> None:
+    # ranker (100 QPS a replica) and fraud (40) share shared-0: one process of 2 slots. Each is
+    # simulated beside the other, so fraud's calls queue behind ranker's: both see one queue.
+    # Before, each was simulated as if it had the process to itself.
+    models = _plan(tmp_path, [[3.0, 2000], [4.0, 1500], [8.0, 500]])
+    ranker, fraud = models["ranker"], models["fraud"]
+    for model, neighbour in ((ranker, "fraud"), (fraud, "ranker")):
+        assert model["prediction_source"] == "queueing simulation (shared server)"
+        assert f"with {neighbour} (shared-0)" in model["prediction_error"]
+    # One queue, the same service times: their p99s are close, whatever their own rates.
+    assert fraud["predicted_p99_ms"] == pytest.approx(ranker["predicted_p99_ms"], rel=0.2)
 
 
 def test_without_service_times_every_model_keeps_its_row(tmp_path: Path) -> None:
@@ -70,3 +85,23 @@ def test_rho_is_rounded_up_by_at_most_two_percent_of_its_headroom(rho: float) ->
 )
 def test_slots_are_the_servers(cpu_limit: float | None, node_cores: float, slots: int) -> None:
     assert slots_of(cpu_limit, node_cores) == slots
+
+
+def _demand(busy_source: str, cpu_limit: float | None) -> Demand:
+    point = ProfilePoint("sequential", 1, 1, 10.0, 1.0, 2.0, 0.0, True, 1.0, cpu_limit, None,
+                         None, None)  # fmt: skip
+    return Demand("m", 1, 1.0, 10.0, 100.0, "weights", 0.1, busy_source, 2, 1, 2.0, 1.0,
+                  cpu_limit, point)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("busy_source", "cpu_limit", "calls"),
+    [("gpu utilisation", 1.0, 2), ("gpu utilisation", None, 8), ("throughput", 1.0, 1),
+     ("throughput", 2.5, 2), ("throughput", None, 8)],
+)  # fmt: skip
+def test_a_cpu_profiles_calls_at_once_are_its_cores_not_its_slots(
+    busy_source: str, cpu_limit: float | None, calls: int
+) -> None:
+    # On a CPU the slots' calls share a thread pool sized to the limit's cores: one core runs
+    # one call at a time (a parallel row of 4 users takes 4x a call's time alone).
+    assert calls_at_once(_demand(busy_source, cpu_limit), 8) == calls
