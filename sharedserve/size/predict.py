@@ -1,7 +1,8 @@
 """Each planned replica's p50 and p99, the error expected of them and where they came from. Pure.
 
 Where a model's profile holds its service times (``ModelProfile.service_times``: one call's time
-measured alone), the figures come from ``size.queueing.simulate`` of one replica: open-loop
+measured alone, open loop where the profile has that row; the error text says which), the
+figures come from ``size.queueing.simulate`` of one replica: open-loop
 arrivals at its planned rate per replica, the model-call slots its CPU limit gives a ``serve``
 process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``; from a CPU profile,
 the limit's whole cores: ``calls_at_once``), each call's time
@@ -172,7 +173,8 @@ class Predictor:
                 run.p50_ms,
                 run.p99_ms,
                 "queueing simulation (shared server)",
-                f"{_sampling(run.requests)}; one process of {slots} slots with "
+                f"{_sampling(run.requests)}; service times from {d.service_times_source}; "
+                f"one process of {slots} slots with "
                 f"{', '.join(m.model for m in server.models if m is not d)} ({server.name}) at "
                 "their planned rates, fair turns by rate; interference from other processes "
                 f"on the GPU as a {slowdown:.3g}x slowdown (its sequential rows, p50 at "
@@ -214,6 +216,7 @@ class Predictor:
             run.p50_ms * slowdown,
             run.p99_ms * slowdown,
             "queueing simulation",
-            f"{_sampling(run.requests)}; neighbours' interference as a {slowdown:.3g}x slowdown "
+            f"{_sampling(run.requests)}; service times from {d.service_times_source}; "
+            f"neighbours' interference as a {slowdown:.3g}x slowdown "
             f"(its sequential rows, p50 at {density or 1} over p50 alone); {UNVERIFIED}",
         )

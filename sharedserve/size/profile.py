@@ -16,8 +16,10 @@ What a report does not say per model is estimated, and every point says how:
 - CPU per replica: the row's server CPU over its replicas, an average over the mix's models.
 - Service times: the model's latencies as the row's compact histogram gives them
   (``latency_histogram_ms``), None in reports from before it. ``ModelProfile.service_times``
-  takes them from a trusted sequential row of one replica alone, where a request's latency is
-  one call's time with no queue before it: what ``size.queueing`` draws from.
+  takes them from a trusted row of one replica alone: the open-loop (``poisson``) row at a low
+  rate where there is one, measured as ``size --verify`` measures, else the sequential row,
+  where a request's latency is one call's time with no queue before it. ``size.queueing`` draws
+  from them.
 - GPU busy share per replica: the row's mean GPU utilisation over its replicas, for a row of one
   model only (a mix's utilisation cannot be split between its models); ``None`` otherwise and
   without a real GPU.
@@ -40,6 +42,17 @@ __all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profile
 MIN_REQUESTS = 100
 """Requests a point needs behind its p99 to be used: fewer, and the p99 is one slow request
 (a short window on a slow model: ``profile`` of a CPU-bound model once gave a row of one)."""
+
+SERVICE_PATTERNS = ("poisson", "sequential")
+"""The rows service times are read from, in order of preference (``ModelProfile.service_row``)."""
+
+SERVICE_SOURCES = {
+    "poisson": "its open-loop row at density 1 (Poisson arrivals at a low rate, latency from "
+    "the schedule, as size --verify measures)",
+    "sequential": "its sequential row at density 1 (closed loop: a request's open-loop cost "
+    "is not in it; profile again for an open-loop row)",
+}
+"""Each service-time row in words."""
 
 
 @dataclass(frozen=True)
@@ -89,20 +102,49 @@ class ModelProfile:
         return max((p.density for p in self.points if p.trusted), default=0)
 
     @property
+    def service_row(self) -> ProfilePoint | None:
+        """The row one call's time is read from: a trusted row of one replica alone (density
+        1) with a histogram, open loop (``poisson``) where the profile has one, else sequential;
+        of several (a directory of reports), the one with the most requests. None without one.
+
+        The open-loop row is preferred because it is measured as ``size --verify`` measures:
+        arrivals on a schedule, latency from the scheduled time, the server idle between
+        requests. The sequential row is closed loop (the next request sent on a hot connection
+        the moment the last returns) and misses what that costs a request: 2-3 ms a call of a
+        small CPU model (benchmarks/results/sizing_verify_cpu.md). Its rate is low (``profile``
+        offers a tenth of the sequential row's throughput at most), so what it adds by queueing
+        is small."""
+        for pattern in SERVICE_PATTERNS:
+            alone = [
+                p
+                for p in self.points
+                if p.trusted
+                and p.pattern == pattern
+                and p.density == 1
+                and p.replicas == 1
+                and p.service_times is not None
+            ]
+            if alone:
+                return max(alone, key=_service_count)
+        return None
+
+    @property
     def service_times(self) -> ServiceTimes | None:
-        """One call's time, from the trusted sequential point of one replica alone (density 1):
-        one request in flight, so its latency had no queue in it. The one with the most
-        requests where there are several (a directory of reports); None without one."""
-        alone = [
-            p.service_times
-            for p in self.points
-            if p.trusted
-            and p.pattern == "sequential"
-            and p.density == 1
-            and p.replicas == 1
-            and p.service_times is not None
-        ]
-        return max(alone, key=lambda s: sum(s.counts), default=None)
+        """One call's time, from ``service_row``; None without one."""
+        row = self.service_row
+        return None if row is None else row.service_times
+
+    @property
+    def service_times_source(self) -> str | None:
+        """Where ``service_times`` come from, in words, for the plan's error text."""
+        row = self.service_row
+        if row is None:
+            return None
+        return SERVICE_SOURCES.get(row.pattern, f"its {row.pattern} row at density 1")
+
+
+def _service_count(point: ProfilePoint) -> int:
+    return 0 if point.service_times is None else sum(point.service_times.counts)
 
 
 @dataclass(frozen=True)
@@ -199,7 +241,8 @@ def _read(path: Path) -> dict[str, ModelProfile]:
 
 def load_profiles(path: Path) -> dict[str, ModelProfile]:
     """The profiles of every model in a ``report.json``, or in every report.json under a
-    directory (``sharedserve profile``'s sequential and parallel sweeps), their points together."""
+    directory (``sharedserve profile``'s sequential, parallel and poisson sweeps), their points
+    together."""
     if not path.is_dir():
         return _read(path)
     reports = sorted(path.rglob("report.json"))

@@ -98,6 +98,28 @@ def test_the_profile_takes_its_service_times_from_the_sequential_density_1_row()
     assert profiles_of({"rows": [crowded, parallel, alone]})["m"].service_times is None
 
 
+def test_the_open_loop_row_gives_the_service_times_where_the_profile_has_one() -> None:
+    # size --verify measures open loop (latency from the schedule, the server idle between
+    # requests), which costs a small CPU model 2-3 ms the closed-loop sequential row lacks.
+    sequential = sequential_row(latencies_us(9, 3_000, median_ms=1.0))
+    poisson = sequential_row(latencies_us(10, 300, median_ms=3.5), pattern=Pattern.POISSON)
+    crowded = sequential_row(latencies_us(11, 300, median_ms=9.0), replicas=2,
+                             pattern=Pattern.POISSON)  # fmt: skip
+    report = json.loads(json.dumps({"rows": [sequential, crowded, poisson]}))
+    profile = profiles_of(report)["m"]
+    times = profile.service_times
+    assert times is not None and sum(times.counts) == 300
+    assert times.mean_ms == pytest.approx(poisson["models"]["m"]["p50_ms"], rel=0.15)
+    assert profile.service_times_source is not None
+    assert profile.service_times_source.startswith("its open-loop row at density 1")
+    # Untrusted (too few requests behind it), the sequential row stands in, and says so.
+    report["rows"][2]["models"]["m"]["requests"] = 50
+    fallback = profiles_of(report)["m"]
+    assert fallback.service_times is not None and sum(fallback.service_times.counts) == 3_000
+    assert fallback.service_times_source is not None
+    assert fallback.service_times_source.startswith("its sequential row at density 1")
+
+
 def test_an_old_report_without_histograms_still_profiles() -> None:
     profiles = load_profiles(OLD_PROFILES)
     raw = json.loads((OLD_PROFILES / "tiny" / "sequential" / "report.json").read_text())
