@@ -77,9 +77,9 @@ def profile(
     on a GPU). Sequential shows the latency of one request at a time; parallel (--concurrency
     users per replica) the throughput a replica sustains; poisson, one replica at a low open-loop
     rate (a tenth of the first sequential row's QPS, at most 300 requests in --duration), each
-    request's time measured as `size --verify` measures it, which `size` simulates the queue
-    from. For other patterns or settings, run `bench` and point the fleet file at its
-    report.json.
+    request's time measured as `size --verify` measures it: `size` adds what it costs beyond a
+    call to each simulated request. For other patterns or settings, run `bench` and point the
+    fleet file at its report.json.
     """
     from rich.console import Console
 

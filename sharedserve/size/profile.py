@@ -16,10 +16,11 @@ What a report does not say per model is estimated, and every point says how:
 - CPU per replica: the row's server CPU over its replicas, an average over the mix's models.
 - Service times: the model's latencies as the row's compact histogram gives them
   (``latency_histogram_ms``), None in reports from before it. ``ModelProfile.service_times``
-  takes them from a trusted row of one replica alone: the open-loop (``poisson``) row at a low
-  rate where there is one, measured as ``size --verify`` measures, else the sequential row,
-  where a request's latency is one call's time with no queue before it. ``size.queueing`` draws
-  from them.
+  takes them from a trusted sequential row of one replica alone, where a request's latency is
+  one call's time with no queue before it: what ``size.queueing`` draws from.
+  ``ModelProfile.open_loop_delay``: what the open-loop (``poisson``) row at a low rate adds to a
+  request beyond its call, measured as ``size --verify`` measures; the simulation adds it
+  outside the slots.
 - GPU busy share per replica: the row's mean GPU utilisation over its replicas, for a row of one
   model only (a mix's utilisation cannot be split between its models); ``None`` otherwise and
   without a real GPU.
@@ -42,17 +43,6 @@ __all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profile
 MIN_REQUESTS = 100
 """Requests a point needs behind its p99 to be used: fewer, and the p99 is one slow request
 (a short window on a slow model: ``profile`` of a CPU-bound model once gave a row of one)."""
-
-SERVICE_PATTERNS = ("poisson", "sequential")
-"""The rows service times are read from, in order of preference (``ModelProfile.service_row``)."""
-
-SERVICE_SOURCES = {
-    "poisson": "its open-loop row at density 1 (Poisson arrivals at a low rate, latency from "
-    "the schedule, as size --verify measures)",
-    "sequential": "its sequential row at density 1 (closed loop: a request's open-loop cost "
-    "is not in it; profile again for an open-loop row)",
-}
-"""Each service-time row in words."""
 
 
 @dataclass(frozen=True)
@@ -101,46 +91,60 @@ class ModelProfile:
         """The most replicas that shared a GPU in any trusted row: beyond it is extrapolation."""
         return max((p.density for p in self.points if p.trusted), default=0)
 
-    @property
-    def service_row(self) -> ProfilePoint | None:
-        """The row one call's time is read from: a trusted row of one replica alone (density
-        1) with a histogram, open loop (``poisson``) where the profile has one, else sequential;
-        of several (a directory of reports), the one with the most requests. None without one.
-
-        The open-loop row is preferred because it is measured as ``size --verify`` measures:
-        arrivals on a schedule, latency from the scheduled time, the server idle between
-        requests. The sequential row is closed loop (the next request sent on a hot connection
-        the moment the last returns) and misses what that costs a request: 2-3 ms a call of a
-        small CPU model (benchmarks/results/sizing_verify_cpu.md). Its rate is low (``profile``
-        offers a tenth of the sequential row's throughput at most), so what it adds by queueing
-        is small."""
-        for pattern in SERVICE_PATTERNS:
-            alone = [
-                p
-                for p in self.points
-                if p.trusted
-                and p.pattern == pattern
-                and p.density == 1
-                and p.replicas == 1
-                and p.service_times is not None
-            ]
-            if alone:
-                return max(alone, key=_service_count)
-        return None
+    def _alone(self, pattern: str) -> ProfilePoint | None:
+        """The trusted ``pattern`` row of one replica alone (density 1) with a histogram; of
+        several (a directory of reports), the one with the most requests."""
+        alone = [
+            p
+            for p in self.points
+            if p.trusted
+            and p.pattern == pattern
+            and p.density == 1
+            and p.replicas == 1
+            and p.service_times is not None
+        ]
+        return max(alone, key=_service_count, default=None)
 
     @property
     def service_times(self) -> ServiceTimes | None:
-        """One call's time, from ``service_row``; None without one."""
-        row = self.service_row
+        """One call's time, the time it holds its slot: from the trusted sequential point of
+        one replica alone (one request in flight, so its latency had no queue in it); None
+        without one."""
+        row = self._alone("sequential")
         return None if row is None else row.service_times
 
     @property
-    def service_times_source(self) -> str | None:
-        """Where ``service_times`` come from, in words, for the plan's error text."""
-        row = self.service_row
-        if row is None:
+    def open_loop_delay(self) -> ServiceTimes | None:
+        """What an open-loop request costs beyond its call, holding no slot: the open-loop
+        (``poisson``) row's latencies less the call's mean time (at least 0). That row is
+        measured as ``size --verify`` measures (arrivals on a schedule, latency from it, the
+        server idle between requests), the sequential row closed loop (the next request on a
+        hot connection the moment the last returns): tiny's p50 is 3.6 ms in one and 1.1 ms in
+        the other. Taken as service time, those 3.6 ms would fill a slot at 200 requests/s that
+        1.1 ms calls leave three quarters idle (benchmarks/results/sizing_verify_cpu.md), so it
+        is a delay beside the queue, not a longer call. None without both rows."""
+        row, calls = self._alone("poisson"), self.service_times
+        if row is None or row.service_times is None or calls is None:
             return None
-        return SERVICE_SOURCES.get(row.pattern, f"its {row.pattern} row at density 1")
+        mean = calls.mean_ms
+        times = row.service_times
+        return ServiceTimes(tuple(max(0.0, v - mean) for v in times.values_ms), times.counts)
+
+    @property
+    def service_times_source(self) -> str | None:
+        """Where ``service_times`` and ``open_loop_delay`` come from, in words, for the plan."""
+        if self.service_times is None:
+            return None
+        delay = self.open_loop_delay
+        if delay is None:
+            return (
+                "its sequential row at density 1 (closed loop; no trusted open-loop row, so a "
+                "request's open-loop cost is not in the prediction)"
+            )
+        return (
+            "its sequential row at density 1, plus its open-loop row's latency beyond a call "
+            f"(mean {delay.mean_ms:.3g} ms, outside the slots) as size --verify measures"
+        )
 
 
 def _service_count(point: ProfilePoint) -> int:
