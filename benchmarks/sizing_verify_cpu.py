@@ -3,9 +3,10 @@ through the CLI as a user would (``profile`` -> ``size --fleet`` -> ``size --ver
 
 The three architectures (tiny, mobilenet_v2, resnet50, random weights) are built and profiled
 here into a temp dir with short windows (``sharedserve profile``, one core a replica, densities 1
-and 2), since the committed examples/fleet-500 profiles predate service-time histograms. Each
-mix is a fleet of named models drawing on those profiles (``profile_model``), each name its own
-copy of the files; the mixes were fixed before any tuning of the predictions:
+and 2, and its open-loop row at density 1), since the committed examples/fleet-500 profiles
+predate service-time histograms. Each mix is a fleet of named models drawing on those profiles
+(``profile_model``), each name its own copy of the files; the mixes were fixed before any
+tuning of the predictions:
 
 - **small-and-many**: four small models at modest rates (they gather in a shared server);
 - **large with small neighbours**: resnet50 beside two small models;
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from machine import heading, publish  # benchmarks/machine.py, beside this script
+
+from sharedserve.size.profile import load_profiles
 
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
 PACKAGES = ("sharedserve", "tensorflow", "locust")
@@ -64,7 +67,7 @@ def _profile(work: Path, scale: float) -> None:
     if out.returncode:
         sys.exit(out.stderr)
     for name, seconds in ARCHITECTURES.items():
-        if (work / "profiles" / name / "parallel" / "report.json").is_file():
+        if (work / "profiles" / name / "poisson" / "report.json").is_file():
             continue  # --work with this profile made before
         duration = seconds * scale
         out = _run("profile", "--model", str(work / "built" / name),
@@ -73,6 +76,26 @@ def _profile(work: Path, scale: float) -> None:
                    "--cpu-limit", "1")  # fmt: skip
         if out.returncode:
             sys.exit(out.stderr)
+
+
+def _service_rows(work: Path) -> list[str]:
+    """Per architecture, the row size takes its service times from, and the density-1 p50 of
+    the open-loop and sequential rows (what the open loop costs a request)."""
+    lines = []
+    for name in ARCHITECTURES:
+        profile = load_profiles(work / "profiles" / name)[name]
+        p50 = {p.pattern: p.p50_ms for p in profile.points if p.density == 1}
+        requests = {
+            p.pattern: sum(p.service_times.counts) if p.service_times else 0
+            for p in profile.points
+            if p.density == 1
+        }
+        lines.append(
+            f"- {name}: service times from {profile.service_times_source}; density-1 p50 "
+            f"{p50.get('sequential')} ms sequential, {p50.get('poisson')} ms open loop "
+            f"({requests.get('poisson', 0)} requests)"
+        )
+    return lines
 
 
 def _fleet(work: Path, mix: str) -> Path:
@@ -172,12 +195,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         _profile(work, args.profile_scale)
+        service = _service_rows(work)
         sections = [line for mix in MIXES for line in _mix(work, mix, args.duration, args.warmup)]
     took = (time.monotonic() - began) / 60
     lines = [
         *heading("Sizing: predicted against measured on this CPU, three mixes", PACKAGES),
         "",
-        "Profiles: `sharedserve profile` at densities 1 and 2, one core a replica, of "
+        "Profiles: `sharedserve profile` at densities 1 and 2 (and its open-loop row at "
+        "density 1), one core a replica, of "
         + ", ".join(f"{n} ({s * args.profile_scale:g} s a row)" for n, s in ARCHITECTURES.items())
         + ". Each mix sized with `size "
         f"--fleet` and GPU 0 verified with `size --verify plan/gpu-000.yaml --duration "
@@ -185,6 +210,8 @@ def main() -> None:
         f"rate). Error is (predicted - measured) / measured: negative, the plan was optimistic. "
         "Targets: QPS within 5%, p50 within 15%, p99 within 25% (✗: missed). The load average "
         f"was {load:.2f} when the benchmark began; the run took {took:.1f} minutes.",
+        "",
+        *service,
         "",
         *sections,
     ]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,6 +18,11 @@ __all__: list[str] = []
 # The preset: fewer users and a shorter window than bench's defaults, since a profile measures
 # two sweeps of up to 8 replicas each.
 _USERS_PER_REPLICA = 4
+# The open-loop row: a tenth of one replica's sequential throughput, so that queueing adds
+# little to what it measures (a call's time as size --verify sees it), and no more than a few
+# hundred requests in --duration: it reads a distribution, not a capacity.
+_OPEN_LOOP_SHARE = 0.1
+_OPEN_LOOP_REQUESTS = 300
 _DURATION_S = 20.0
 _DENSITIES = ",".join(str(s) for s in BenchSettings.scales)
 _JUDGED_BY_SIZE = "size judges each density against the fleet file's slo_p99_ms"
@@ -62,14 +68,18 @@ def profile(
     protocol: ProtocolOption = BenchSettings.protocol,
     fake_gpus: FakeGpus = PackSettings.fake_gpus,
 ) -> None:
-    """Profile one model for `size`: a sequential and a parallel density sweep with `bench`.
+    """Profile one model for `size`: a sequential and a parallel density sweep with `bench`,
+    then an open-loop row of one replica.
 
-    Writes OUT/sequential/ and OUT/parallel/, each a full bench report; `size` reads every
-    report.json under OUT as one profile (the highest QPS per replica that met a model's
-    objective, at the densities measured, with its GPU memory and utilisation from NVML on a
-    GPU). Sequential shows the latency of one request at a time; parallel (--concurrency users
-    per replica) the throughput a replica sustains. For other patterns or settings, run `bench`
-    and point the fleet file at its report.json.
+    Writes OUT/sequential/, OUT/parallel/ and OUT/poisson/, each a full bench report; `size`
+    reads every report.json under OUT as one profile (the highest QPS per replica that met a
+    model's objective, at the densities measured, with its GPU memory and utilisation from NVML
+    on a GPU). Sequential shows the latency of one request at a time; parallel (--concurrency
+    users per replica) the throughput a replica sustains; poisson, one replica at a low open-loop
+    rate (a tenth of the first sequential row's QPS, at most 300 requests in --duration), each
+    request's time measured as `size --verify` measures it: `size` adds what it costs beyond a
+    call to each simulated request. For other patterns or settings, run `bench` and point the
+    fleet file at its report.json.
     """
     from rich.console import Console
 
@@ -100,23 +110,60 @@ def profile(
     ]
     for settings in sweeps:
         settings.validate()
-    # One estimate for both sweeps, said before either starts; the time left counts it down.
-    plan = estimate(sweeps[0], sweeps=len(sweeps))
-    what = f"{len(sweeps)} sweeps of {len(scales)} densit{'y' if len(scales) == 1 else 'ies'}"
+    # One estimate for every sweep, said before any starts; the time left counts it down. The
+    # open-loop sweep is one row (density 1).
+    plan = replace(estimate(sweeps[0], sweeps=len(sweeps)), steps=len(sweeps) * len(scales) + 1)
+    rows = f"{len(scales)} densit{'y' if len(scales) == 1 else 'ies'}"
+    what = f"{len(sweeps)} sweeps of {rows} and an open-loop row"
     progress.print(f"profile {model.name}: {plan.describe(what)}", highlight=False, soft_wrap=True)
-    for i, settings in enumerate(sweeps):
-        console.print(
-            f"profile {model.name}: {settings.pattern.value} sweep of {densities}", highlight=False
-        )
+
+    def measure(settings: BenchSettings, done: int, label: str) -> dict[str, Any]:
+        console.print(f"profile {model.name}: {label}", highlight=False)
         with exit_when_stopped():
             report = run_with_progress(
                 settings,
                 mix=False,
                 console=progress,
                 plan=plan,
-                done=i * len(scales),
+                done=done,
                 prefix=f"{settings.pattern.value} ",
             )
         # Unjudged on purpose: the objectives are the fleet file's, which size reads.
         print_summary(console, report, settings.out_dir, objective_hint=_JUDGED_BY_SIZE)
+        return report
+
+    reports = [
+        measure(settings, i * len(scales), f"{settings.pattern.value} sweep of {densities}")
+        for i, settings in enumerate(sweeps)
+    ]
+    rate = _open_loop_rate(reports[0], duration)
+    if rate is None:
+        console.print(
+            f"profile {model.name}: no open-loop row: the sequential sweep served nothing to "
+            "set its rate from; size takes service times from the sequential row",
+            highlight=False,
+        )
+    else:
+        # Stability is not asked of it: a window of a hundred requests has its p99 in its
+        # slowest one or two, and the row's rate is the schedule's, not a measure of the model.
+        poisson = replace(
+            sweeps[0],
+            out_dir=out / LoadPattern.POISSON.value,
+            scales=(1,),
+            pattern=LoadPattern.POISSON,
+            rate=rate,
+            stability_windows=1,
+        )
+        poisson.validate()
+        measure(poisson, len(sweeps) * len(scales), f"open-loop row at {rate:.3g} requests/s")
     console.print(f"profile in {out} (a fleet file's `profile:` may name it)", highlight=False)
+
+
+def _open_loop_rate(sequential: dict[str, Any], duration_s: float) -> float | None:
+    """The open-loop row's rate: a tenth of one replica's QPS in the sequential sweep's first
+    row, at most ``_OPEN_LOOP_REQUESTS`` in the window; None when that row served nothing."""
+    rows = sequential.get("rows") or []
+    if not rows or not rows[0].get("qps"):
+        return None
+    per_replica = float(rows[0]["qps"]) / max(1, int(rows[0]["density"]))
+    return min(_OPEN_LOOP_SHARE * per_replica, _OPEN_LOOP_REQUESTS / duration_s)

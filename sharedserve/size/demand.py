@@ -71,6 +71,10 @@ class Demand:
     service_times: ServiceTimes | None = None
     """One call's time measured alone (``ModelProfile.service_times``); None: not in the
     profile, and its p50/p99 are read off the profile's rows (``size.predict``)."""
+    open_loop_delay: ServiceTimes | None = None
+    """What an open-loop request costs beyond its call (``ModelProfile.open_loop_delay``)."""
+    service_times_source: str | None = None
+    """Where both come from, in words (``ModelProfile.service_times_source``)."""
     slo_p99_ms: float | None = None
     """Its objective (the fleet's), which a page-in must leave room in (``size.grouping``)."""
     files_mib: float | None = None
@@ -176,6 +180,8 @@ def _demand(
             )
         ),
         service_times=profile.service_times,
+        open_loop_delay=profile.open_loop_delay,
+        service_times_source=profile.service_times_source,
         slo_p99_ms=entry.slo_p99_ms,
         files_mib=weights_mib,
     )

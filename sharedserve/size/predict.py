@@ -1,7 +1,9 @@
 """Each planned replica's p50 and p99, the error expected of them and where they came from. Pure.
 
 Where a model's profile holds its service times (``ModelProfile.service_times``: one call's time
-measured alone), the figures come from ``size.queueing.simulate`` of one replica: open-loop
+measured alone; with ``open_loop_delay``, what an open-loop request costs beyond it, outside the
+slots; the error text says which), the figures come from ``size.queueing.simulate`` of one
+replica: open-loop
 arrivals at its planned rate per replica, the model-call slots its CPU limit gives a ``serve``
 process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``; from a CPU profile,
 the limit's whole cores: ``calls_at_once``), each call's time
@@ -122,7 +124,7 @@ class Predictor:
 
     def __init__(self, node_cores: float) -> None:
         self.node_cores = node_cores
-        self._runs: dict[tuple[ServiceTimes, int, float], Prediction] = {}
+        self._runs: dict[tuple[ServiceTimes, int, float, ServiceTimes | None], Prediction] = {}
         self._done: dict[tuple[str, int], PredictedLatency] = {}
         self._groups: dict[tuple[Any, ...], list[Prediction]] = {}
 
@@ -155,8 +157,8 @@ class Predictor:
             scaled = ServiceTimes(tuple(v * slowdown for v in service.values_ms), service.counts)
             rho = _rounded_rho(d.rate_per_replica * scaled.mean_ms / 1000 / slots)
             rate = rho * slots * 1000 / scaled.mean_ms
-            loads.append(ModelLoad(d.model, rate, scaled, weight=rate))
-            key.append((scaled, rho))
+            loads.append(ModelLoad(d.model, rate, scaled, weight=rate, delay=d.open_loop_delay))
+            key.append((scaled, rho, d.open_loop_delay))
         cached = (slots, tuple(key))
         runs = self._groups.get(cached)
         if runs is None:
@@ -172,7 +174,8 @@ class Predictor:
                 run.p50_ms,
                 run.p99_ms,
                 "queueing simulation (shared server)",
-                f"{_sampling(run.requests)}; one process of {slots} slots with "
+                f"{_sampling(run.requests)}; service times from {d.service_times_source}; "
+                f"one process of {slots} slots with "
                 f"{', '.join(m.model for m in server.models if m is not d)} ({server.name}) at "
                 "their planned rates, fair turns by rate; interference from other processes "
                 f"on the GPU as a {slowdown:.3g}x slowdown (its sequential rows, p50 at "
@@ -196,12 +199,18 @@ class Predictor:
         slots = calls_at_once(d, self.node_cores)
         slowdown = _slowdown(d, sharing)
         rho = _rounded_rho(d.rate_per_replica * service.mean_ms * slowdown / 1000 / slots)
-        run = self._runs.get((service, slots, rho))
+        # Simulated at the slowdown's scale 1, at the rate that gives rho; sojourns scale. The
+        # open-loop delay is outside the slots and the slowdown: scaled down by it here, so
+        # that scaling the sojourns back gives it whole.
+        delay = d.open_loop_delay
+        if delay is not None:
+            delay = ServiceTimes(tuple(v / slowdown for v in delay.values_ms), delay.counts)
+        run = self._runs.get((service, slots, rho, delay))
         if run is None:
-            # Simulated at the slowdown's scale 1, at the rate that gives rho; sojourns scale.
             rate = rho * slots * 1000 / service.mean_ms
-            load = ModelLoad(d.model, rate, service)
-            run = self._runs[(service, slots, rho)] = simulate([load], slots, requests=REQUESTS)[0]
+            load = ModelLoad(d.model, rate, service, delay=delay)
+            run = simulate([load], slots, requests=REQUESTS)[0]
+            self._runs[(service, slots, rho, delay)] = run
         if run.saturated or run.p99_ms is None or run.p50_ms is None:
             return PredictedLatency(
                 p50,
@@ -214,6 +223,7 @@ class Predictor:
             run.p50_ms * slowdown,
             run.p99_ms * slowdown,
             "queueing simulation",
-            f"{_sampling(run.requests)}; neighbours' interference as a {slowdown:.3g}x slowdown "
+            f"{_sampling(run.requests)}; service times from {d.service_times_source}; "
+            f"neighbours' interference as a {slowdown:.3g}x slowdown "
             f"(its sequential rows, p50 at {density or 1} over p50 alone); {UNVERIFIED}",
         )

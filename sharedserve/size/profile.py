@@ -18,6 +18,9 @@ What a report does not say per model is estimated, and every point says how:
   (``latency_histogram_ms``), None in reports from before it. ``ModelProfile.service_times``
   takes them from a trusted sequential row of one replica alone, where a request's latency is
   one call's time with no queue before it: what ``size.queueing`` draws from.
+  ``ModelProfile.open_loop_delay``: what the open-loop (``poisson``) row at a low rate adds to a
+  request beyond its call, measured as ``size --verify`` measures; the simulation adds it
+  outside the slots.
 - GPU busy share per replica: the row's mean GPU utilisation over its replicas, for a row of one
   model only (a mix's utilisation cannot be split between its models); ``None`` otherwise and
   without a real GPU.
@@ -88,21 +91,64 @@ class ModelProfile:
         """The most replicas that shared a GPU in any trusted row: beyond it is extrapolation."""
         return max((p.density for p in self.points if p.trusted), default=0)
 
-    @property
-    def service_times(self) -> ServiceTimes | None:
-        """One call's time, from the trusted sequential point of one replica alone (density 1):
-        one request in flight, so its latency had no queue in it. The one with the most
-        requests where there are several (a directory of reports); None without one."""
+    def _alone(self, pattern: str) -> ProfilePoint | None:
+        """The trusted ``pattern`` row of one replica alone (density 1) with a histogram; of
+        several (a directory of reports), the one with the most requests."""
         alone = [
-            p.service_times
+            p
             for p in self.points
             if p.trusted
-            and p.pattern == "sequential"
+            and p.pattern == pattern
             and p.density == 1
             and p.replicas == 1
             and p.service_times is not None
         ]
-        return max(alone, key=lambda s: sum(s.counts), default=None)
+        return max(alone, key=_service_count, default=None)
+
+    @property
+    def service_times(self) -> ServiceTimes | None:
+        """One call's time, the time it holds its slot: from the trusted sequential point of
+        one replica alone (one request in flight, so its latency had no queue in it); None
+        without one."""
+        row = self._alone("sequential")
+        return None if row is None else row.service_times
+
+    @property
+    def open_loop_delay(self) -> ServiceTimes | None:
+        """What an open-loop request costs beyond its call, holding no slot: the open-loop
+        (``poisson``) row's latencies less the call's mean time (at least 0). That row is
+        measured as ``size --verify`` measures (arrivals on a schedule, latency from it, the
+        server idle between requests), the sequential row closed loop (the next request on a
+        hot connection the moment the last returns): tiny's p50 is 3.6 ms in one and 1.1 ms in
+        the other. Taken as service time, those 3.6 ms would fill a slot at 200 requests/s that
+        1.1 ms calls leave three quarters idle (benchmarks/results/sizing_verify_cpu.md), so it
+        is a delay beside the queue, not a longer call. None without both rows."""
+        row, calls = self._alone("poisson"), self.service_times
+        if row is None or row.service_times is None or calls is None:
+            return None
+        mean = calls.mean_ms
+        times = row.service_times
+        return ServiceTimes(tuple(max(0.0, v - mean) for v in times.values_ms), times.counts)
+
+    @property
+    def service_times_source(self) -> str | None:
+        """Where ``service_times`` and ``open_loop_delay`` come from, in words, for the plan."""
+        if self.service_times is None:
+            return None
+        delay = self.open_loop_delay
+        if delay is None:
+            return (
+                "its sequential row at density 1 (closed loop; no trusted open-loop row, so a "
+                "request's open-loop cost is not in the prediction)"
+            )
+        return (
+            "its sequential row at density 1, plus its open-loop row's latency beyond a call "
+            f"(mean {delay.mean_ms:.3g} ms, outside the slots) as size --verify measures"
+        )
+
+
+def _service_count(point: ProfilePoint) -> int:
+    return 0 if point.service_times is None else sum(point.service_times.counts)
 
 
 @dataclass(frozen=True)
@@ -199,7 +245,8 @@ def _read(path: Path) -> dict[str, ModelProfile]:
 
 def load_profiles(path: Path) -> dict[str, ModelProfile]:
     """The profiles of every model in a ``report.json``, or in every report.json under a
-    directory (``sharedserve profile``'s sequential and parallel sweeps), their points together."""
+    directory (``sharedserve profile``'s sequential, parallel and poisson sweeps), their points
+    together."""
     if not path.is_dir():
         return _read(path)
     reports = sorted(path.rglob("report.json"))

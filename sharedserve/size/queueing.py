@@ -91,6 +91,9 @@ class ModelLoad:
     service: ServiceTimes
     weight: float = 1.0
     batching: Batching | None = None
+    delay: ServiceTimes | None = None
+    """Latency each request has outside the slots (added to its sojourn, holding no slot): what
+    an open-loop request costs beyond its call (``ModelProfile.open_loop_delay``)."""
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,10 @@ def simulate(
             stream, batchers, [1 / x.weight for x in loads], slots
         ):
             done[m][first:end] = finished
+    # Drawn after the service times, so that a load without a delay simulates as before.
+    for k, load in enumerate(loads):
+        if load.delay is not None:
+            done[k] = done[k] + load.delay.draw(rng, len(done[k])) / 1000
     return [
         _predict(load, a, d, share, warmup * horizon)
         for load, a, d, share in zip(loads, arrivals, done, _shares(loads, slots), strict=True)

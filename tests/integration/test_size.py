@@ -169,24 +169,31 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
         "--concurrency", "2", "--cpu-limit", "0.5", "--fake-gpus", str(gpus),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    for pattern in ("sequential", "parallel"):
+    # The two sweeps, and an open-loop row of one replica: what size takes service times from.
+    for pattern in ("sequential", "parallel", "poisson"):
         assert (tmp_path / "tiny" / pattern / "report.json").is_file()
-    # Before either sweep, the whole profile's estimate from its settings; then a line per step
+    (row,) = json.loads((tmp_path / "tiny" / "poisson" / "report.json").read_text())["rows"]
+    assert row["pattern"] == "poisson" and row["density"] == 1
+    # Before any sweep, the whole profile's estimate from its settings; then a line per step
     # with what is left of it (not a terminal: no bar). Unjudged by design, and said so.
     step = 0.5 + 1.5 + STARTUP_ALLOWANCE_S
     lines = result.stderr.splitlines()
     estimate = (
-        f"profile tiny: estimate: about {span(2 * step)} for 2 sweeps of 1 density (each 0.5 s "
+        f"profile tiny: estimate: about {span(3 * step)} for 2 sweeps of 1 density and an "
+        f"open-loop row (each 0.5 s "
         f"warm-up + 1.5 s measured + ~{STARTUP_ALLOWANCE_S:g} s to start and stop)"
     )
     steps = [
-        f"sequential density 2 (step 1 of 2): about {span(2 * step)} left",
-        f"parallel density 2 (step 2 of 2): about {span(step)} left",
+        f"sequential density 2 (step 1 of 3): about {span(3 * step)} left",
+        f"parallel density 2 (step 2 of 3): about {span(2 * step)} left",
+        f"poisson density 1 (step 3 of 3): about {span(step)} left",
     ]
     assert all(line in lines for line in [estimate, *steps]), result.stderr
-    assert lines.index(estimate) < lines.index(steps[0]) < lines.index(steps[1])
+    assert [lines.index(line) for line in [estimate, *steps]] == sorted(
+        lines.index(line) for line in [estimate, *steps]
+    )
     unjudged = "objective: none given; measured, not judged (size judges each density against "
-    assert result.stdout.count(unjudged) == 2, result.stdout
+    assert result.stdout.count(unjudged) == 3, result.stdout
     rel = os.path.relpath(models_dir, tmp_path)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(

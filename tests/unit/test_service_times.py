@@ -13,7 +13,7 @@ import pytest
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.size.profile import load_profiles, profiles_of
-from sharedserve.size.queueing import ModelLoad, simulate
+from sharedserve.size.queueing import ModelLoad, ServiceTimes, simulate
 
 OLD_PROFILES = Path(__file__).parent.parent / "data" / "plan" / "profiles"
 
@@ -96,6 +96,42 @@ def test_the_profile_takes_its_service_times_from_the_sequential_density_1_row()
     # An untrusted row (the load generator the limit) is not a measure of the model.
     alone["unreliable"] = True
     assert profiles_of({"rows": [crowded, parallel, alone]})["m"].service_times is None
+
+
+def test_the_open_loop_row_gives_what_a_request_costs_beyond_its_call() -> None:
+    # size --verify measures open loop (latency from the schedule, the server idle between
+    # requests), which costs a small CPU model 2-3 ms the closed-loop sequential row lacks.
+    sequential = sequential_row(latencies_us(9, 3_000, median_ms=1.0))
+    poisson = sequential_row(latencies_us(10, 300, median_ms=3.5), pattern=Pattern.POISSON)
+    crowded = sequential_row(latencies_us(11, 300, median_ms=9.0), replicas=2,
+                             pattern=Pattern.POISSON)  # fmt: skip
+    report = json.loads(json.dumps({"rows": [sequential, crowded, poisson]}))
+    profile = profiles_of(report)["m"]
+    # The call (the time it holds a slot) stays the sequential row's.
+    times, delay = profile.service_times, profile.open_loop_delay
+    assert times is not None and sum(times.counts) == 3_000
+    assert delay is not None and sum(delay.counts) == 300 and min(delay.values_ms) >= 0
+    opened = ServiceTimes.of(report["rows"][2]["models"]["m"]["latency_histogram_ms"])
+    assert times.mean_ms + delay.mean_ms == pytest.approx(opened.mean_ms, rel=0.02)
+    assert profile.service_times_source is not None
+    assert "plus its open-loop row's latency beyond a call" in profile.service_times_source
+    # Untrusted (too few requests behind it), no delay, and the plan says so.
+    report["rows"][2]["models"]["m"]["requests"] = 50
+    fallback = profiles_of(report)["m"]
+    assert fallback.open_loop_delay is None and fallback.service_times == times
+    assert fallback.service_times_source is not None
+    assert "no trusted open-loop row" in fallback.service_times_source
+
+
+def test_the_open_loop_delay_adds_to_a_request_and_holds_no_slot() -> None:
+    # A 1 ms call at 600 requests/s with 2.5 ms more a request: as 3.5 ms calls, 2.1 slots'
+    # worth (saturated); outside the slot, a 60%-busy queue and the delay beside it.
+    call, extra = ServiceTimes.of([(1.0, 1)]), ServiceTimes.of([(2.5, 1)])
+    (alone,) = simulate([ModelLoad("m", 600.0, call)], slots=1, requests=20_000, seed=3)
+    (both,) = simulate([ModelLoad("m", 600.0, call, delay=extra)], slots=1, requests=20_000,
+                       seed=3)  # fmt: skip
+    assert not both.saturated and alone.p50_ms is not None and both.p50_ms is not None
+    assert both.p50_ms == pytest.approx(alone.p50_ms + 2.5, rel=1e-6)
 
 
 def test_an_old_report_without_histograms_still_profiles() -> None:
