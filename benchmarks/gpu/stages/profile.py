@@ -1,7 +1,8 @@
 """profile: fleet sizing on a GPU: profiles, a plan from them, and one GPU's share run at its rates.
 
 ``sharedserve profile`` of the torch ``tiny`` and ``mobilenet_v2`` on the GPU (densities 1 and
-4, sequential and parallel, one core per replica; REST, as ``size --verify`` measures), then
+4, sequential and parallel, and its open-loop row; one core per replica; REST, as ``size
+--verify`` measures), then
 ``sharedserve size`` on ``examples/fleet.yaml``'s models, and two cold ones beside them (``tiny``
 again at a few requests a second, ``COLD``), with the GPU the stage sees in place of the
 example's, and ``sharedserve size --verify`` of the GPU holding the plan's shared server on that
@@ -12,7 +13,7 @@ its planned rates without errors, every planned P99 objective holding: a plan is
 its verify, so a missed objective is a FAIL.
 """
 
-# minutes: 2
+# minutes: 3
 # order: 32
 
 from __future__ import annotations
