@@ -14,7 +14,8 @@ from sharedserve.placement import OpenEnded, place
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, PagingSettings
 from sharedserve.size.grouping import group
 from sharedserve.size.manifests import plan_manifests
-from sharedserve.size.plan import Plan, build_plan, spec_name
+from sharedserve.size.plan import Plan, spec_name
+from sharedserve.size.plan_build import build_plan
 from sharedserve.size.plan_html import plan_html
 from sharedserve.size.plan_md import plan_markdown
 from sharedserve.size.plan_specs import gpu_specs
