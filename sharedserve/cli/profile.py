@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,15 +14,21 @@ from sharedserve.cli._app import FakeGpus, ProtocolOption, app, exit_when_stoppe
 from sharedserve.cli._replicas import replica_environment
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
 
-__all__: list[str] = []
+__all__ = ["OpenLoopRow", "open_loop_row"]
 
 # The preset: fewer users and a shorter window than bench's defaults, since a profile measures
 # two sweeps of up to 8 replicas each.
 _USERS_PER_REPLICA = 4
-# The open-loop row: a tenth of one replica's sequential throughput, so that queueing adds
-# little to what it measures (a call's time as size --verify sees it), and no more than a few
-# hundred requests in --duration: it reads a distribution, not a capacity.
+# The open-loop row measures what arriving on a schedule at an idle-ish server costs a request,
+# not a queue: a tenth of one replica's sequential throughput, where queueing adds little. At a
+# tenth a slow model gets too few requests in --duration for size to trust the row (mobilenet_v2
+# got 27 in 12 s, resnet50 21 in 30 s; size.profile.MIN_REQUESTS is 100), so the rate rises
+# until the row expects _OPEN_LOOP_TARGET requests (a margin over 100 for a Poisson count's
+# spread), but never past half the sequential throughput, beyond which it would measure a
+# queue; and no more than _OPEN_LOOP_REQUESTS: it reads a distribution, not a capacity.
 _OPEN_LOOP_SHARE = 0.1
+_OPEN_LOOP_MAX_SHARE = 0.5
+_OPEN_LOOP_TARGET = 150
 _OPEN_LOOP_REQUESTS = 300
 _DURATION_S = 20.0
 _DENSITIES = ",".join(str(s) for s in BenchSettings.scales)
@@ -76,10 +83,12 @@ def profile(
     model's objective, at the densities measured, with its GPU memory and utilisation from NVML
     on a GPU). Sequential shows the latency of one request at a time; parallel (--concurrency
     users per replica) the throughput a replica sustains; poisson, one replica at a low open-loop
-    rate (a tenth of the first sequential row's QPS, at most 300 requests in --duration), each
-    request's time measured as `size --verify` measures it: `size` adds what it costs beyond a
-    call to each simulated request. For other patterns or settings, run `bench` and point the
-    fleet file at its report.json.
+    rate, each request's time measured as `size --verify` measures it: `size` adds what it costs
+    beyond a call to each simulated request. Its rate: a tenth of the first sequential row's QPS
+    per replica (an idle-ish server, not a queue), raised until the row expects 150 requests in
+    --duration (size trusts a row of 100 or more) but never past half that QPS, and at most 300
+    requests; a line says when even half gives under 100, and what --duration would do. For other
+    patterns or settings, run `bench` and point the fleet file at its report.json.
     """
     from rich.console import Console
 
@@ -136,14 +145,17 @@ def profile(
         measure(settings, i * len(scales), f"{settings.pattern.value} sweep of {densities}")
         for i, settings in enumerate(sweeps)
     ]
-    rate = _open_loop_rate(reports[0], duration)
-    if rate is None:
+    row = open_loop_row(reports[0], duration)
+    if row is None:
         console.print(
             f"profile {model.name}: no open-loop row: the sequential sweep served nothing to "
             "set its rate from; size takes service times from the sequential row",
             highlight=False,
         )
     else:
+        warning = row.too_few(model.name)
+        if warning is not None:
+            console.print(warning, highlight=False)
         # Stability is not asked of it: a window of a hundred requests has its p99 in its
         # slowest one or two, and the row's rate is the schedule's, not a measure of the model.
         poisson = replace(
@@ -151,19 +163,47 @@ def profile(
             out_dir=out / LoadPattern.POISSON.value,
             scales=(1,),
             pattern=LoadPattern.POISSON,
-            rate=rate,
+            rate=row.rate,
             stability_windows=1,
         )
         poisson.validate()
-        measure(poisson, len(sweeps) * len(scales), f"open-loop row at {rate:.3g} requests/s")
+        label = f"open-loop row at {row.rate:.3g} requests/s (~{row.requests:.0f} requests)"
+        measure(poisson, len(sweeps) * len(scales), label)
     console.print(f"profile in {out} (a fleet file's `profile:` may name it)", highlight=False)
 
 
-def _open_loop_rate(sequential: dict[str, Any], duration_s: float) -> float | None:
-    """The open-loop row's rate: a tenth of one replica's QPS in the sequential sweep's first
-    row, at most ``_OPEN_LOOP_REQUESTS`` in the window; None when that row served nothing."""
+@dataclass(frozen=True)
+class OpenLoopRow:
+    """The open-loop row's schedule, chosen from the sequential sweep's first row."""
+
+    rate: float
+    """Requests per second the row sends."""
+    requests: float
+    """Requests it expects in --duration."""
+    duration_s: float
+    """The --duration at which it would expect ``_OPEN_LOOP_TARGET`` requests at the highest
+    rate it allows (half the sequential QPS): what to pass when ``requests`` is too few."""
+
+    def too_few(self, model: str) -> str | None:
+        """The line to print when the row will hold fewer requests than size trusts; else None."""
+        from sharedserve.size.profile import MIN_REQUESTS
+
+        if self.requests >= MIN_REQUESTS:
+            return None
+        return (
+            f"profile {model}: the open-loop row will hold {self.requests:.0f} requests, under "
+            f"the {MIN_REQUESTS} size trusts: pass --duration >= {math.ceil(self.duration_s)}"
+        )
+
+
+def open_loop_row(sequential: dict[str, Any], duration_s: float) -> OpenLoopRow | None:
+    """The open-loop row for one replica of the sequential sweep's first row (the rule is
+    ``_OPEN_LOOP_SHARE``'s comment); None when that row served nothing."""
     rows = sequential.get("rows") or []
     if not rows or not rows[0].get("qps"):
         return None
     per_replica = float(rows[0]["qps"]) / max(1, int(rows[0]["density"]))
-    return min(_OPEN_LOOP_SHARE * per_replica, _OPEN_LOOP_REQUESTS / duration_s)
+    highest = _OPEN_LOOP_MAX_SHARE * per_replica
+    wanted = max(_OPEN_LOOP_SHARE * per_replica, _OPEN_LOOP_TARGET / duration_s)
+    rate = min(wanted, highest, _OPEN_LOOP_REQUESTS / duration_s)
+    return OpenLoopRow(rate, rate * duration_s, _OPEN_LOOP_TARGET / highest)
