@@ -45,6 +45,17 @@ MIN_REQUESTS = 100
 (a short window on a slow model: ``profile`` of a CPU-bound model once gave a row of one)."""
 
 
+def _mean_wait_ms(calls: ServiceTimes, rate: float, cpu_limit: float | None) -> float:
+    """An M/G/1 queue's mean wait at ``rate`` per slot (Pollaczek-Khinchine: lambda E[S^2] /
+    2(1 - rho)); 0 at or past saturation, where the row would not be trusted anyway."""
+    slots = max(1, int(cpu_limit or 1))
+    per_slot = rate / slots / 1000.0  # requests a millisecond
+    total = sum(calls.counts)
+    second = sum(v * v * n for v, n in zip(calls.values_ms, calls.counts, strict=True)) / total
+    rho = per_slot * calls.mean_ms
+    return 0.0 if rho >= 1 else per_slot * second / (2 * (1 - rho))
+
+
 @dataclass(frozen=True)
 class ProfilePoint:
     """One model in one row of a report."""
@@ -122,13 +133,19 @@ class ModelProfile:
         hot connection the moment the last returns): tiny's p50 is 3.6 ms in one and 1.1 ms in
         the other. Taken as service time, those 3.6 ms would fill a slot at 200 requests/s that
         1.1 ms calls leave three quarters idle (benchmarks/results/sizing_verify_cpu.md), so it
-        is a delay beside the queue, not a longer call. None without both rows."""
+        is a delay beside the queue, not a longer call. None without both rows.
+
+        The row runs at up to half a replica's sequential rate (``profile``: enough requests
+        for a slow model), where a request may also queue behind the one before; the simulation
+        adds its own queue, so the mean wait an M/G/1 queue of the row's rate would show
+        (Pollaczek-Khinchine, one slot a whole core of its CPU limit: if it had more, this
+        takes off too much, never below 0) is taken off as well: counted once, not twice."""
         row, calls = self._alone("poisson"), self.service_times
         if row is None or row.service_times is None or calls is None:
             return None
-        mean = calls.mean_ms
+        beyond = calls.mean_ms + _mean_wait_ms(calls, row.qps_per_replica, row.cpu_limit)
         times = row.service_times
-        return ServiceTimes(tuple(max(0.0, v - mean) for v in times.values_ms), times.counts)
+        return ServiceTimes(tuple(max(0.0, v - beyond) for v in times.values_ms), times.counts)
 
     @property
     def service_times_source(self) -> str | None:

@@ -123,6 +123,20 @@ def test_the_open_loop_row_gives_what_a_request_costs_beyond_its_call() -> None:
     assert "no trusted open-loop row" in fallback.service_times_source
 
 
+def test_the_open_loop_rows_own_queue_is_not_counted_as_delay() -> None:
+    # A slow model's open-loop row runs at up to half its sequential rate (for enough
+    # requests), where a request waits behind the one before: 40 ms calls at 12.5/s (rho 0.5)
+    # wait 20 ms on average (M/D/1). The simulation queues them itself, so the delay beside
+    # the queue is the 2 ms left over, not the 22 ms a plain subtraction of the call gives.
+    sequential = sequential_row(latencies_us(12, 3_000, sigma=0.01, median_ms=40.0))
+    poisson = sequential_row(latencies_us(13, 250, sigma=0.01, median_ms=62.0),
+                             pattern=Pattern.POISSON)  # fmt: skip  # 250 in 20 s: 12.5/s
+    profile = profiles_of(json.loads(json.dumps({"rows": [sequential, poisson]})))["m"]
+    delay = profile.open_loop_delay
+    assert delay is not None
+    assert delay.mean_ms == pytest.approx(2.0, abs=0.5)
+
+
 def test_the_open_loop_delay_adds_to_a_request_and_holds_no_slot() -> None:
     # A 1 ms call at 600 requests/s with 2.5 ms more a request: as 3.5 ms calls, 2.1 slots'
     # worth (saturated); outside the slot, a 60%-busy queue and the delay beside it.
