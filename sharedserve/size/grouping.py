@@ -17,6 +17,13 @@ The rule, from each model's demand (``size.demand``):
   shares to at most ``GROUP_BUSY_SHARE`` of the target, their memory plus ONE reserve to at most
   ``GROUP_MEMORY_SHARE`` of a GPU, and it has at most ``MAX_GROUP_MODELS`` models. A cold model
   no server takes with another keeps dedicated replicas: a server of one saves nothing.
+- **Objectives**, where the plan predicts a server's models together (``p99_of``: ``size.predict``
+  simulating its one process, at the densest its models allow): a model joins only if every
+  model of the resulting server keeps its predicted p99 within its objective (or was over it
+  already without the join: then the server is not the cause, and the plan warns); refused, it tries
+  the next server (at most ``_P99_TRIES`` simulated), else opens one, and its reason says whose
+  p99 it would have put where. A small model waiting whole calls of a large one is the case
+  (benchmarks/results/sizing_verify_cpu.md: 110 ms against a 50 ms objective).
 
 **Paging**, where the fleet allows it (``paging:``): a cold model whose replicas carry at most
 ``PAGE_LOAD`` of their capacity, and whose objective has room for a page-in over its p99, is
@@ -34,12 +41,12 @@ keeps a process per replica where that takes fewer GPUs (``dedicated``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sharedserve.placement import Replicas
 from sharedserve.size.demand import Demand
-from sharedserve.size.fleet import PagingSettings
+from sharedserve.size.fleet import PagingSettings, listed
 from sharedserve.size.host import process_host_mib
 
 __all__ = [
@@ -49,6 +56,7 @@ __all__ = [
     "MAX_GROUP_MODELS",
     "PAGE_LOAD",
     "Grouping",
+    "ServerP99",
     "Serving",
     "SharedServer",
     "dedicated",
@@ -72,6 +80,14 @@ apart, so few of them wait for a page-in, and a model over it would be paged bac
 _WINDOW = 16
 """Open servers a cold model is tried against (the newest): first fit over all of them is
 quadratic on a fleet of 10,000 models, and an older server is nearly full anyway."""
+_P99_TRIES = 3
+"""Servers whose predicted p99 a cold model is checked against (each a simulation) before it
+opens one of its own: sizing stays fast where many servers would refuse it."""
+
+ServerP99 = Callable[[Sequence[Demand], int], "dict[str, float] | None"]
+"""The p99 (ms) the plan predicts for each model of one server process holding ``models`` on a
+GPU of ``sharing`` processes (inf: the process cannot keep up); None where the plan does not
+predict them together (``size.predict``: some model without service times)."""
 
 
 @dataclass(frozen=True)
@@ -164,9 +180,11 @@ def group(
     target: float,
     paging: PagingSettings | None = None,
     runtime_mib: float = 0.0,
+    p99_of: ServerP99 | None = None,
 ) -> Grouping:
     """Each model dedicated or in a shared server, by the rule of the module's docstring;
-    ``runtime_mib``: a process's host memory base (``size.host``)."""
+    ``runtime_mib``: a process's host memory base (``size.host``); ``p99_of``: the plan's
+    prediction of a server's models (None: objectives are not checked)."""
     serving: dict[str, Serving] = {}
     cold: list[Demand] = []
     for d in demands:
@@ -189,10 +207,12 @@ def group(
     taken = {d.model for d in demands}
     servers: list[SharedServer] = []
     open_: dict[tuple[int, int], list[SharedServer]] = {}  # by replicas and densest
+    refused: dict[str, str] = {}  # why the last server checked would not take a model
     for d in sorted(cold, key=lambda d: (d.replicas, d.max_density, -load(d), d.model)):
         candidates = open_.setdefault((d.replicas, d.max_density), [])
         paged = pageable(d, paging)
-        home = next((s for s in candidates[-_WINDOW:] if _fits(s, d, paged, room, target)), None)
+        home = _home(candidates[-_WINDOW:], d, paged=paged, room=room, target=target,
+                     p99_of=p99_of, refused=refused)  # fmt: skip
         if home is None:
             home = SharedServer(_name(len(servers), taken), d.replicas)
             servers.append(home)
@@ -211,13 +231,13 @@ def group(
     for s in servers:
         if len(s.models) == 1:
             d = s.models[0]
-            serving[d.model] = Serving(
-                d.model,
-                None,
-                f"dedicated: cold ({load(d):.0%} of a replica's capacity), but no other cold "
-                f"model with {d.replicas} replica{'' if d.replicas == 1 else 's'} fit a shared "
-                "server beside it",
+            alone = (
+                f"no other cold model with {d.replicas} replica"
+                f"{'' if d.replicas == 1 else 's'} fit a shared server beside it"
             )
+            why = f"dedicated: cold ({load(d):.0%} of a replica's capacity), but "
+            why += refused.get(d.model, alone)
+            serving[d.model] = Serving(d.model, None, why)
             continue
         s.name = _name(len(shared), taken)
         s.host_memory_mib = process_host_mib(s.models, runtime_mib)
@@ -244,6 +264,62 @@ def _shared_reason(
             f"room for its largest paged model ({s.paged_mib:,.0f} MiB), not for each"
         )
     return why
+
+
+def _home(
+    servers: list[SharedServer],
+    d: Demand,
+    *,
+    paged: bool,
+    room: float,
+    target: float,
+    p99_of: ServerP99 | None,
+    refused: dict[str, str],
+) -> SharedServer | None:
+    """The first of ``servers`` that takes ``d``; why the last it tried for objectives would
+    not, into ``refused``."""
+    tries = 0
+    for s in servers:
+        if tries >= _P99_TRIES:
+            break
+        if not _fits(s, d, paged, room, target):
+            continue
+        over = None if p99_of is None else _over(s, d, p99_of)
+        if over is None:
+            return s
+        refused[d.model], tries = over, tries + 1
+    return None
+
+
+def _over(s: SharedServer, d: Demand, p99_of: ServerP99) -> str | None:
+    """Why ``d`` may not join ``s`` for a model's objective, in words; None: every model of the
+    server with it keeps its predicted p99 within its objective."""
+    models = [*s.models, d]
+    sharing = min(m.max_density for m in models)
+    p99 = p99_of(models, sharing)
+    if p99 is None:
+        return None
+    before: dict[str, float] | None = None
+    for m in models:
+        if m.slo_p99_ms is None or p99[m.model] <= m.slo_p99_ms:
+            continue
+        if before is None:  # cached simulations: the server as it is, and d in its own process
+            before = {**(p99_of(s.models, sharing) or {}), **(p99_of([d], sharing) or {})}
+        if before.get(m.model, 0.0) > m.slo_p99_ms:
+            continue  # over its objective without the join too: the server is not the cause
+        others = listed([o.model for o in s.models])
+        at = "past what the process can serve" if p99[m.model] == float("inf") else (
+            f"at {p99[m.model]:,.0f} ms")  # fmt: skip
+        if m is d:
+            return (
+                f"beside {others} in a shared server's process its predicted p99 would be "
+                f"{at}, over its {m.slo_p99_ms:g} ms objective"
+            )
+        return (
+            f"in a shared server beside {others} it would put {m.model}'s predicted p99 "
+            f"{at}, over its {m.slo_p99_ms:g} ms objective"
+        )
+    return None
 
 
 def _fits(s: SharedServer, d: Demand, paged: bool, room: float, target: float) -> bool:

@@ -133,10 +133,12 @@ def build_plan(
     *,
     grouping: Grouping | None = None,
     process_per_replica_gpus: int | None = None,
+    predict: Predictor | None = None,
 ) -> Plan:
     """The plan, without its pack specs and manifests (``size.run`` adds them). ``grouping``:
     the shared servers ``packing`` placed (none: every model dedicated);
-    ``process_per_replica_gpus``: the GPUs with every model dedicated (none: ``packing``'s)."""
+    ``process_per_replica_gpus``: the GPUs with every model dedicated (none: ``packing``'s);
+    ``predict``: a predictor to reuse (none: a new one)."""
     price = fleet.gpu.price_per_hour
     requests = grouping.requests(demands) if grouping else [d.placed_as() for d in demands]
     bound = lower_bound(requests, fleet.gpu.memory_mib, fleet.context_reserve_mib,
@@ -155,7 +157,7 @@ def build_plan(
                 gpus_of[name].append(g.index)
                 sharing[name] = max(sharing[name], len(g.replicas))
     by_model = {d.model: d for d in demands}
-    predict = Predictor(fleet.node.cpu_cores)
+    predict = predict or Predictor(fleet.node.cpu_cores)
     serving = grouping.serving if grouping else {}
     server_of = {d.model: s for s in servers.values() for d in s.models}
     models = [

@@ -28,6 +28,7 @@ hundred queues, not 10,000.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +142,21 @@ class Predictor:
                 return self._done[key]
             found = self._done[key] = self._predict(d, sharing)
         return found
+
+    def server_p99(self, models: Sequence[Demand], sharing: int) -> dict[str, float] | None:
+        """What ``size.grouping`` checks a candidate server by (its ``ServerP99``): each model's
+        p99 in one process holding ``models`` on a GPU of ``sharing`` processes, as the plan
+        would predict it (inf where that process cannot keep up); None where some model has no
+        service times (the plan then reads each model's own row, whatever its neighbours).
+        Kept out of the per-model cache: a candidate is not the plan's server."""
+        if not all(m.service_times for m in models):
+            return None
+        server = SharedServer("a shared server", 1, list(models))
+        out = {}
+        for (name, _), p in self._group(server, sharing).items():
+            shared = p.source == "queueing simulation (shared server)"
+            out[name] = p.p99_ms if shared else math.inf  # not simulated: it saturated
+        return out
 
     def _group(self, server: SharedServer, sharing: int) -> dict[tuple[str, int], PredictedLatency]:
         """Every model of ``server`` simulated in one process of its slots. Each model's rate is

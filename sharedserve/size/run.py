@@ -26,6 +26,7 @@ from sharedserve.size.plan_build import build_plan
 from sharedserve.size.plan_html import plan_html
 from sharedserve.size.plan_md import plan_markdown
 from sharedserve.size.plan_specs import gpu_specs
+from sharedserve.size.predict import Predictor
 from sharedserve.size.profile import ModelProfile, load_profiles
 
 __all__ = ["plan_fleet"]
@@ -80,12 +81,15 @@ def _pack(
     *,
     paging: PagingSettings | None = None,
     runtime_mib: float = 0.0,
+    predict: Predictor | None = None,
 ) -> tuple[Grouping, Placement, int]:
     """The grouping, its packing, and the GPUs a process per replica takes. Packed both ways
     without the GPU limit (only the plan chosen must keep to it); shared servers are dropped
-    where a process per replica takes fewer GPUs."""
+    where a process per replica takes fewer GPUs. ``predict``: the plan's predictor, by which a
+    server's models must keep within their objectives."""
     grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target,
-                     paging=paging, runtime_mib=runtime_mib)  # fmt: skip
+                     paging=paging, runtime_mib=runtime_mib,
+                     p99_of=None if predict is None else predict.server_p99)  # fmt: skip
     unlimited = OpenEnded(gpus.memory_mib, gpus.gpus_per_node)
     packing = place(grouping.requests(wanted), unlimited, reserve_mib=reserve, target=target)
     alone = packing
@@ -118,11 +122,12 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     wanted, warnings = demands(fleet, profiles, sizes)
     gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
     reserve, target = fleet.context_reserve_mib, fleet.utilization_target
+    predict = Predictor(fleet.node.cpu_cores)  # one, so the plan reuses grouping's simulations
     grouping, packing, separate = _pack(wanted, gpus, reserve, target, paging=fleet.paging,
-                                        runtime_mib=fleet.host_memory_per_process_mib)  # fmt: skip
-    plan = build_plan(
-        fleet, wanted, packing, warnings, grouping=grouping, process_per_replica_gpus=separate
-    )
+                                        runtime_mib=fleet.host_memory_per_process_mib,
+                                        predict=predict)  # fmt: skip
+    plan = build_plan(fleet, wanted, packing, warnings, grouping=grouping,
+                      process_per_replica_gpus=separate, predict=predict)  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("gpu-*.yaml"):
         if spec_index(old) is not None:
