@@ -24,10 +24,13 @@ _USERS_PER_REPLICA = 4
 # tenth a slow model gets too few requests in --duration for size to trust the row (mobilenet_v2
 # got 27 in 12 s, resnet50 21 in 30 s; size.profile.MIN_REQUESTS is 100), so the rate rises
 # until the row expects _OPEN_LOOP_TARGET requests (a margin over 100 for a Poisson count's
-# spread), but never past half the sequential throughput, beyond which it would measure a
-# queue; and no more than _OPEN_LOOP_REQUESTS: it reads a distribution, not a capacity.
+# spread), but never past a quarter of the sequential throughput: at half, mobilenet_v2's row
+# on two CPU cores (the replica busy half the time, beside the load generator) held 19 ms a
+# request beyond its call and its M/G/1 wait, and size --verify then predicted its p99 at +111%
+# (benchmarks/results/sizing_verify_cpu.md). And no more than _OPEN_LOOP_REQUESTS: it reads a
+# distribution, not a capacity.
 _OPEN_LOOP_SHARE = 0.1
-_OPEN_LOOP_MAX_SHARE = 0.5
+_OPEN_LOOP_MAX_SHARE = 0.25
 _OPEN_LOOP_TARGET = 150
 _OPEN_LOOP_REQUESTS = 300
 _DURATION_S = 20.0
@@ -86,8 +89,9 @@ def profile(
     rate, each request's time measured as `size --verify` measures it: `size` adds what it costs
     beyond a call to each simulated request. Its rate: a tenth of the first sequential row's QPS
     per replica (an idle-ish server, not a queue), raised until the row expects 150 requests in
-    --duration (size trusts a row of 100 or more) but never past half that QPS, and at most 300
-    requests; a line says when even half gives under 100, and what --duration would do. For other
+    --duration (size trusts a row of 100 or more) but never past a quarter of that QPS, and at
+    most 300 requests; a line says when even a quarter gives under 100, and what --duration would
+    do. For other
     patterns or settings, run `bench` and point the fleet file at its report.json.
     """
     from rich.console import Console
@@ -182,7 +186,7 @@ class OpenLoopRow:
     """Requests it expects in --duration."""
     duration_s: float
     """The --duration at which it would expect ``_OPEN_LOOP_TARGET`` requests at the highest
-    rate it allows (half the sequential QPS): what to pass when ``requests`` is too few."""
+    rate it allows (a quarter of the sequential QPS): what to pass when ``requests`` is too few."""
 
     def too_few(self, model: str) -> str | None:
         """The line to print when the row will hold fewer requests than size trusts; else None."""

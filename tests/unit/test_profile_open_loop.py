@@ -13,13 +13,14 @@ def _sequential(qps: float, density: int = 1) -> dict[str, object]:
     return {"rows": [{"density": density, "qps": qps}]}
 
 
-# (sequential QPS of the first row, its density, --duration): mobilenet_v2 and resnet50 as
-# benchmarks/results/sizing_verify_cpu.md profiled them, where a tenth of the rate gave 27 and
-# 21 requests; a fast model at the default window; a slow model over two replicas.
+# (sequential QPS of the first row, its density, --duration): mobilenet_v2 and resnet50's rates
+# as benchmarks/results/sizing_verify_cpu.md profiled them, where a tenth of the rate gave 27 and
+# 21 requests in 12 s and 30 s, at windows long enough for a quarter; a fast model at the
+# default window; a slow model over two replicas.
 @pytest.mark.parametrize(
-    ("qps", "density", "duration"), [(23, 1, 12), (9, 1, 30), (900, 1, 20), (18, 2, 30)]
+    ("qps", "density", "duration"), [(23, 1, 30), (9, 1, 60), (900, 1, 20), (18, 2, 60)]
 )
-def test_the_row_gets_enough_requests_at_no_more_than_half_the_sequential_rate(
+def test_the_row_gets_enough_requests_at_no_more_than_a_quarter_of_the_sequential_rate(
     qps: float, density: int, duration: float
 ) -> None:
     row = open_loop_row(_sequential(qps, density), duration)
@@ -27,7 +28,7 @@ def test_the_row_gets_enough_requests_at_no_more_than_half_the_sequential_rate(
     per_replica = qps / density
     assert row.requests >= MIN_REQUESTS
     assert row.requests == pytest.approx(row.rate * duration)
-    assert row.rate <= 0.5 * per_replica
+    assert row.rate <= 0.25 * per_replica
     assert row.requests <= 300
     assert row.too_few("m") is None
 
@@ -41,17 +42,19 @@ def test_a_model_whose_tenth_is_enough_stays_there_and_a_fast_one_at_300_request
     assert row is not None and row.rate == pytest.approx(15)
 
 
-def test_a_row_too_short_for_even_half_the_rate_says_so_and_what_duration_would_do() -> None:
-    # resnet50 at 9 requests/s in a 12 s window: half the rate gives 54 requests.
+def test_a_row_too_short_for_even_a_quarter_of_the_rate_says_so_and_what_duration_would_do() -> (
+    None
+):
+    # resnet50 at 9 requests/s in a 12 s window: a quarter of the rate gives 27 requests.
     row = open_loop_row(_sequential(9), 12)
     assert row is not None
-    assert row.rate == pytest.approx(4.5)
+    assert row.rate == pytest.approx(2.25)
     assert row.too_few("resnet50") == (
-        "profile resnet50: the open-loop row will hold 54 requests, under the 100 size trusts: "
-        "pass --duration >= 34"
+        "profile resnet50: the open-loop row will hold 27 requests, under the 100 size trusts: "
+        "pass --duration >= 67"
     )
     # At that duration the rule gives its row and no line.
-    longer = open_loop_row(_sequential(9), 34)
+    longer = open_loop_row(_sequential(9), 67)
     assert longer is not None and longer.too_few("resnet50") is None
 
 
