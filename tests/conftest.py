@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,10 +14,12 @@ from tests.support import gpus
 from tests.support.servers import (
     Server,
     first_run_env,
+    free_port,
     run_cli,
     serving,
     without_tensorflow,
 )
+from tests.support.stub_server import StubServer, two_level_law
 
 SUPPORT = Path(__file__).parent / "support"
 
@@ -109,3 +112,16 @@ def edge_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 def fake_gpus(tmp_path: Path) -> Path:
     """One simulated healthy 16 GiB GPU, for ``--fake-gpus``."""
     return gpus.fake_gpu_file(tmp_path, [16384])
+
+
+@pytest.fixture
+def stub_targets(tmp_path: Path) -> Iterator[Path]:
+    """A targets file naming one fast stub server (no model to load: quick runs)."""
+    port = free_port()
+    server = StubServer(port, two_level_law(base_ms=1.0, slow_ms=3.0, slow_every=50))
+    server.start()
+    targets = tmp_path / "targets.json"
+    body = {"targets": [{"name": "stub-0", "model": "stub", "rest": f"http://127.0.0.1:{port}"}]}
+    targets.write_text(json.dumps(body))
+    yield targets
+    server.stop()

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,16 @@ import grpc
 import pytest
 
 from sharedserve.allocator.deviceplugin.api import deviceplugin_pb2 as pb
-from tests.support.allocator import A100, GPUS, T4, Node, allocate, ids, prefer
+from tests.support.allocator import (
+    A100,
+    GPUS,
+    T4,
+    Node,
+    allocate,
+    ids,
+    prefer,
+    wait_for_log,
+)
 from tests.support.cli import invoke
 from tests.support.gpus import write_inventory
 from tests.support.kubelet import FakeKubelet
@@ -380,11 +388,7 @@ def test_without_a_kubelet_it_says_what_it_waits_for_and_creates_nothing() -> No
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
     try:
         waiting = f"waiting for the kubelet: its registration socket {plugin_dir}/kubelet.sock does"
-        deadline = time.monotonic() + 60
-        while waiting not in log_path.read_text() and process.poll() is None:
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
-        assert process.poll() is None, log_path.read_text()
+        wait_for_log(log_path, waiting, process)
         assert not (root / "kubelet").exists()  # nothing of the kubelet's made by us
         plugin_dir.mkdir(parents=True)
         kubelet.start()

@@ -14,7 +14,6 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -248,19 +247,6 @@ def test_fake_gpus_and_batching_are_recorded_as_the_replicas_report_them(
     assert row["gpu_name"] is None  # simulated GPUs are never named as measured
     assert all(m["gpu_memory_fraction"] is None for m in row["per_model"])
     assert "up to 8 rows" in (out / "report.md").read_text()
-
-
-@pytest.fixture
-def stub_targets(tmp_path: Path) -> Iterator[Path]:
-    """A targets file naming one fast stub server (no model to load: quick runs)."""
-    port = free_port()
-    server = StubServer(port, two_level_law(base_ms=1.0, slow_ms=3.0, slow_every=50))
-    server.start()
-    targets = tmp_path / "targets.json"
-    body = {"targets": [{"name": "stub-0", "model": "stub", "rest": f"http://127.0.0.1:{port}"}]}
-    targets.write_text(json.dumps(body))
-    yield targets
-    server.stop()
 
 
 def _stub_bench(targets: Path, out: Path) -> list[str]:

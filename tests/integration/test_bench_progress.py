@@ -7,28 +7,10 @@ the arithmetic and the terminal's bar is rich's.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from sharedserve.bench.progress import TARGETS_ALLOWANCE_S, span
 from tests.support.cli import invoke
-from tests.support.servers import free_port
-from tests.support.stub_server import StubServer, two_level_law
-
-
-@pytest.fixture
-def stub_targets(tmp_path: Path) -> Iterator[Path]:
-    port = free_port()
-    server = StubServer(port, two_level_law(base_ms=1.0, slow_ms=3.0, slow_every=50))
-    server.start()
-    targets = tmp_path / "targets.json"
-    body = {"targets": [{"name": "stub-0", "model": "stub", "rest": f"http://127.0.0.1:{port}"}]}
-    targets.write_text(json.dumps(body))
-    yield targets
-    server.stop()
 
 
 def test_bench_estimates_first_then_says_each_step_and_judges_nothing_without_an_objective(

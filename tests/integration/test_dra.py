@@ -22,7 +22,7 @@ import pytest
 from sharedserve.allocator.dra.cdi import spec_path
 from sharedserve.allocator.dra.claims import CDI_KIND
 from sharedserve.contract import DRA_DRIVER, Grant, fraction_of
-from tests.support.allocator import A100, GPUS, T4
+from tests.support.allocator import A100, GPUS, T4, wait_for_log
 from tests.support.apiserver import FakeApiServer, allocated_claim
 from tests.support.dra_node import NODE, SLICE, DraNode
 from tests.support.gpus import write_inventory
@@ -308,11 +308,7 @@ def test_without_a_kubelet_it_waits_for_the_plugin_registry_and_creates_nothing(
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
     try:
         waiting = f"waiting for the kubelet: its plugin registry {registry} does not exist"
-        deadline = time.monotonic() + 60
-        while waiting not in log_path.read_text() and process.poll() is None:
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.1)
-        assert process.poll() is None, log_path.read_text()
+        wait_for_log(log_path, waiting, process)
         assert not (root / "kubelet").exists()
         kubelet.start()
         kubelet.wait_registered(1, timeout=60)

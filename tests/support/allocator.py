@@ -119,3 +119,15 @@ def prefer(
     request = pb.PreferredAllocationRequest(container_requests=[container])
     response = plugin.stub.GetPreferredAllocation(request, timeout=5)
     return list(response.container_responses[0].deviceIDs)
+
+
+def wait_for_log(
+    log_path: Path, text: str, process: subprocess.Popen[bytes], timeout: float = 60
+) -> None:
+    """Wait until ``text`` is in the child's log, failing with the log if it exits first or
+    ``timeout`` seconds pass (a generous bound, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while text not in log_path.read_text() and process.poll() is None:
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.1)
+    assert process.poll() is None, log_path.read_text()
