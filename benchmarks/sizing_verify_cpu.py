@@ -10,11 +10,13 @@ tuning of the predictions:
 
 - **small-and-many**: four small models at modest rates (they gather in a shared server);
 - **large with small neighbours**: resnet50 beside two small models;
-- **hot beside cold**: a busy small model (dedicated) beside a shared server of cold ones.
+- **hot beside cold**: a busy small model beside cold ones (a small one and mobilenet_v2).
 
 Each fleet is sized for a 2-core "GPU" (this host's worth), min_replicas 2 so each GPU holds a
-replica of every model, and GPU 0's share is run at its planned rates. Nothing here is a GPU
-figure: busy shares come from CPU throughput.
+replica of every model, and GPU 0's share is run at its planned rates twice, one run straight
+after the other: how far the second moves from the first is how far a measurement repeats on
+this host, the least error a prediction can be checked to here. Nothing here is a GPU figure:
+busy shares come from CPU throughput.
 
     .venv/bin/python benchmarks/sizing_verify_cpu.py --out benchmarks/results/sizing_verify_cpu.md
 """
@@ -40,7 +42,9 @@ SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
 PACKAGES = ("sharedserve", "tensorflow", "locust")
 # Seconds a profile row: a slow model longer, for the hundred requests a row needs to be used
 # (size/profile.py) and a service-time histogram with a tail (resnet50: ~200 ms a call here).
-ARCHITECTURES = {"tiny": 8.0, "mobilenet_v2": 12.0, "resnet50": 30.0}
+# Long enough that the open-loop row (a tenth to a quarter of the sequential rate) holds 150
+# requests of a slow model and a thousand of tiny: its tail is the prediction's tail.
+ARCHITECTURES = {"tiny": 20.0, "mobilenet_v2": 30.0, "resnet50": 70.0}
 # mix -> name -> (architecture, peak QPS over both replicas, p99 objective ms)
 MIXES: dict[str, dict[str, tuple[str, float, float]]] = {
     "small-and-many": {
@@ -124,15 +128,24 @@ def _error(value: float | None, target: float) -> str:
     return f"{value:+.0%}" + ("" if abs(value) <= target else " ✗")
 
 
-def _table(plan: dict[str, Any], verified: dict[str, Any]) -> list[str]:
+def _change(first: float | None, again: float | None) -> str:
+    if first is None or again is None or not first:
+        return "—"
+    return f"{again:g} ({(again - first) / first:+.0%})"
+
+
+def _table(plan: dict[str, Any], verified: dict[str, Any], again: dict[str, Any]) -> list[str]:
     planned = {m["name"]: m for m in plan["models"]}
+    repeat = {m["model"]: m for m in again["models"]}
     lines = [
         "| model | serving | QPS planned | measured | error | p50 predicted ms | measured "
-        "| error | p99 predicted ms | measured | error | objective ms | held | targets met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| error | p99 predicted ms | measured | error | objective ms | held | targets met "
+        "| again: p50 ms | again: p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in verified["models"]:
         p = planned[m["model"]]
+        r = repeat.get(m["model"], {})
         serving = p["server"] if p["serving"] == "shared" else "dedicated"
         lines.append(
             f"| {m['model']} | {serving} | {m['planned_qps']:g} | {m['measured_qps']:g} "
@@ -140,9 +153,22 @@ def _table(plan: dict[str, Any], verified: dict[str, Any]) -> list[str]:
             f"| {m['measured_p50_ms']} | {_error(m['p50_error'], TARGETS['p50'])} "
             f"| {m['predicted_p99_ms']} | {m['measured_p99_ms']} "
             f"| {_error(m['p99_error'], TARGETS['p99'])} | {m['slo_p99_ms']:g} "
-            f"| {'yes' if m['slo_met'] else 'NO'} | {'yes' if m['within_targets'] else 'no'} |"
+            f"| {'yes' if m['slo_met'] else 'NO'} | {'yes' if m['within_targets'] else 'no'} "
+            f"| {_change(m['measured_p50_ms'], r.get('measured_p50_ms'))} "
+            f"| {_change(m['measured_p99_ms'], r.get('measured_p99_ms'))} |"
         )
     return lines
+
+
+def _spread(verified: dict[str, Any], again: dict[str, Any], figure: str) -> float:
+    """The largest change of ``figure`` between the two runs, over the mix's models."""
+    first = {m["model"]: m[figure] for m in verified["models"]}
+    changes = [
+        abs(m[figure] - first[m["model"]]) / first[m["model"]]
+        for m in again["models"]
+        if m[figure] and first.get(m["model"])
+    ]
+    return max(changes, default=0.0)
 
 
 def _mix(work: Path, mix: str, duration: float, warmup: float) -> list[str]:
@@ -150,33 +176,50 @@ def _mix(work: Path, mix: str, duration: float, warmup: float) -> list[str]:
     out = _run("size", "--fleet", str(here / "fleet.yaml"), "--out", str(here / "plan"))
     if out.returncode:
         sys.exit(out.stderr)
-    # The load average lags: let what ran before (the profiles, the last mix) fade, or verify
-    # flags this host as busy with the benchmark's own work.
-    deadline = time.monotonic() + 45
-    while os.getloadavg()[0] > 0.35 * (os.cpu_count() or 1) and time.monotonic() < deadline:
-        time.sleep(3)
-    verify = _run("size", "--verify", str(here / "plan" / "gpu-000.yaml"),
-                  "--duration", f"{duration:g}", "--warmup", f"{warmup:g}")  # fmt: skip
-    if verify.returncode not in (0, 1):
-        sys.exit(verify.stderr)
+    # Measured twice, one run straight after the other: how far a measurement repeats on this
+    # host is the least error a prediction can be checked to here.
+    verified, again = (_verify(here, run, duration, warmup) for run in ("first", "again"))
     plan = json.loads((here / "plan" / "plan.json").read_text())
-    verified = json.loads((here / "plan" / "verify-gpu-000" / "verify.json").read_text())
     gpu = plan["gpus"][0]
     held = ", ".join(sorted({r["server"] or r["model"] for r in gpu["replicas"]}))
-    c = verified["conditions"]
     return [
         f"## {mix}",
         "",
         f'The plan: {plan["gpu_count"]} "GPUs"; GPU 0 holds {held} (processes). Measured: '
-        f"{'stable' if c['stable'] else 'NOT stable'}, {c['late_share']:.1%} sent late, load "
-        f"average {c['load_before']} before and {c['load_after']} after on {c['cores']} cores.",
+        f"{_conditions(verified)} on {verified['conditions']['cores']} cores.",
         "",
-        *_table(plan, verified),
+        *_table(plan, verified, again),
         "",
         *(f"- (!) {flag}" for flag in verified["flags"]),
         f"- Every figure within its target: {'yes' if verified['within_targets'] else 'no'}.",
+        f"- Measured again at once (the last two columns; {_conditions(again)}): p50 changed by "
+        f"up to {_spread(verified, again, 'measured_p50_ms'):.0%} and p99 by up to "
+        f"{_spread(verified, again, 'measured_p99_ms'):.0%} between the two runs.",
         "",
     ]
+
+
+def _verify(here: Path, run: str, duration: float, warmup: float) -> dict[str, Any]:
+    # The load average lags: let what ran before (the profiles, the last run) fade, or verify
+    # flags this host as busy with the benchmark's own work.
+    deadline = time.monotonic() + 45
+    while os.getloadavg()[0] > 0.35 * (os.cpu_count() or 1) and time.monotonic() < deadline:
+        time.sleep(3)
+    out = here / "plan" / f"verify-{run}"
+    verify = _run("size", "--verify", str(here / "plan" / "gpu-000.yaml"), "--out", str(out),
+                  "--duration", f"{duration:g}", "--warmup", f"{warmup:g}")  # fmt: skip
+    if verify.returncode not in (0, 1):
+        sys.exit(verify.stderr)
+    result: dict[str, Any] = json.loads((out / "verify.json").read_text())
+    return result
+
+
+def _conditions(verified: dict[str, Any]) -> str:
+    c = verified["conditions"]
+    return (
+        f"{'stable' if c['stable'] else 'NOT stable'}, {c['late_share']:.1%} sent late, load "
+        f"average {c['load_before']} before and {c['load_after']} after"
+    )
 
 
 def main() -> None:
@@ -207,7 +250,8 @@ def main() -> None:
         + ". Each mix sized with `size "
         f"--fleet` and GPU 0 verified with `size --verify plan/gpu-000.yaml --duration "
         f"{args.duration:g} --warmup {args.warmup:g}` (open loop, each model at its planned "
-        f"rate). Error is (predicted - measured) / measured: negative, the plan was optimistic. "
+        f"rate), then measured again at once. Error is (predicted - measured) / measured: "
+        "negative, the plan was optimistic. "
         "Targets: QPS within 5%, p50 within 15%, p99 within 25% (✗: missed). The load average "
         f"was {load:.2f} when the benchmark began; the run took {took:.1f} minutes.",
         "",
