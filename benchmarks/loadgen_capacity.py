@@ -106,7 +106,7 @@ def main() -> None:
         "and response handling, Locust's request event, one histogram update) is the limit; "
         "with one user it is the round trip to the stub, and the loop idles between requests. "
         "`sharedserve bench` adds Locust worker processes when the offered load needs more "
-        "(sweep.py: 64 users or 5,000 req/s open loop per process) and flags any row whose "
+        "(launch.py: 64 users or 5,000 req/s open loop per process) and flags any row whose "
         "load generator ran above 80% of a core.",
     ]
     publish("\n".join(lines) + "\n", args.out)

@@ -2,7 +2,8 @@
 
 ``import locust`` monkey-patches the whole interpreter with gevent, so the sweep never imports
 this module; it runs ``python -m sharedserve.bench.loadgen master|worker ...`` and reads the
-result file the master writes.
+result file the master writes. ``senders`` and ``loadgen_windows`` import gevent or Locust too and
+are imported by this module alone: they run in its process.
 
 One run: the master (or a LocalRunner when no workers are asked for) hands the run spec to its
 workers, starts one Locust user class per target (``fixed_count`` users each: the target's
@@ -36,89 +37,20 @@ import gevent.pool
 from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
-from locust.runners import MasterRunner, Runner, WorkerRunner
+from locust.runners import Runner, WorkerRunner
 
-from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.loadgen_windows import OURS, RECORDER, WINDOW, measure_windows
 from sharedserve.bench.senders import Sender
-from sharedserve.bench.windows import (
-    COUNTS,
-    measurement_result,
-    merge_window,
-    window_figures,
-    windows_stable,
-)
+from sharedserve.bench.windows import measurement_result
 
 __all__ = ["main"]
 
 log = logging.getLogger("sharedserve.bench.loadgen")
 
-_OURS = "sharedserve"  # marks request events this module fired (context key)
 _NETWORK_TIMEOUT_S = 60.0
 # An open-loop request sent later than this after its scheduled time counts as late: the load
 # generator, not the server, added that much to its latency (and to the offered load's shape).
 _LATE_S = 0.001
-
-
-class Recorder:
-    """Counts and latencies of requests that complete inside the measured window."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.targets: dict[str, dict[str, Any]] = {}
-        self.setup_errors: list[str] = []
-        """Users that could not start (target unreachable, bad metadata); kept across windows."""
-        self._t0 = self._cpu0 = 0.0
-
-    def open(self, names: list[str]) -> None:
-        self.targets = {
-            n: {**dict.fromkeys(COUNTS, 0), "histogram": LatencyHistogram()} for n in names
-        }
-        self._t0, self._cpu0 = time.monotonic(), time.process_time()
-        self.active = True
-
-    def close(self) -> dict[str, Any]:
-        self.active = False
-        wall = max(1e-9, time.monotonic() - self._t0)
-        return {
-            "setup_errors": self.setup_errors[:20],
-            "cpu_util": (time.process_time() - self._cpu0) / wall,
-            "targets": {
-                name: {
-                    **{k: v for k, v in t.items() if k != "histogram"},
-                    "histogram": t["histogram"].to_dict(),
-                }
-                for name, t in self.targets.items()
-            },
-        }
-
-    def rotate(self, names: list[str]) -> dict[str, Any]:
-        """Close this window and open the next with no yield between: no request is lost."""
-        result = self.close()
-        self.open(names)
-        return result
-
-    def on_request(
-        self, name: str, response_time: float, exception: Any = None, context: Any = None, **_: Any
-    ) -> None:
-        if not self.active or not isinstance(context, dict) or not context.get(_OURS):
-            return
-        target = self.targets.get(name)
-        if target is None:
-            return
-        target["requests"] += 1
-        if context.get("late"):
-            target["late"] += 1
-        if exception is not None:
-            target["errors"] += 1
-        else:
-            target["histogram"].record(max(0, round(response_time * 1000.0)))
-
-    def drop(self, name: str) -> None:
-        if self.active and name in self.targets:
-            self.targets[name]["dropped"] += 1
-
-
-RECORDER = Recorder()
 
 
 def _sender(target: dict[str, Any], spec: dict[str, Any], concurrency: int) -> Sender | None:
@@ -144,7 +76,7 @@ def _fire(
         response_time=(time.perf_counter() - started) * 1000,
         response_length=length,
         exception=error,
-        context={_OURS: True, "late": late},
+        context={OURS: True, "late": late},
         response=None,
         url=None,
         start_time=time.time(),
@@ -243,68 +175,11 @@ def user_classes(spec: dict[str, Any]) -> list[type[User]]:
 
 # --- running a measurement -----------------------------------------------------------------------
 
-_SPEC, _READY, _WINDOW, _RESULT = "ss_spec", "ss_ready", "ss_window", "ss_result"
+_SPEC, _READY, _RESULT = "ss_spec", "ss_ready", "ss_result"
 
 
 def _attach(env: Environment) -> None:
     env.events.request.add_listener(RECORDER.on_request)
-
-
-def _window_action(
-    runner: Runner, action: str, names: list[str], index: int, results: dict[int, list[Any]]
-) -> None:
-    """Open, rotate (close ``index - 1``, open ``index``) or close (``index``) on every process."""
-    if isinstance(runner, MasterRunner):
-        runner.send_message(_WINDOW, {"action": action, "names": names, "index": index})
-    elif action == "open":
-        RECORDER.open(names)
-    elif action == "rotate":
-        results.setdefault(index - 1, []).append(RECORDER.rotate(names))
-    else:
-        results.setdefault(index, []).append(RECORDER.close())
-
-
-def _parts(spec: dict[str, Any], results: dict[int, list[Any]], index: int) -> list[Any]:
-    """Every process's result of window ``index``, waiting up to a minute for the workers'."""
-    deadline = time.monotonic() + 60
-    while len(results.get(index, [])) < max(1, spec["expect_workers"]):
-        if time.monotonic() > deadline:
-            break
-        gevent.sleep(0.02)
-    return results.get(index, [])
-
-
-def _measure_windows(
-    runner: Runner, spec: dict[str, Any], results: dict[int, list[Any]]
-) -> list[Any]:
-    """Warm up, then measure window after window until the last ``stability_windows`` agree or
-    ``max_duration_s`` is measured; returns the windows measured, merged, with wall-clock bounds.
-    """
-    gevent.sleep(spec["warmup_s"])
-    names = [t["name"] for t in spec["targets"]]
-    n = spec["stability_windows"]
-    length = spec["duration_s"] / n
-    most = max(n, int(spec["max_duration_s"] / length + 1e-6))
-    windows: list[dict[str, Any]] = []
-    began, start = time.monotonic(), time.time()
-    _window_action(runner, "open", names, 0, results)
-    for index in range(most):
-        # Boundaries from the first start, so windows keep their length whatever the waits cost.
-        gevent.sleep(max(0.0, began + (index + 1) * length - time.monotonic()))
-        end = time.time()
-        final = index + 1 == most
-        if final:
-            _window_action(runner, "close", names, index, results)
-        else:
-            _window_action(runner, "rotate", names, index + 1, results)
-        window = merge_window(spec["targets"], _parts(spec, results, index))
-        windows.append({**window, "start": start, "end": end})
-        start = end
-        if final or windows_stable([window_figures(w) for w in windows], n):
-            if not final:  # the window just opened is not needed: close it, unread
-                _window_action(runner, "close", names, index + 1, results)
-            break
-    return windows
 
 
 def run_master(spec: dict[str, Any], result_path: Path, bind_host: str, bind_port: int) -> int:
@@ -340,7 +215,7 @@ def run_master(spec: dict[str, Any], result_path: Path, bind_host: str, bind_por
             gevent.sleep(0.05)
     users = sum(c.fixed_count for c in classes)
     runner.start(users, spawn_rate=max(1, users))
-    windows = _measure_windows(runner, spec, results)
+    windows = measure_windows(runner, spec, results)
     runner.quit()
     result = measurement_result(spec, windows)
     tmp = result_path.with_suffix(".tmp")
@@ -370,7 +245,7 @@ def run_worker(master_host: str, master_port: int) -> int:
             runner.send_message(_RESULT, {"index": index, **RECORDER.close()})
 
     runner.register_message(_SPEC, on_spec)
-    runner.register_message(_WINDOW, on_window)
+    runner.register_message(WINDOW, on_window)
     runner.greenlet.join()
     return 0
 

@@ -20,7 +20,7 @@ from sharedserve.errors import ConfigError
 from sharedserve.framework_output import require_installed
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.gpu.info import GpuInfo
-from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
+from sharedserve.limits.cgroups import create_cpu_cgroup, remove_cgroup
 from sharedserve.pack.caps import EntryOnGpu, ReplicaShare, caps_on_gpu, place_entries
 from sharedserve.pack.probe import free_port, port_is_free
 from sharedserve.pack.replica import HeldModel, ReplicaSpec

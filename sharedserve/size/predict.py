@@ -36,7 +36,7 @@ from sharedserve.limits.cpu import CpuLimit, CpuLimitSource, thread_pool_sizes
 from sharedserve.server.scheduler import model_call_slots
 from sharedserve.size.demand import Demand
 from sharedserve.size.grouping import SharedServer
-from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, simulate
+from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, cpu_slots, simulate
 
 __all__ = ["REQUESTS", "PredictedLatency", "Predictor", "calls_at_once", "slots_of"]
 
@@ -71,14 +71,13 @@ def slots_of(cpu_limit: float | None, node_cores: float) -> int:
 def calls_at_once(d: Demand, node_cores: float) -> int:
     """The model calls a process runs side by side, as the simulation's slots. On a GPU, the
     ``serve`` process's model-call slots (``slots_of``). From a CPU profile (busy share from
-    throughput), the whole cores of its CPU limit: the slots' calls share the framework's
-    thread pool, sized to those cores, so a call beyond them waits its turn. The profiles show
+    throughput), ``queueing.cpu_slots`` of its CPU limit, or the node's cores. The profiles show
     it: four users on one core (the parallel row) take four times a call's time alone, at the
     sequential row's throughput, and a small model in a server beside resnet50 waited whole
     resnet50 calls (benchmarks/results/sizing_verify_cpu.md)."""
     if d.busy_source != "throughput":
         return slots_of(d.cpu_limit, node_cores)
-    return max(1, math.floor(d.cpu_limit or node_cores))
+    return cpu_slots(d.cpu_limit, node_cores)
 
 
 def _rounded_rho(rho: float) -> float:

@@ -35,7 +35,7 @@ from typing import Any
 
 from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
-from sharedserve.size.queueing import ServiceTimes
+from sharedserve.size.queueing import ServiceTimes, cpu_slots
 
 __all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profiles", "profiles_of"]
 
@@ -48,7 +48,7 @@ MIN_REQUESTS = 100
 def _mean_wait_ms(calls: ServiceTimes, rate: float, cpu_limit: float | None) -> float:
     """An M/G/1 queue's mean wait at ``rate`` per slot (Pollaczek-Khinchine: lambda E[S^2] /
     2(1 - rho)); 0 at or past saturation, where the row would not be trusted anyway."""
-    slots = max(1, int(cpu_limit or 1))
+    slots = cpu_slots(cpu_limit, 1)  # no limit on the row: one slot, the most wait
     per_slot = rate / slots / 1000.0  # requests a millisecond
     total = sum(calls.counts)
     second = sum(v * v * n for v, n in zip(calls.values_ms, calls.counts, strict=True)) / total

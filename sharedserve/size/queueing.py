@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Batching", "ModelLoad", "Prediction", "ServiceTimes", "simulate"]
+__all__ = ["Batching", "ModelLoad", "Prediction", "ServiceTimes", "cpu_slots", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,13 @@ class Prediction:
     saturated: bool
     requests: int
     """Simulated requests behind p50/p99 (after the warm-up), for their own sampling error."""
+
+
+def cpu_slots(cpu_limit: float | None, default_cores: float) -> int:
+    """A CPU profile's model-call slots: the whole cores of its CPU limit (``default_cores``
+    without one), at least 1. Calls beyond the whole cores share the framework's thread pool,
+    sized to them, so such a call waits its turn as it would for a slot."""
+    return max(1, math.floor(cpu_limit or default_cores))
 
 
 def _lindley(queued: np.ndarray, service: np.ndarray) -> np.ndarray:

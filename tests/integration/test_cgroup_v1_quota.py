@@ -17,13 +17,8 @@ from pathlib import Path
 import pytest
 
 from sharedserve.errors import ConfigError
-from sharedserve.limits.cpu import (
-    CpuLimitSource,
-    add_pid_to_cgroup,
-    create_cpu_cgroup,
-    parse_mountinfo,
-    remove_cgroup,
-)
+from sharedserve.limits.cgroups import add_pid_to_cgroup, create_cpu_cgroup, remove_cgroup
+from sharedserve.limits.cpu import CpuLimitSource, parse_mountinfo
 
 REPO = Path(__file__).resolve().parents[2]
 

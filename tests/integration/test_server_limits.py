@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sharedserve.limits.cpu import create_cpu_cgroup, remove_cgroup
+from sharedserve.limits.cgroups import create_cpu_cgroup, remove_cgroup
 from tests.support.gpus import fake_gpu_file, gpu_uuid
 from tests.support.servers import Server, clean_env
 

@@ -9,9 +9,9 @@ import numpy as np
 import orjson
 import pytest
 
+from sharedserve.bench.launch import loadgen_processes
 from sharedserve.bench.offered import ReplicaRef, offered_load
 from sharedserve.bench.payload import InputSpec, random_inputs, rest_body, signature_inputs
-from sharedserve.bench.sweep import loadgen_processes
 from sharedserve.config import BenchSettings, LoadPattern
 from sharedserve.errors import ConfigError
 

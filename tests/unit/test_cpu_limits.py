@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from sharedserve.errors import ConfigError
+from sharedserve.limits.cgroups import create_cpu_cgroup
 from sharedserve.limits.cpu import (
     CgroupMount,
     CpuLimit,
     CpuLimitSource,
     CpuThrottling,
     ProcCgroup,
-    create_cpu_cgroup,
     parse_cfs_quota,
     parse_cpu_max,
     parse_cpu_stat,

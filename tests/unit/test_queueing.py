@@ -11,7 +11,14 @@ import pytest
 
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.server.fair_queue import FairQueue
-from sharedserve.size.queueing import Batching, ModelLoad, ServiceTimes, _serve, simulate
+from sharedserve.size.queueing import (
+    Batching,
+    ModelLoad,
+    ServiceTimes,
+    _serve,
+    cpu_slots,
+    simulate,
+)
 
 MEAN_MS = 10.0
 MU = 1000 / MEAN_MS  # calls/s one slot serves
@@ -192,3 +199,19 @@ def test_the_simulated_turns_are_the_schedulers_own(slots):
     found = _serve((times, models, list(range(n)), services), {}, inverse, slots)
     assert sorted(j for _, j, _, _ in found) == list(range(n))
     assert all(d == pytest.approx(expected[j], abs=1e-12) for _, j, _, d in found)
+
+
+@pytest.mark.parametrize(
+    ("cpu_limit", "default_cores", "slots"),
+    [
+        (None, 1, 1),  # profile's default: a row without a limit
+        (None, 6.0, 6),  # predict's default: the node's cores
+        (None, 0.5, 1),
+        (0.35, 8, 1),  # under a core: still one slot
+        (1.9, 8, 1),  # whole cores only: 0.9 of a core runs no call of its own
+        (2.0, 8, 2),
+        (3.5, 1, 3),  # a limit wins over the default
+    ],
+)
+def test_cpu_slots_are_the_whole_cores_of_the_limit(cpu_limit, default_cores, slots):
+    assert cpu_slots(cpu_limit, default_cores) == slots
