@@ -157,7 +157,7 @@ def build_plan(
                 gpus_of[name].append(g.index)
                 sharing[name] = max(sharing[name], len(g.replicas))
     by_model = {d.model: d for d in demands}
-    predict = predict or Predictor(fleet.node.cpu_cores)
+    predict = predict or Predictor.for_fleet(fleet)
     serving = grouping.serving if grouping else {}
     server_of = {d.model: s for s in servers.values() for d in s.models}
     models = [

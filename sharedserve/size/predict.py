@@ -15,7 +15,9 @@ the capacity point), p50 from the same row.
 A shared server's models are one process (``size.grouping``): they are simulated together, each
 at its planned rate per replica, taking the server's slots in the scheduler's weighted fair
 turns (a model's weight its planned rate, as ``size.plan_specs`` writes it), so a cold model's
-p99 has its neighbours' calls in it, not only its own.
+p99 has its neighbours' calls in it, not only its own. Where the server pages (``paging:``
+in the fleet), its paged models' requests wait the fleet's ``page_in_ms`` where another paged
+model took their room (``size.page_ins``).
 
 Speed: a replica alone on its slots is a queue whose sojourn scales with its service times, so
 a rate and a slowdown meet in one figure, the load per slot (rho). Simulations are kept by
@@ -35,6 +37,7 @@ from typing import Any
 from sharedserve.limits.cpu import CpuLimit, CpuLimitSource, thread_pool_sizes
 from sharedserve.server.scheduler import model_call_slots
 from sharedserve.size.demand import Demand
+from sharedserve.size.fleet import Fleet
 from sharedserve.size.grouping import SharedServer
 from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, cpu_slots, simulate
 
@@ -119,14 +122,34 @@ def _slowdown(d: Demand, sharing: int) -> float:
     return p50[density] / alone
 
 
+def _paging(model: str, paged: list[str], page_in_ms: float | None) -> str:
+    """The error text's words on ``model``'s page-ins, if it is paged."""
+    if model not in paged or page_in_ms is None:
+        return ""
+    if len(paged) == 1:
+        return "; paged, alone: nothing else asks for its room, so no page-in"
+    return (
+        f"; paged: a {page_in_ms:g} ms page-in before a request whose model is not the last "
+        "paged one asked for (room for one paged model; fewer where several fit)"
+    )
+
+
 class Predictor:
     """Predicts replicas' latency; keeps each simulation for the plan's other replicas."""
 
-    def __init__(self, node_cores: float) -> None:
+    def __init__(self, node_cores: float, page_in_ms: float | None = None) -> None:
         self.node_cores = node_cores
+        self.page_in_ms = page_in_ms
+        """The fleet's page-in (``paging.page_in_ms``): what a shared server's paged model's
+        request waits where its model was paged out (``size.page_ins``); None: no paging."""
         self._runs: dict[tuple[ServiceTimes, int, float, ServiceTimes | None], Prediction] = {}
         self._done: dict[tuple[str, int], PredictedLatency] = {}
         self._groups: dict[tuple[Any, ...], list[Prediction]] = {}
+
+    @classmethod
+    def for_fleet(cls, fleet: Fleet) -> Predictor:
+        """A predictor of ``fleet``'s node and paging."""
+        return cls(fleet.node.cpu_cores, None if fleet.paging is None else fleet.paging.page_in_ms)
 
     def __call__(
         self, d: Demand, sharing: int, server: SharedServer | None = None
@@ -164,6 +187,7 @@ class Predictor:
         # One process: the fewest calls at once of its models (they share its thread pool).
         slots = min(calls_at_once(d, self.node_cores) for d in server.models)
         loads, key, slowdowns = [], [], []
+        paged = [d.model for d in server.models if d.model in server.paged]
         for d in server.models:
             service = d.service_times
             assert service is not None
@@ -172,8 +196,13 @@ class Predictor:
             scaled = ServiceTimes(tuple(v * slowdown for v in service.values_ms), service.counts)
             rho = _rounded_rho(d.rate_per_replica * scaled.mean_ms / 1000 / slots)
             rate = rho * slots * 1000 / scaled.mean_ms
-            loads.append(ModelLoad(d.model, rate, scaled, weight=rate, delay=d.open_loop_delay))
-            key.append((scaled, rho, d.open_loop_delay))
+            page_in = self.page_in_ms if d.model in paged else None
+            loads.append(
+                ModelLoad(
+                    d.model, rate, scaled, weight=rate, delay=d.open_loop_delay, page_in_ms=page_in
+                )
+            )
+            key.append((scaled, rho, d.open_loop_delay, page_in))
         cached = (slots, tuple(key))
         runs = self._groups.get(cached)
         if runs is None:
@@ -194,7 +223,8 @@ class Predictor:
                 f"{', '.join(m.model for m in server.models if m is not d)} ({server.name}) at "
                 "their planned rates, fair turns by rate; interference from other processes "
                 f"on the GPU as a {slowdown:.3g}x slowdown (its sequential rows, p50 at "
-                f"{sharing} over p50 alone); {UNVERIFIED}",
+                f"{sharing} over p50 alone){_paging(d.model, paged, self.page_in_ms)}; "
+                f"{UNVERIFIED}",
             )
         return out
 

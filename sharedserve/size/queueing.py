@@ -11,11 +11,12 @@ of the model's ``threads`` once it is due (``max_batch_size`` requests, or its f
 whose time is one draw scaled by ``1 + row_cost * (rows - 1)`` (``row_cost`` 0 by default: a
 batch costs what a request does, a GPU's best case; measure it to do better; with more than one
 thread, a thread's next batch waits for its own last, a slight approximation). Each request's
-sojourn (queue, batch wait and service) gives its model's p50, p99 and mean. What is not
-modelled: interference between processes on a GPU, or between calls running at once beyond
-taking a slot (a draw is a call's time as it was measured, neighbours included: the caller picks
-histograms measured beside the planned neighbours, from measured mixes, which is where
-interference comes from); the network and the client; ``max_inflight`` and
+sojourn (queue, batch wait and service) gives its model's p50, p99 and mean; a paged model's
+request first waits for its page-in where another paged model took its room (``size.page_ins``).
+What is not modelled: interference between processes on a GPU, or between calls running at once
+beyond taking a slot (a draw is a call's time as it was measured, neighbours included: the
+caller picks histograms measured beside the planned neighbours, from measured mixes, which is
+where interference comes from); the network and the client; ``max_inflight`` and
 ``max_enqueued_batches`` refusals; requests of more than one row.
 A model whose calls need more than its fair share of the slots (rho >= 1) is ``saturated``: its
 p50/p99 are infinite and its QPS is the share it would get, never a figure a finite run made up.
@@ -30,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from sharedserve.size.page_ins import ready_times
 
 __all__ = ["Batching", "ModelLoad", "Prediction", "ServiceTimes", "cpu_slots", "simulate"]
 
@@ -94,6 +97,9 @@ class ModelLoad:
     delay: ServiceTimes | None = None
     """Latency each request has outside the slots (added to its sojourn, holding no slot): what
     an open-loop request costs beyond its call (``ModelProfile.open_loop_delay``)."""
+    page_in_ms: float | None = None
+    """Paged (``paging: lru``): the page-in a request waits for, before its queue, where its
+    model is not the last paged model requested (``size.page_ins``); None: always resident."""
 
 
 @dataclass(frozen=True)
@@ -298,23 +304,27 @@ def simulate(
         count = rng.poisson(load.rate_qps * horizon)
         arrivals.append(np.sort(rng.uniform(0.0, horizon, count)))
         draws.append(load.service.draw(rng, count) / 1000)
+    # When each request may take its place in the queue: its arrival, or a page-in's end.
+    queued = ready_times(
+        arrivals, [None if x.page_in_ms is None else x.page_in_ms / 1000 for x in loads]
+    )
     done = [np.empty_like(a) for a in arrivals]
     plain = [k for k, load in enumerate(loads) if load.batching is None]
     if len(loads) == 1 and slots == 1 and plain:
-        done[0] = _lindley(arrivals[0], draws[0])
+        done[0] = _lindley(queued[0], draws[0])
     else:
-        times = np.concatenate([arrivals[k] for k in plain] + [np.empty(0)])
+        times = np.concatenate([queued[k] for k in plain] + [np.empty(0)])
         order = np.argsort(times, kind="stable")
         stream = (
             times[order].tolist(),
-            np.repeat(plain, [len(arrivals[k]) for k in plain]).astype(int)[order].tolist(),
-            np.concatenate([np.arange(len(arrivals[k])) for k in plain] + [np.empty(0, int)])[
+            np.repeat(plain, [len(queued[k]) for k in plain]).astype(int)[order].tolist(),
+            np.concatenate([np.arange(len(queued[k])) for k in plain] + [np.empty(0, int)])[
                 order
             ].tolist(),
             np.concatenate([draws[k] for k in plain] + [np.empty(0)])[order].tolist(),
         )
         batchers = {
-            k: _Batcher(k, arrivals[k].tolist(), draws[k].tolist(), b, [0.0] * b.threads)
+            k: _Batcher(k, queued[k].tolist(), draws[k].tolist(), b, [0.0] * b.threads)
             for k, load in enumerate(loads)
             if (b := load.batching) is not None
         }

@@ -122,7 +122,7 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     wanted, warnings = demands(fleet, profiles, sizes)
     gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
     reserve, target = fleet.context_reserve_mib, fleet.utilization_target
-    predict = Predictor(fleet.node.cpu_cores)  # one, so the plan reuses grouping's simulations
+    predict = Predictor.for_fleet(fleet)  # one, so the plan reuses grouping's simulations
     grouping, packing, separate = _pack(wanted, gpus, reserve, target, paging=fleet.paging,
                                         runtime_mib=fleet.host_memory_per_process_mib,
                                         predict=predict)  # fmt: skip
