@@ -29,17 +29,17 @@ def test_the_row_gets_enough_requests_at_no_more_than_a_quarter_of_the_sequentia
     assert row.requests >= MIN_REQUESTS
     assert row.requests == pytest.approx(row.rate * duration)
     assert row.rate <= 0.25 * per_replica
-    assert row.requests <= 300
     assert row.too_few("m") is None
 
 
-def test_a_model_whose_tenth_is_enough_stays_there_and_a_fast_one_at_300_requests() -> None:
+def test_a_model_whose_tenth_is_enough_stays_there_however_many_requests_that_makes() -> None:
     # A tenth of 100 requests/s for 20 s is 200 requests: already past the 150 aimed at.
     row = open_loop_row(_sequential(100), 20)
     assert row is not None and row.rate == pytest.approx(10)
-    # A tenth of 900 would be 1,800 requests: the row reads a distribution, not a capacity.
+    # A tenth of 900 is 1,800 requests: kept, not cut to 300 (15/s, a server idler than the
+    # rates it is planned at, and a p99 on three requests).
     row = open_loop_row(_sequential(900), 20)
-    assert row is not None and row.rate == pytest.approx(15)
+    assert row is not None and row.rate == pytest.approx(90)
 
 
 def test_a_row_too_short_for_even_a_quarter_of_the_rate_says_so_and_what_duration_would_do() -> (
