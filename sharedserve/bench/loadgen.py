@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import random
 import sys
 import time
@@ -40,6 +39,7 @@ from locust.exception import StopUser
 from locust.runners import Runner, WorkerRunner
 
 from sharedserve.bench.loadgen_windows import OURS, RECORDER, WINDOW, measure_windows
+from sharedserve.bench.schedule import arrivals
 from sharedserve.bench.senders import Sender
 from sharedserve.bench.windows import measurement_result
 
@@ -103,26 +103,10 @@ class _ClosedLoop(User):
         _fire(self, self.target["name"], started, error, length)
 
 
-# Open-loop arrivals come in blocks of a fixed count spread uniformly at random over the time
-# that count takes at the rate: a Poisson process conditioned on its count in each block, which
-# within a block is Poisson-timed still. Free-running exponential gaps give a count whose noise
-# alone is 1/sqrt(rate * window): 10% at 1.5/s over 60 s, more than a plan's QPS may miss by.
-# Blocks hold the count to within a block's edges (about sqrt(count / 2) requests per window).
-_BLOCK_MIN = 8
-_BLOCK_S = 2.0
-
-
-def poisson_block(rng: random.Random, rate: float) -> list[float]:
-    """The offsets of one block of arrivals at ``rate``/s, sorted; its length is
-    ``len(offsets) / rate`` seconds."""
-    count = max(_BLOCK_MIN, math.ceil(rate * _BLOCK_S))
-    span = count / rate
-    return sorted(rng.uniform(0.0, span) for _ in range(count))
-
-
 class _Poisson(User):
-    """Open loop: Poisson-timed arrivals at ``rate``/s, exact in count a block at a time
-    (``poisson_block``), latency counted from the scheduled send time."""
+    """Open loop: Poisson-timed arrivals at ``rate``/s, exact in count a block at a time and
+    lined up with the measurement windows (``schedule.arrivals``), latency counted from the
+    scheduled send time."""
 
     abstract = True
     wait_time = constant(0)
@@ -139,20 +123,21 @@ class _Poisson(User):
     def drive(self) -> None:
         if self.sender is None:
             raise StopUser()
-        sender, name, rate = self.sender, self.target["name"], self.target["rate"]
-        block = time.perf_counter()
-        while True:
-            offsets = poisson_block(self.rng, rate)
-            for offset in offsets:
-                scheduled = block + offset
-                delay = scheduled - time.perf_counter()
-                if delay > 0:
-                    gevent.sleep(delay)
-                if self.pool.full():
-                    RECORDER.drop(name)  # the bound on requests in flight: counted, never queued
-                    continue
-                self.pool.spawn(self._one, sender, name, scheduled)
-            block += len(offsets) / rate
+        sender, name, spec = self.sender, self.target["name"], self.spec
+        window = spec["duration_s"] / spec["stability_windows"]
+        # The master opens the first window a warm-up after it started the users: from here, a
+        # few milliseconds earlier (a user starts after its sender is ready), which moves that
+        # many milliseconds' requests from one window to the next and leaves counts whole.
+        start = time.perf_counter()
+        for offset in arrivals(self.rng, self.target["rate"], window, spec["warmup_s"]):
+            scheduled = start + offset
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                gevent.sleep(delay)
+            if self.pool.full():
+                RECORDER.drop(name)  # the bound on requests in flight: counted, never queued
+                continue
+            self.pool.spawn(self._one, sender, name, scheduled)
 
     def _one(self, sender: Sender, name: str, scheduled: float) -> None:
         # Late: the loop overslept or this greenlet waited for the CPU; the delay is in the
