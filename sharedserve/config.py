@@ -121,7 +121,8 @@ class LoadPattern(str, Enum):
     """``concurrency`` requests in flight per model (closed loop)."""
     POISSON = "poisson"
     """Open loop: ``rate`` requests/s per model, Poisson-timed and exact in count a block of
-    a few seconds at a time."""
+    a few seconds at a time, blocks lined up with the measurement windows
+    (``bench.schedule``)."""
 
 
 @dataclass(frozen=True)
