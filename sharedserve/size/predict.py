@@ -49,6 +49,9 @@ REQUESTS = 3000
 _STEP = 0.02
 """Rho is rounded up so that its headroom ``1 - rho`` shrinks by at most this share."""
 
+SHARED = "queueing simulation (shared server)"
+"""The ``source`` of a model simulated in its shared server's process."""
+
 UNVERIFIED = (
     "model error unmeasured: size --verify will compare it with a measured run (issue 31 item 4)"
 )
@@ -176,8 +179,7 @@ class Predictor:
         server = SharedServer("a shared server", 1, list(models))
         out = {}
         for (name, _), p in self._group(server, sharing).items():
-            shared = p.source == "queueing simulation (shared server)"
-            out[name] = p.p99_ms if shared else math.inf  # not simulated: it saturated
+            out[name] = p.p99_ms if p.source == SHARED else math.inf  # not simulated: it saturated
         return out
 
     def _group(self, server: SharedServer, sharing: int) -> dict[tuple[str, int], PredictedLatency]:
@@ -187,7 +189,6 @@ class Predictor:
         # One process: the fewest calls at once of its models (they share its thread pool).
         slots = min(calls_at_once(d, self.node_cores) for d in server.models)
         loads, key, slowdowns = [], [], []
-        paged = [d.model for d in server.models if d.model in server.paged]
         for d in server.models:
             service = d.service_times
             assert service is not None
@@ -196,7 +197,7 @@ class Predictor:
             scaled = ServiceTimes(tuple(v * slowdown for v in service.values_ms), service.counts)
             rho = _rounded_rho(d.rate_per_replica * scaled.mean_ms / 1000 / slots)
             rate = rho * slots * 1000 / scaled.mean_ms
-            page_in = self.page_in_ms if d.model in paged else None
+            page_in = self.page_in_ms if d.model in server.paged else None
             loads.append(
                 ModelLoad(
                     d.model, rate, scaled, weight=rate, delay=d.open_loop_delay, page_in_ms=page_in
@@ -217,13 +218,13 @@ class Predictor:
             out[(d.model, sharing)] = PredictedLatency(
                 run.p50_ms,
                 run.p99_ms,
-                "queueing simulation (shared server)",
+                SHARED,
                 f"{_sampling(run.requests)}; service times from {d.service_times_source}; "
                 f"one process of {slots} slots with "
                 f"{', '.join(m.model for m in server.models if m is not d)} ({server.name}) at "
                 "their planned rates, fair turns by rate; interference from other processes "
                 f"on the GPU as a {slowdown:.3g}x slowdown (its sequential rows, p50 at "
-                f"{sharing} over p50 alone){_paging(d.model, paged, self.page_in_ms)}; "
+                f"{sharing} over p50 alone){_paging(d.model, server.paged, self.page_in_ms)}; "
                 f"{UNVERIFIED}",
             )
         return out

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,9 @@ class ModelProfile:
         ]
         return max(alone, key=_service_count, default=None)
 
-    @property
+    # Cached: every fleet model drawing on this profile reads these three (size.demand), and
+    # each reads the others.
+    @cached_property
     def service_times(self) -> ServiceTimes | None:
         """One call's time, the time it holds its slot: from the trusted sequential point of
         one replica alone (one request in flight, so its latency had no queue in it); None
@@ -124,21 +127,22 @@ class ModelProfile:
         row = self._alone("sequential")
         return None if row is None else row.service_times
 
-    @property
+    @cached_property
     def open_loop_delay(self) -> ServiceTimes | None:
         """What an open-loop request costs beyond its call, holding no slot: the open-loop
         (``poisson``) row's latencies less the call's mean time (at least 0). That row is
         measured as ``size --verify`` measures (arrivals on a schedule, latency from it, the
         server idle between requests), the sequential row closed loop (the next request on a
-        hot connection the moment the last returns): tiny's p50 is 3.6 ms in one and 1.1 ms in
-        the other. Taken as service time, those 3.6 ms would fill a slot at 200 requests/s that
-        1.1 ms calls leave three quarters idle (benchmarks/results/sizing_verify_cpu.md), so it
-        is a delay beside the queue, not a longer call. None without both rows.
+        hot connection the moment the last returns): tiny's p50 is 2.4 ms in one and 0.96 ms in
+        the other (benchmarks/results/sizing_verify_cpu.md). Taken as service time, those 2.4 ms
+        would keep a slot busy half the time at 200 requests/s, where the calls keep it busy a
+        fifth (an earlier version did, and predicted a hot model's p50 at +323%), so it is a
+        delay beside the queue, not a longer call. None without both rows.
 
-        The row runs at up to half a replica's sequential rate (``profile``: enough requests
-        for a slow model), where a request may also queue behind the one before; the simulation
-        adds its own queue, so the mean wait an M/G/1 queue of the row's rate would show
-        (Pollaczek-Khinchine, one slot a whole core of its CPU limit: if it had more, this
+        The row runs at up to a quarter of a replica's sequential rate (``profile``: enough
+        requests for a slow model), where a request may also queue behind the one before; the
+        simulation adds its own queue, so the mean wait an M/G/1 queue of the row's rate would
+        show (Pollaczek-Khinchine, one slot a whole core of its CPU limit: if it had more, this
         takes off too much, never below 0) is taken off as well: counted once, not twice."""
         row, calls = self._alone("poisson"), self.service_times
         if row is None or row.service_times is None or calls is None:
@@ -147,7 +151,7 @@ class ModelProfile:
         times = row.service_times
         return ServiceTimes(tuple(max(0.0, v - beyond) for v in times.values_ms), times.counts)
 
-    @property
+    @cached_property
     def service_times_source(self) -> str | None:
         """Where ``service_times`` and ``open_loop_delay`` come from, in words, for the plan."""
         if self.service_times is None:
