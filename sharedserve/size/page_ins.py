@@ -27,10 +27,11 @@ def ready_times(
     its arrival, or for a paged model's (``page_in_s`` its page-in time, else None) the end of
     the page-in it waits for. One paged model alone is never paged out: nothing else asks for
     its room."""
-    ready = [a.copy() for a in arrivals]
-    paged = [k for k, p in enumerate(page_in_s) if p is not None]
+    page = {k: p for k, p in enumerate(page_in_s) if p is not None}
+    paged = list(page)
     if len(paged) < 2:
-        return ready
+        return list(arrivals)  # nothing waits: no copies on the simulation's common path
+    ready = [a.copy() for a in arrivals]
     times = np.concatenate([arrivals[k] for k in paged])
     owner = np.concatenate([np.full(len(arrivals[k]), k) for k in paged])
     index = np.concatenate([np.arange(len(arrivals[k])) for k in paged])
@@ -39,7 +40,7 @@ def ready_times(
     loaded = dict.fromkeys(paged, -math.inf)
     for t, k, i in zip(*(a[order].tolist() for a in (times, owner, index)), strict=True):
         if k != resident:
-            last_end = max(t, last_end) + float(page_in_s[k] or 0.0)
+            last_end = max(t, last_end) + page[k]
             resident, loaded[k] = k, last_end
         ready[k][i] = max(t, loaded[k])
     return ready

@@ -77,10 +77,10 @@ def slots_of(cpu_limit: float | None, node_cores: float) -> int:
 def calls_at_once(d: Demand, node_cores: float) -> int:
     """The model calls a process runs side by side, as the simulation's slots. On a GPU, the
     ``serve`` process's model-call slots (``slots_of``). From a CPU profile (busy share from
-    throughput), ``queueing.cpu_slots`` of its CPU limit, or the node's cores. The profiles show
-    it: four users on one core (the parallel row) take four times a call's time alone, at the
-    sequential row's throughput, and a small model in a server beside resnet50 waited whole
-    resnet50 calls (benchmarks/results/sizing_verify_cpu.md)."""
+    throughput), ``queueing.cpu_slots`` of its CPU limit, or the node's cores: a CPU profile's
+    parallel row (several users on one core) takes that many times a call's time alone at the
+    sequential row's throughput, and on a verify run (commit e7d4cc8) a small model in a
+    server beside resnet50 waited whole resnet50 calls."""
     if d.busy_source != "throughput":
         return slots_of(d.cpu_limit, node_cores)
     return cpu_slots(d.cpu_limit, node_cores)
@@ -135,6 +135,13 @@ def _paging(model: str, paged: list[str], page_in_ms: float | None) -> str:
         f"; paged: a {page_in_ms:g} ms page-in before a request whose model is not the last "
         "paged one asked for (room for one paged model; fewer where several fit)"
     )
+
+
+def _unsimulated(d: Demand, sharing: int, why: str) -> PredictedLatency:
+    """The profile's row at ``sharing``, where a simulation could not give a figure (``why``)."""
+    density, p50, p99 = _row(d, sharing)
+    where = "its capacity point" if density is None else f"its sequential row at {density}"
+    return PredictedLatency(p50, p99, "profile row", f"{where} ({why}); {UNVERIFIED}")
 
 
 class Predictor:
@@ -213,7 +220,14 @@ class Predictor:
         out = {}
         for d, run, slowdown in zip(server.models, runs, slowdowns, strict=True):
             if run.saturated or run.p99_ms is None or run.p50_ms is None:
-                out[(d.model, sharing)] = self._predict(d, sharing)
+                # Not its simulation alone, which would promise what the shared process
+                # cannot keep (server_p99 counts it as inf): its row, saying so.
+                out[(d.model, sharing)] = _unsimulated(
+                    d,
+                    sharing,
+                    f"a queueing simulation of {server.name}'s one process of "
+                    f"{slots} slots saturates at its models' planned rates",
+                )
                 continue
             out[(d.model, sharing)] = PredictedLatency(
                 run.p50_ms,
@@ -258,12 +272,11 @@ class Predictor:
             run = simulate([load], slots, requests=REQUESTS)[0]
             self._runs[(service, slots, rho, delay)] = run
         if run.saturated or run.p99_ms is None or run.p50_ms is None:
-            return PredictedLatency(
-                p50,
-                p99,
-                "profile row",
-                f"{where} (a queueing simulation saturates at {d.rate_per_replica:g} QPS on "
-                f"{slots} slots with its service times); {UNVERIFIED}",
+            return _unsimulated(
+                d,
+                sharing,
+                f"a queueing simulation saturates at {d.rate_per_replica:g} QPS on "
+                f"{slots} slots with its service times",
             )
         return PredictedLatency(
             run.p50_ms * slowdown,

@@ -124,10 +124,11 @@ def test_the_open_loop_row_gives_what_a_request_costs_beyond_its_call() -> None:
 
 
 def test_the_open_loop_rows_own_queue_is_not_counted_as_delay() -> None:
-    # A slow model's open-loop row runs at up to half its sequential rate (for enough
-    # requests), where a request waits behind the one before: 40 ms calls at 12.5/s (rho 0.5)
-    # wait 20 ms on average (M/D/1). The simulation queues them itself, so the delay beside
-    # the queue is the 2 ms left over, not the 22 ms a plain subtraction of the call gives.
+    # A slow model's open-loop row runs at up to a quarter of its sequential rate (for enough
+    # requests), where a request waits behind the one before; here at half: 40 ms calls at
+    # 12.5/s (rho 0.5) wait 20 ms on average (M/D/1). The simulation queues them itself, so
+    # the delay beside the queue is the 2 ms left over, not the 22 ms a plain subtraction of
+    # the call gives.
     sequential = sequential_row(latencies_us(12, 3_000, sigma=0.01, median_ms=40.0))
     poisson = sequential_row(latencies_us(13, 250, sigma=0.01, median_ms=62.0),
                              pattern=Pattern.POISSON)  # fmt: skip  # 250 in 20 s: 12.5/s

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from sharedserve.size.demand import Demand
-from sharedserve.size.grouping import group
+from sharedserve.size.grouping import SharedServer, group
 from sharedserve.size.predict import Predictor
 from sharedserve.size.queueing import ServiceTimes
 from tests.unit.test_size_grouping import GPU, RESERVE, TARGET, model
@@ -68,3 +68,16 @@ def test_without_service_times_objectives_are_not_checked() -> None:
     demands = [replace(timed("large", 100, 1.5, 5, 1000), service_times=None),
                timed("small", 3, 20, 100, 50)]  # fmt: skip
     assert set(grouped(demands).values()) == {"shared-0"}
+
+
+def test_a_model_whose_shared_process_saturates_gets_its_row_not_a_process_of_its_own() -> None:
+    # Two models of 10 ms calls at 60/s each on one core: 1.2 of it together, so the server's
+    # process cannot keep up; each alone (0.6) could. The plan must not show the figure of a
+    # process of its own (server_p99 counts it as inf): its profile row, saying why.
+    models = [timed(n, 10.0, 60.0, 100.0, None) for n in ("a", "b")]
+    server = SharedServer("shared-0", 1, models)
+    predict = Predictor(node_cores=8)
+    a = predict(models[0], 1, server)
+    assert a.source == "profile row"
+    assert "shared-0's one process of 1 slots saturates" in a.error
+    assert predict.server_p99(models, 1) == {"a": float("inf"), "b": float("inf")}
