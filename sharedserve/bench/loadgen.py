@@ -38,7 +38,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import Runner, WorkerRunner
 
-from sharedserve.bench.loadgen_windows import OURS, RECORDER, WINDOW, measure_windows
+from sharedserve.bench.loadgen_windows import OURS, RECORDER, WINDOW, measure_windows, window_s
 from sharedserve.bench.schedule import arrivals
 from sharedserve.bench.senders import Sender
 from sharedserve.bench.windows import measurement_result
@@ -124,12 +124,11 @@ class _Poisson(User):
         if self.sender is None:
             raise StopUser()
         sender, name, spec = self.sender, self.target["name"], self.spec
-        window = spec["duration_s"] / spec["stability_windows"]
         # The master opens the first window a warm-up after it started the users: from here, a
         # few milliseconds earlier (a user starts after its sender is ready), which moves that
         # many milliseconds' requests from one window to the next and leaves counts whole.
         start = time.perf_counter()
-        for offset in arrivals(self.rng, self.target["rate"], window, spec["warmup_s"]):
+        for offset in arrivals(self.rng, self.target["rate"], window_s(spec), spec["warmup_s"]):
             scheduled = start + offset
             delay = scheduled - time.perf_counter()
             if delay > 0:

@@ -23,7 +23,7 @@ from locust.runners import MasterRunner, Runner
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.windows import COUNTS, merge_window, window_figures, windows_stable
 
-__all__ = ["OURS", "RECORDER", "WINDOW", "Recorder", "measure_windows"]
+__all__ = ["OURS", "RECORDER", "WINDOW", "Recorder", "measure_windows", "window_s"]
 
 OURS = "sharedserve"  # marks request events the load generator fired (context key)
 WINDOW = "ss_window"  # the message that opens, rotates or closes a window on a worker
@@ -115,6 +115,12 @@ def _parts(spec: dict[str, Any], results: dict[int, list[Any]], index: int) -> l
     return results.get(index, [])
 
 
+def window_s(spec: dict[str, Any]) -> float:
+    """One measurement window's seconds: ``duration / stability_windows``. The open-loop
+    schedule (``bench.schedule``) lines its blocks up with these windows, so both read it here."""
+    return float(spec["duration_s"]) / int(spec["stability_windows"])
+
+
 def measure_windows(
     runner: Runner, spec: dict[str, Any], results: dict[int, list[Any]]
 ) -> list[Any]:
@@ -124,7 +130,7 @@ def measure_windows(
     gevent.sleep(spec["warmup_s"])
     names = [t["name"] for t in spec["targets"]]
     n = spec["stability_windows"]
-    length = spec["duration_s"] / n
+    length = window_s(spec)
     most = max(n, int(spec["max_duration_s"] / length + 1e-6))
     windows: list[dict[str, Any]] = []
     began, start = time.monotonic(), time.time()
