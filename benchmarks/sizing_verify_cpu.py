@@ -37,13 +37,14 @@ from typing import Any
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 
 from sharedserve.size.profile import load_profiles
+from sharedserve.size.verify_advice import BUSY_BEFORE, TARGETS, TARGETS_TEXT
 
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
 PACKAGES = ("sharedserve", "tensorflow", "locust")
 # Seconds a profile row: a slow model longer, for the hundred requests a row needs to be used
-# (size/profile.py) and a service-time histogram with a tail (resnet50: ~200 ms a call here).
+# (size/profile.py) and a service-time histogram with a tail (resnet50: ~110 ms a call here).
 # Long enough that the open-loop row (a tenth to a quarter of the sequential rate) holds 150
-# requests of a slow model and a thousand of tiny: its tail is the prediction's tail.
+# requests of a slow model and some 2,000 of tiny: its tail is the prediction's tail.
 ARCHITECTURES = {"tiny": 20.0, "mobilenet_v2": 30.0, "resnet50": 70.0}
 # mix -> name -> (architecture, peak QPS over both replicas, p99 objective ms)
 MIXES: dict[str, dict[str, tuple[str, float, float]]] = {
@@ -59,7 +60,6 @@ MIXES: dict[str, dict[str, tuple[str, float, float]]] = {
         "cold-small": ("tiny", 10, 50),
     },
 }  # fmt: skip
-TARGETS = {"qps": 0.05, "p50": 0.15, "p99": 0.25}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -203,7 +203,7 @@ def _verify(here: Path, run: str, duration: float, warmup: float) -> dict[str, A
     # The load average lags: let what ran before (the profiles, the last run) fade, or verify
     # flags this host as busy with the benchmark's own work.
     deadline = time.monotonic() + 45
-    while os.getloadavg()[0] > 0.35 * (os.cpu_count() or 1) and time.monotonic() < deadline:
+    while os.getloadavg()[0] > BUSY_BEFORE * (os.cpu_count() or 1) and time.monotonic() < deadline:
         time.sleep(3)
     out = here / "plan" / f"verify-{run}"
     verify = _run("size", "--verify", str(here / "plan" / "gpu-000.yaml"), "--out", str(out),
@@ -252,7 +252,7 @@ def main() -> None:
         f"{args.duration:g} --warmup {args.warmup:g}` (open loop, each model at its planned "
         f"rate), then measured again at once. Error is (predicted - measured) / measured: "
         "negative, the plan was optimistic. "
-        "Targets: QPS within 5%, p50 within 15%, p99 within 25% (✗: missed). The load average "
+        f"Targets: {TARGETS_TEXT} (✗: missed). The load average "
         f"was {load:.2f} when the benchmark began; the run took {took:.1f} minutes.",
         "",
         *service,

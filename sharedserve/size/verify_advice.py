@@ -23,7 +23,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BUSY_BEFORE", "LATE_SHARE", "MEANING", "TARGETS", "advice", "conditions"]
+__all__ = [
+    "BUSY_BEFORE",
+    "LATE_SHARE",
+    "MEANING",
+    "TARGETS",
+    "TARGETS_TEXT",
+    "advice",
+    "conditions",
+]
 
 TARGETS = {"qps": 0.05, "p50": 0.15, "p99": 0.25}
 """The most |error| each figure may show for the plan to count as predicted (issue 31)."""
@@ -32,11 +40,17 @@ LATE_SHARE = 0.01
 BUSY_BEFORE = 0.35
 """A 1-minute load average above this share of the cores before the run: the host was busy."""
 
+TARGETS_TEXT = ", ".join(
+    f"{'QPS' if figure == 'qps' else figure} within {target:.0%}"
+    for figure, target in TARGETS.items()
+)
+"""``TARGETS`` in words: "QPS within 5%, p50 within 15%, p99 within 25%"."""
+
 MEANING = (
     "planned/predicted: the plan's figures for this GPU (plan.json); measured: this run's. "
     "error = (predicted - measured) / measured: negative means the plan was optimistic "
-    "(promised lower latency or more QPS than measured), positive pessimistic. Targets: QPS "
-    "within 5%, p50 within 15%, p99 within 25%."
+    f"(promised lower latency or more QPS than measured), positive pessimistic. Targets: "
+    f"{TARGETS_TEXT}."
 )
 
 
@@ -115,7 +129,8 @@ def advice(lines: list[dict[str, Any]], c: dict[str, Any]) -> dict[str, Any]:
             f"(say {max(120, 2 * c['duration_s']):g} s) before reading the errors: this "
             "measurement is not one to judge the plan by"
         )
-    short = [ln["model"] for ln in lines if ln["measured_qps"] < ln["planned_qps"] * 0.95
+    carried = 1 - TARGETS["qps"]
+    short = [ln["model"] for ln in lines if ln["measured_qps"] < ln["planned_qps"] * carried
              and (ln["dropped"] or ln["errors"])]  # fmt: skip
     if short:
         steps.append(
