@@ -14,9 +14,9 @@ def _sequential(qps: float, density: int = 1) -> dict[str, object]:
 
 
 # (sequential QPS of the first row, its density, --duration): mobilenet_v2 and resnet50's rates
-# as benchmarks/results/sizing_verify_cpu.md profiled them, where a tenth of the rate gave 27 and
-# 21 requests in 12 s and 30 s, at windows long enough for a quarter; a fast model at the
-# default window; a slow model over two replicas.
+# on this CPU (about 23 and 9 requests/s; a tenth gave 27 and 21 requests in 12 s and 30 s), at
+# windows long enough for a quarter; a fast model at the default window; a slow model over two
+# replicas.
 @pytest.mark.parametrize(
     ("qps", "density", "duration"), [(23, 1, 30), (9, 1, 60), (900, 1, 20), (18, 2, 60)]
 )
