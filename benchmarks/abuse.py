@@ -34,7 +34,7 @@ from abuse_shutdown import LOST, sigterm_under_load  # benchmarks/, beside this 
 from machine import heading, publish
 
 from sharedserve.pack.probe import free_port, model_state
-from sharedserve.server.tfserving.api import PREDICT_METHOD
+from sharedserve.server.protos.tfserving import PREDICT_METHOD
 
 MIB = 1024 * 1024
 PACKAGES = ("sharedserve", "uvicorn", "httptools", "grpcio", "protobuf")

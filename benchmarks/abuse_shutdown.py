@@ -18,8 +18,8 @@ from typing import Any
 
 import grpc
 
-from sharedserve.server.tfserving.api import PREDICT_METHOD
-from sharedserve.server.tfserving.api import tf_serving_pb2 as tfs
+from sharedserve.server.protos.tfserving import PREDICT_METHOD
+from sharedserve.server.protos.tfserving import tf_serving_pb2 as tfs
 
 LOST = (
     "A request is *lost* when its bytes were written on an open connection (REST) or it was "

@@ -68,8 +68,8 @@ def decode_worker(path: str, mib: int) -> None:
     """Decode the body by one path in this fresh process; print its peak rise and time."""
     import numpy as np
 
-    from sharedserve.server.signature import Signature, TensorSpec
-    from sharedserve.server.tfserving import codec
+    from sharedserve.server.version.signature import Signature, TensorSpec
+    from sharedserve.server.wire.tfserving import codec
 
     spec = TensorSpec("x", "DT_FLOAT", (-1, 8))
     signature = Signature("serving_default", {"x": spec}, {"y": spec})

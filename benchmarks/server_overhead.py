@@ -131,10 +131,10 @@ def in_process_worker(model_dir: Path) -> None:
     from sharedserve.config import NO_CAP
     from sharedserve.limits.cpu import resolve_cpu_limit, thread_pool_sizes
     from sharedserve.limits.gpu import resolve_cap
-    from sharedserve.server.backends import make_backend
-    from sharedserve.server.backends.base import RuntimeConfig, warm_up
-    from sharedserve.server.model_source import find_model
-    from sharedserve.server.tfserving import codec
+    from sharedserve.server.version.backends import make_backend
+    from sharedserve.server.version.backends.base import RuntimeConfig, warm_up
+    from sharedserve.server.version.source import find_model
+    from sharedserve.server.wire.tfserving import codec
 
     backend = make_backend(find_model(model_dir))
     cap = resolve_cap(NO_CAP, None)
@@ -183,9 +183,9 @@ def bare_grpc_server(backend: Any) -> tuple[Any, int]:
 
     import grpc
 
-    from sharedserve.server.tfserving.api import PREDICTION_SERVICE
-    from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
-    from sharedserve.server.tfserving.tensor_proto import from_tensor_proto, to_tensor_proto
+    from sharedserve.server.protos.tfserving import PREDICTION_SERVICE
+    from sharedserve.server.protos.tfserving import tf_serving_pb2 as pb
+    from sharedserve.server.wire.tfserving.tensor_proto import from_tensor_proto, to_tensor_proto
 
     signature = backend.signatures()["serving_default"]
 
@@ -318,9 +318,9 @@ def http_client(port: int, path: str, body: bytes, headers: dict[str, str]) -> M
 def grpc_client(port: int, name: str, key: str, array: np.ndarray) -> MakeCall:
     import grpc
 
-    from sharedserve.server.tfserving.api import PREDICT_METHOD
-    from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
-    from sharedserve.server.tfserving.tensor_proto import to_tensor_proto
+    from sharedserve.server.protos.tfserving import PREDICT_METHOD
+    from sharedserve.server.protos.tfserving import tf_serving_pb2 as pb
+    from sharedserve.server.wire.tfserving.tensor_proto import to_tensor_proto
 
     request = pb.PredictRequest()
     request.model_spec.name = name

@@ -132,8 +132,8 @@ class GrpcClient:
     def __init__(self, server: Server, max_bytes: int = (1 << 31) - 1) -> None:
         import grpc
 
-        from sharedserve.server.tfserving.api import PREDICT_METHOD
-        from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
+        from sharedserve.server.protos.tfserving import PREDICT_METHOD
+        from sharedserve.server.protos.tfserving import tf_serving_pb2 as pb
 
         self._pb, self._grpc = pb, grpc
         options = [
@@ -149,7 +149,7 @@ class GrpcClient:
         self.model = server.model
 
     def request(self, inputs: dict[str, np.ndarray]) -> Any:
-        from sharedserve.server.tfserving.tensor_proto import to_tensor_proto
+        from sharedserve.server.wire.tfserving.tensor_proto import to_tensor_proto
 
         request = self._pb.PredictRequest()
         request.model_spec.name = self.model

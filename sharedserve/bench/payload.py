@@ -14,8 +14,7 @@ import numpy as np
 import orjson
 
 from sharedserve.errors import ConfigError
-from sharedserve.server.oip import HEADER_LENGTH
-from sharedserve.server.oip.tensors import datatype_of, to_raw
+from sharedserve.server import HEADER_LENGTH, datatype_of, to_raw
 
 __all__ = [
     "InputSpec",

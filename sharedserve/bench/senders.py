@@ -61,9 +61,8 @@ class Sender:
             )
 
     def _init_grpc(self, target: dict[str, Any], arrays: dict[str, Any]) -> None:
-        from sharedserve.server.tfserving.api import PREDICT_METHOD
-        from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
-        from sharedserve.server.tfserving.tensor_proto import to_tensor_proto
+        from sharedserve.server import PREDICT_METHOD, to_tensor_proto
+        from sharedserve.server import tfserving_pb2 as pb
 
         request = pb.PredictRequest()
         request.model_spec.name = target["model"]
@@ -72,8 +71,8 @@ class Sender:
         self._call(target, PREDICT_METHOD, request, pb.PredictResponse)
 
     def _init_oip_grpc(self, target: dict[str, Any], arrays: dict[str, Any]) -> None:
-        from sharedserve.server.oip.api import MODEL_INFER_METHOD
-        from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
+        from sharedserve.server import MODEL_INFER_METHOD
+        from sharedserve.server import oip_pb2 as pb
 
         request = pb.ModelInferRequest(model_name=target["model"])
         for name, datatype, shape, raw in oip_tensors(arrays):  # raw, as Triton's client sends

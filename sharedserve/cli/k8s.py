@@ -299,7 +299,7 @@ def _model_name(model: str) -> str:
     part, which is what the pod finds on the claim; a bare NAME is itself."""
     path = Path(model).expanduser()
     if path.is_dir():
-        from sharedserve.server.model_source import find_model  # reads the directory
+        from sharedserve.server import find_model  # reads the directory
 
         return find_model(path).name
     if path.name.isdigit():

@@ -29,7 +29,7 @@ def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
     # Imported here: the types load pydantic, which no other command needs at start-up.
     from sharedserve.gpu.fake import fake_gpus_schema
     from sharedserve.pack.spec import pack_schema
-    from sharedserve.server.model_repository import model_schema
+    from sharedserve.server import model_schema
     from sharedserve.size.fleet import fleet_schema
     from sharedserve.size.plan import plan_schema
 

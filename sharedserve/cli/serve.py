@@ -13,7 +13,7 @@ from sharedserve.config import BatchingSettings, GpuSettings
 from sharedserve.contract import Grant
 from sharedserve.enums import Framework, Paging
 from sharedserve.errors import ConfigError
-from sharedserve.server.settings import (
+from sharedserve.server import (
     ConnectionSettings,
     GrpcSettings,
     RestSettings,
@@ -323,7 +323,7 @@ def serve(
     and every model's budget, footprint, state and last use.
     """
     from sharedserve.limits.gpu import parse_cap_request
-    from sharedserve.server.run import run
+    from sharedserve.server.process import run
 
     grant = Grant.from_env(os.environ)  # the env contract's one reader
     settings = ServerSettings(
@@ -366,7 +366,7 @@ def _batching(
     """TF Serving's batching parameters file, else the flags with --enable-batching, else off."""
     if parameters_file is None:
         return flags if enabled else None
-    from sharedserve.server.batching_policy import parse_batching_parameters
+    from sharedserve.server import parse_batching_parameters
 
     try:
         text = parameters_file.read_text()

@@ -25,7 +25,7 @@ from sharedserve.pack.caps import EntryOnGpu, ReplicaShare, caps_on_gpu, place_e
 from sharedserve.pack.probe import free_port, port_is_free
 from sharedserve.pack.replica import HeldModel, ReplicaSpec
 from sharedserve.pack.repository import write_repository
-from sharedserve.server.model_source import ModelSource, find_model
+from sharedserve.server import ModelSource, find_model
 
 __all__ = ["PreparedPack", "footprint_mib", "prepare_pack", "release_cgroups"]
 

@@ -19,7 +19,7 @@ import yaml
 
 from sharedserve.config import GroupModel
 from sharedserve.errors import ConfigError
-from sharedserve.server.model_repository import MODEL_FILE
+from sharedserve.server import MODEL_FILE
 
 __all__ = ["merged_model_file", "model_file", "remove_repository", "write_repository"]
 

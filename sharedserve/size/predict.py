@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharedserve.limits.cpu import CpuLimit, CpuLimitSource, thread_pool_sizes
-from sharedserve.server.scheduler import model_call_slots
+from sharedserve.server import model_call_slots
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet
 from sharedserve.size.grouping import SharedServer

@@ -10,7 +10,7 @@ from sharedserve.files import write_atomic
 from sharedserve.pack.prepare import footprint_mib
 from sharedserve.pack.spec import write_spec
 from sharedserve.placement import OpenEnded, Placement, place
-from sharedserve.server.model_source import find_model
+from sharedserve.server import find_model
 from sharedserve.size.demand import Demand, demands
 from sharedserve.size.fleet import Fleet, PagingSettings, listed, load_fleet
 from sharedserve.size.grouping import Grouping, dedicated, group

@@ -21,7 +21,7 @@ from sharedserve.k8s.group import GroupModelFiles, GroupPods
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args
 from sharedserve.quantity import format_cpu
-from sharedserve.server.model_source import ModelSource, find_model
+from sharedserve.server import ModelSource, find_model
 from sharedserve.size.vgpus import vgpu_cut
 
 __all__ = ["planned_gpu_mib", "render_spec", "spec_vgpu_size"]

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from sharedserve.errors import SharedServeError
-from sharedserve.server.backends.base import Backend, warm_up
-from sharedserve.server.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.backends.torch import TorchBackend
+from sharedserve.server.version.backends.base import Backend, warm_up
+from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.version.backends.torch import TorchBackend
 
 # TorchScript loads in this process, where pytest makes warnings errors; torch warns that its
 # own torch.jit is deprecated (a served process only logs it).

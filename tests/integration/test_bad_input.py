@@ -22,8 +22,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from sharedserve.server.oip.api import MODEL_INFER_METHOD
-from sharedserve.server.oip.api import grpc_predict_v2_pb2 as oip
+from sharedserve.server.protos.oip import MODEL_INFER_METHOD
+from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
 from tests.support.servers import Server
 
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]

@@ -47,7 +47,9 @@ def served_log(model: Path, log_path: Path, level: str, *args: str) -> tuple[str
 def test_serve_hides_the_frameworks_start_up_lines(models_dir: Path, tmp_path: Path) -> None:
     log, enforced = served_log(models_dir / "tiny", tmp_path / "serve.log", "info")
     assert framework_lines(log) == [], log
-    limits = [line for line in log.splitlines() if "sharedserve.server.start_up: limits:" in line]
+    limits = [
+        line for line in log.splitlines() if "sharedserve.server.process.start_up: limits:" in line
+    ]
     assert len(limits) == 1, log
     assert enforced or "not enforced" in limits[0]
 
@@ -157,7 +159,7 @@ def test_a_busy_port_fails_before_any_framework_loads(
         f"give this server another {flag} (0 picks a free one)"
     )
     modules = imported_modules(result.stderr)
-    assert "sharedserve.server.run" in modules  # the server did start up to the ports
+    assert "sharedserve.server.process.run" in modules  # the server did start up to the ports
     assert not {m for m in modules if m.split(".")[0] in FRAMEWORKS}
     assert framework_lines(result.stderr) == [] and "add_port" not in result.stderr
 

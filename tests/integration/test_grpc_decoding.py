@@ -17,8 +17,8 @@ import grpc
 import numpy as np
 import pytest
 
-from sharedserve.server.oip.api import grpc_predict_v2_pb2 as oip
-from sharedserve.server.tfserving.api import tf_serving_pb2 as tf
+from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
+from sharedserve.server.protos.tfserving import tf_serving_pb2 as tf
 from tests.support.servers import Server, serving
 
 MIB = 1 << 20

@@ -25,13 +25,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from sharedserve.server.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.metrics import EVERY_MODEL, Metrics
-from sharedserve.server.model import ServedModel
-from sharedserve.server.model_source import find_model
-from sharedserve.server.registry import ModelRegistry
-from sharedserve.server.signature import Signature
-from sharedserve.server.versions import VersionToServe
+from sharedserve.server.metrics.prometheus import EVERY_MODEL, Metrics
+from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.repository.versions import VersionToServe
+from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.version.model import ServedModel
+from sharedserve.server.version.signature import Signature
+from sharedserve.server.version.source import find_model
 from tests.support import protos
 from tests.support.in_process import serving_in_process
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sharedserve.server.model_repository import read_model_repository
+from sharedserve.server.repository.directory import read_model_repository
 from tests.support import manifests as m
 from tests.support.servers import run_cli
 

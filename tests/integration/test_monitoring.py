@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sharedserve.allocator.inventory import Sizing, build_inventory
 from sharedserve.allocator.metrics import AllocatorCollector, UsageView
 from sharedserve.gpu.fake import FakeGpuBackend
-from sharedserve.server.metrics import Metrics
+from sharedserve.server.metrics.prometheus import Metrics
 from tests.support.allocator import GPUS, T4, Node, allocate, ids, prefer
 from tests.support.gpus import write_inventory
 from tests.support.grafana import expressions, metric_names, panels, variable_expressions

@@ -23,7 +23,7 @@ import schemathesis
 # The OpenAPI 3.1 meta-schema, as schemathesis ships it for its own checks: no extra dependency.
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
-from sharedserve.server.tfserving.openapi import build_openapi
+from sharedserve.server.wire.tfserving.openapi import build_openapi
 from tests.integration import test_bad_input as bad_input
 from tests.support.servers import Server
 

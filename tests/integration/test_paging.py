@@ -29,15 +29,15 @@ import tensorflow as tf
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from sharedserve.server.backends import make_backend
-from sharedserve.server.backends.torch import TorchBackend
-from sharedserve.server.footprint import MIB
-from sharedserve.server.metrics import EVERY_MODEL, Metrics
-from sharedserve.server.model_source import ModelSource, find_model
-from sharedserve.server.paging import Memory
-from sharedserve.server.registry import ModelRegistry
-from sharedserve.server.tenant import Residence
-from sharedserve.server.versions import VersionToServe
+from sharedserve.server.memory.paging import Memory
+from sharedserve.server.memory.tenant import Residence
+from sharedserve.server.metrics.prometheus import EVERY_MODEL, Metrics
+from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.repository.versions import VersionToServe
+from sharedserve.server.version.backends import make_backend
+from sharedserve.server.version.backends.torch import TorchBackend
+from sharedserve.server.version.footprint import MIB
+from sharedserve.server.version.source import ModelSource, find_model
 from tests.support.in_process import serving_in_process
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from sharedserve.server.start_up import bind as _bind
+from sharedserve.server.process.start_up import bind as _bind
 from tests.support.servers import Server
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from sharedserve.server.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
-from sharedserve.server.http import create_app
-from sharedserve.server.metrics import Metrics
-from sharedserve.server.model import ServedModel
-from sharedserve.server.model_source import find_model
-from sharedserve.server.predictor import Predictor
+from sharedserve.server.inference.path import Predictor
+from sharedserve.server.metrics.prometheus import Metrics
+from sharedserve.server.process.http import create_app
 from sharedserve.server.settings import ConnectionSettings, RestSettings
+from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
+from sharedserve.server.version.model import ServedModel
+from sharedserve.server.version.source import find_model
+from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ByteBudget
 from tests.support.cli import invoke
 from tests.support.servers import Server, free_port
 

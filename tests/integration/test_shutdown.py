@@ -26,8 +26,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sharedserve.server.oip.api import MODEL_INFER_METHOD, SERVICE
-from sharedserve.server.oip.api import grpc_predict_v2_pb2 as oip
+from sharedserve.server.protos.oip import MODEL_INFER_METHOD, SERVICE
+from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
 from tests.support.servers import Server
 
 DRAIN_S, GRACE_S = 4.0, 10.0

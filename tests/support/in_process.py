@@ -15,11 +15,11 @@ from typing import Any
 
 import uvicorn
 
-from sharedserve.server.budget import DECODE_WAIT_S, ByteBudget
-from sharedserve.server.grpc_server import GrpcHealth, create_grpc_server
-from sharedserve.server.http import create_app
-from sharedserve.server.registry import ModelRegistry
+from sharedserve.server.process.grpc_server import GrpcHealth, create_grpc_server
+from sharedserve.server.process.http import create_app
+from sharedserve.server.repository.registry import ModelRegistry
 from sharedserve.server.settings import ConnectionSettings, RestSettings
+from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ByteBudget
 from tests.support.servers import free_port
 
 __all__ = ["serving_in_process"]

@@ -17,8 +17,8 @@ from sharedserve.errors import (
     ResourceExhausted,
     SharedServeError,
 )
-from sharedserve.server.batching import Batcher
-from sharedserve.server.batching_policy import BatchingSettings
+from sharedserve.server.inference.batching import Batcher
+from sharedserve.server.inference.batching_policy import BatchingSettings
 
 T = TypeVar("T")
 Inputs = dict[str, np.ndarray]

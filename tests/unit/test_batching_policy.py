@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sharedserve.errors import ConfigError, InvalidInput, SharedServeError
-from sharedserve.server.batching_policy import (
+from sharedserve.server.inference.batching_policy import (
     BatchingSettings,
     batch_key,
     merge,

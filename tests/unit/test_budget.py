@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from sharedserve.errors import ResourceExhausted
-from sharedserve.server.budget import ByteBudget
+from sharedserve.server.wire.body_bytes import ByteBudget
 
 
 async def _take(budget: ByteBudget, size: int, log: list[str], name: str, hold: float) -> None:

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from sharedserve.errors import InvalidInput, SharedServeError
-from sharedserve.server.signature import Signature, TensorSpec
-from sharedserve.server.tfserving.codec import (
+from sharedserve.server.inference.validate import check_inputs
+from sharedserve.server.version.signature import Signature, TensorSpec
+from sharedserve.server.wire.tfserving.codec import (
     PredictRequest,
     RequestFormat,
     decode_predict_request,
@@ -19,7 +20,6 @@ from sharedserve.server.tfserving.codec import (
     parse_json_body,
     read_signature_name,
 )
-from sharedserve.server.validate import check_inputs
 
 ROW, COL = RequestFormat.ROW, RequestFormat.COLUMNAR
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sharedserve.server.fair_queue import FairQueue
+from sharedserve.server.inference.fair_queue import FairQueue
 
 
 def popped(queue: FairQueue[int], n: int | None = None) -> list[str]:

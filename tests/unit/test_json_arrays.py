@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sharedserve.errors import InvalidInput
-from sharedserve.server.json_arrays import MIN_BYTES, JsonArray
-from sharedserve.server.oip import tensors
-from sharedserve.server.signature import Signature, TensorSpec
-from sharedserve.server.tfserving import codec
+from sharedserve.server.version.signature import Signature, TensorSpec
+from sharedserve.server.wire.json_arrays import MIN_BYTES, JsonArray
+from sharedserve.server.wire.oip import tensors
+from sharedserve.server.wire.tfserving import codec
 
 #: Whitespace inside an array, so that even a small one is long enough to be cut.
 PAD = " " * MIN_BYTES

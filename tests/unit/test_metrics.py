@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sharedserve.server.metrics import GpuMemoryReading, Metrics
+from sharedserve.server.metrics.prometheus import GpuMemoryReading, Metrics
 
 
 @pytest.mark.parametrize(

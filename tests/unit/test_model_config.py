@@ -9,7 +9,7 @@ import pytest
 
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
-from sharedserve.server.model_config import (
+from sharedserve.server.repository.config_file import (
     MAX_CONFIG_BYTES,
     ModelEntry,
     PolicyKind,

@@ -15,8 +15,8 @@ from sharedserve.cli import app
 from sharedserve.config import BatchingSettings
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
-from sharedserve.server.model_config import PolicyKind, VersionPolicy, versions_to_serve
-from sharedserve.server.model_repository import (
+from sharedserve.server.repository.config_file import PolicyKind, VersionPolicy, versions_to_serve
+from sharedserve.server.repository.directory import (
     MODEL_FILE,
     read_model_file,
     read_model_repository,

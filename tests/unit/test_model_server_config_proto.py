@@ -10,7 +10,7 @@ from pathlib import Path
 from google.protobuf import descriptor, text_format
 from tensorflow_serving.config import model_server_config_pb2 as upstream
 
-from sharedserve.server.tfserving.api import model_server_config_pb2 as ours
+from sharedserve.server.protos.tfserving import model_server_config_pb2 as ours
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tfserving_config"
 

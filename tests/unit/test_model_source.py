@@ -12,7 +12,7 @@ import pytest
 
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
-from sharedserve.server.model_source import find_model
+from sharedserve.server.version.source import find_model
 
 TF = Framework.TENSORFLOW
 

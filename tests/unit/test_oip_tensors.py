@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from sharedserve.errors import InvalidInput
-from sharedserve.server.oip import tensors
-from sharedserve.server.oip.api import grpc_predict_v2_pb2 as pb
-from sharedserve.server.signature import TensorSpec
+from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as pb
+from sharedserve.server.version.signature import TensorSpec
+from sharedserve.server.wire.oip import tensors
 
 
 def extremes(dtype: type) -> list[Any]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sharedserve.bench.histogram import LatencyHistogram
-from sharedserve.server.fair_queue import FairQueue
+from sharedserve.server.inference.fair_queue import FairQueue
 from sharedserve.size.queueing import (
     Batching,
     ModelLoad,

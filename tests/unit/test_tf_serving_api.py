@@ -1,6 +1,6 @@
 """sharedserve's copy of TF Serving's messages is wire-compatible with the upstream definitions.
 
-Every field of every message in ``sharedserve/server/tfserving/api/tf_serving.proto`` must have
+Every field of every message in ``sharedserve/server/protos/tfserving/tf_serving.proto`` must have
 the number, wire type and cardinality that the same field has in TensorFlow's and TF Serving's
 own protos (installed with the dev extras), and every enum value the same number; otherwise a real
 client's bytes would be read into the wrong field. Upstream fields we leave out are allowed (they
@@ -21,7 +21,7 @@ from tensorflow_serving.apis import (  # noqa: F401
     predict_pb2,
 )
 
-from sharedserve.server.tfserving.api import tf_serving_pb2 as ours
+from sharedserve.server.protos.tfserving import tf_serving_pb2 as ours
 
 OURS = "sharedserve.tfserving."
 UPSTREAM = {

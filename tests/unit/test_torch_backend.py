@@ -32,11 +32,11 @@ from sharedserve.errors import (
 )
 from sharedserve.limits.gpu import CapSource, GpuCap
 from sharedserve.models.catalog import build_models
-from sharedserve.server.backends.base import RuntimeConfig, warm_up
-from sharedserve.server.backends.torch import TorchBackend
-from sharedserve.server.model_source import find_model
-from sharedserve.server.signature import Signature, TensorSpec
-from sharedserve.server.validate import check_inputs
+from sharedserve.server.inference.validate import check_inputs
+from sharedserve.server.version.backends.base import RuntimeConfig, warm_up
+from sharedserve.server.version.backends.torch import TorchBackend
+from sharedserve.server.version.signature import Signature, TensorSpec
+from sharedserve.server.version.source import find_model
 
 # torch deprecates TorchScript in favour of torch.export and warns on script, save and load;
 # sharedserve writes and serves it knowingly.
@@ -318,8 +318,8 @@ def test_configure_in_a_fresh_process_sets_both_pools(tiny_dir: Path) -> None:
         "from pathlib import Path\n"
         "from sharedserve.contract import GpuShare\n"
         "from sharedserve.limits.gpu import CapSource, GpuCap\n"
-        "from sharedserve.server.backends.base import RuntimeConfig\n"
-        "from sharedserve.server.backends.torch import TorchBackend\n"
+        "from sharedserve.server.version.backends.base import RuntimeConfig\n"
+        "from sharedserve.server.version.backends.torch import TorchBackend\n"
         "cap = GpuCap(GpuShare(None), CapSource.NONE, None)\n"
         "a = TorchBackend(Path(sys.argv[1])).configure(RuntimeConfig(cap, 1, 3))\n"
         "print(a.intra_op_threads, a.inter_op_threads)\n"

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from sharedserve.errors import InvalidInput
-from sharedserve.server.signature import Signature, TensorSpec
-from sharedserve.server.tfserving.api import tf_serving_pb2 as pb
-from sharedserve.server.tfserving.tensor_proto import from_tensor_proto
-from sharedserve.server.validate import check_inputs, check_shape
+from sharedserve.server.inference.validate import check_inputs, check_shape
+from sharedserve.server.protos.tfserving import tf_serving_pb2 as pb
+from sharedserve.server.version.signature import Signature, TensorSpec
+from sharedserve.server.wire.tfserving.tensor_proto import from_tensor_proto
 
 
 def sig(**inputs: tuple[str, tuple[int, ...] | None]) -> Signature:

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sharedserve.errors import InvalidInput, PayloadTooLarge
-from sharedserve.server import wire
-from sharedserve.server.oip.api import grpc_predict_v2_pb2 as oip
-from sharedserve.server.oip.grpc_split import Split, split_infer
-from sharedserve.server.tfserving.api import tf_serving_pb2 as tf
-from sharedserve.server.tfserving.grpc_api import split_predict
+from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
+from sharedserve.server.protos.tfserving import tf_serving_pb2 as tf
+from sharedserve.server.wire import proto_slices as wire
+from sharedserve.server.wire.oip.grpc_split import Split, split_infer
+from sharedserve.server.wire.tfserving.grpc_api import split_predict
 
 _TEXT = st.text(max_size=6)
 # Few distinct lengths, so runs of fields with one head (tag, length) are common.

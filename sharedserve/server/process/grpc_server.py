@@ -1,0 +1,87 @@
+"""The one gRPC server of a model server: TF Serving's services and the Open Inference
+Protocol's on one port, over the process's models (``registry.py``), and the standard health
+service."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from sharedserve.server.repository.manager import ModelManager
+from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.settings import ConnectionSettings
+from sharedserve.server.wire.body_bytes import ByteBudget
+from sharedserve.server.wire.oip import grpc_api as oip_grpc
+from sharedserve.server.wire.tfserving import grpc_api as tfserving_grpc
+
+__all__ = ["GrpcHealth", "create_grpc_server"]
+
+
+class GrpcHealth:
+    """The standard gRPC health service (``grpc.health.v1.Health``), which Kubernetes' gRPC probe
+    and gRPC-aware proxies ask, for the server (service "") and for each model's name: a model
+    NOT_SERVING until it is AVAILABLE, SERVING then, the server SERVING once every model is, and
+    all NOT_SERVING for good once a shutdown begins (``server/shutdown.py``). Its methods run on
+    the gRPC server's event loop."""
+
+    def __init__(self, model_names: str | Sequence[str]) -> None:
+        self.servicer = health.aio.HealthServicer()
+        names = [model_names] if isinstance(model_names, str) else list(model_names)
+        self._services = ("", *dict.fromkeys(names))
+
+    async def not_yet(self) -> None:
+        for service in self._services:
+            await self.servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def model_serving(self, name: str) -> None:
+        """Model ``name`` is AVAILABLE (the server is not, until every model is)."""
+        await self.servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def model_not_serving(self, name: str) -> None:
+        """Model ``name`` was unloaded."""
+        await self.servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def serving(self) -> None:
+        for service in self._services:
+            await self.servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stopping(self) -> None:
+        await self.servicer.enter_graceful_shutdown()  # later set()s are ignored
+
+
+def create_grpc_server(
+    registry: ModelRegistry,
+    max_message_bytes: int,
+    connections: ConnectionSettings,
+    decoding: ByteBudget,
+    *,
+    health_service: GrpcHealth,
+    manager: ModelManager | None = None,
+) -> grpc.aio.Server:
+    """A grpc.aio server with every service; the caller binds ports and starts it. ``decoding``
+    is the REST app's budget: a message's bytes count against it as a body's do; every
+    model's requests are bounded by the first model's element limit (one limit per process)."""
+    options = [
+        # The REST listener's connection limits, in gRPC core's terms: a connection that sends
+        # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
+        # connections past the cap are closed as they are accepted.
+        ("grpc.server_handshake_timeout_ms", int(connections.header_timeout_s * 1000)),
+        ("grpc.max_connection_idle_ms", int(connections.keep_alive_timeout_s * 1000)),
+        ("grpc.max_allowed_incoming_connections", connections.max_connections),
+        # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is in use
+        # and silently split its traffic; a port conflict must be an error instead.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+    server = grpc.aio.server(options=options)
+    max_elements = registry.predictors()[0].max_elements
+    manager = manager or ModelManager(registry)
+    server.add_generic_rpc_handlers(
+        tfserving_grpc.handlers(registry, decoding, max_elements, manager)
+    )
+    server.add_generic_rpc_handlers(oip_grpc.handlers(registry, decoding, max_elements, manager))
+    health_pb2_grpc.add_HealthServicer_to_server(health_service.servicer, server)
+    return server

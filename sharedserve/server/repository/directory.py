@@ -1,0 +1,273 @@
+"""A model repository (``--model-repository DIR``): every subdirectory a model. Pure.
+
+Triton's layout: ``DIR/NAME/`` is the model ``NAME``, with numeric version subdirectories (or
+a bare model directory, served as version 1, as ``--model`` takes one), and optionally a model
+file ``DIR/NAME/sharedserve.yaml`` for what the directory cannot say::
+
+    batching:                 # this model's own batching; the keys of --batching-parameters-file
+      max_batch_size: 32
+      batch_timeout_micros: 2000
+    version_policy:           # one of latest {num_versions}, all {}, specific {versions}
+      latest: {num_versions: 2}
+    version_labels:           # label -> version; each must be a version the policy serves
+      stable: 3
+    weight: 2                 # its share of the model-call threads against busy models' (1)
+    max_inflight: 64          # its requests queued or running; more get 503 at once
+    gpu_memory_mib: 512       # its memory budget per version (default: its measured peak)
+    pinned: true              # never paged out (serve --paging lru)
+
+The first three keys mean what they mean in a TF Serving model config file (``model_config``);
+``weight`` and ``max_inflight`` are the shared scheduler's (``scheduler.py``), ``gpu_memory_mib``
+and ``pinned`` the process memory's (``paging.py``). A key the server
+cannot honour yet is refused like a misspelt one, not read and ignored.
+
+A subdirectory that holds no model is an error naming it, and nothing is served: Triton, by
+default (``--exit-on-error``), also refuses to start when a model fails, and a server that
+starts without a model its clients call fails them later and less clearly. Hidden directories
+(``.git``, ``.ipynb_checkpoints``) and plain files are passed over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+from pydantic.dataclasses import dataclass
+
+from sharedserve.config import BatchingSettings
+from sharedserve.documents import (
+    DOCUMENT,
+    Must,
+    Positive,
+    PositiveWhole,
+    json_schema,
+    parse,
+    read_document,
+    refuse,
+    whole,
+)
+from sharedserve.errors import ConfigError
+from sharedserve.server.repository.config_file import (
+    ModelEntry,
+    PolicyKind,
+    VersionPolicy,
+    check_labels,
+    check_model_name,
+)
+from sharedserve.server.version.source import find_model, find_version_sources
+
+__all__ = [
+    "MODEL_FILE",
+    "BatchingFile",
+    "ModelFile",
+    "model_schema",
+    "read_model_file",
+    "read_model_repository",
+    "read_repository_model",
+    "repository_names",
+]
+
+MODEL_FILE = "sharedserve.yaml"
+
+
+def _version(value: Any) -> bool:
+    return whole(value) and value >= 0
+
+
+# Each list or mapping is checked whole by its Must, not item by item: documents' error
+# messages look for a document type among a container's type arguments and would take an
+# item's Annotated Must for one.
+_AtLeastZero = Annotated[
+    int, Field(ge=0), Must("a whole number >= 0", lambda v: whole(v) and v >= 0)
+]
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class BatchingFile:
+    """This model's dynamic batching (as ``serve --enable-batching``); a key left out keeps the
+    server's default for it."""
+
+    max_batch_size: PositiveWhole | None = None
+    """Most rows (dim 0, summed over the merged requests) one batch may hold."""
+    batch_timeout_micros: _AtLeastZero | None = None
+    """Microseconds the first request of a batch waits for company."""
+    max_enqueued_batches: PositiveWhole | None = None
+    """Batches that may wait for a thread; a request needing one more is refused at once."""
+    num_batch_threads: PositiveWhole | None = None
+    """Batches of this model that run at the same time."""
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class Latest:
+    num_versions: PositiveWhole = 1
+    """How many of the highest version numbers are served."""
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class All:
+    """Every version on disk (``all: {}``)."""
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class Specific:
+    versions: Annotated[
+        tuple[int, ...],
+        Field(min_length=1),
+        Must(
+            "a non-empty list of version numbers >= 0",
+            lambda v: isinstance(v, list) and v != [] and all(_version(x) for x in v),
+        ),
+    ]
+    """The version numbers served; each must be on disk."""
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class VersionPolicyFile:
+    """Which versions are served: give exactly one key. None: the latest version."""
+
+    latest: Latest | None = None
+    all: All | None = None
+    specific: Specific | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> VersionPolicyFile:
+        given = [k for k in ("latest", "all", "specific") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise refuse(
+                "give exactly one of latest, all, specific, got " + (", ".join(given) or "none")
+            )
+        return self
+
+    def policy(self) -> VersionPolicy:
+        if self.all is not None:
+            return VersionPolicy(PolicyKind.ALL)
+        if self.specific is not None:
+            return VersionPolicy(
+                PolicyKind.SPECIFIC, versions=tuple(sorted(set(self.specific.versions)))
+            )
+        assert self.latest is not None  # _one
+        return VersionPolicy(PolicyKind.LATEST, num_versions=self.latest.num_versions)
+
+
+@dataclass(frozen=True, config=DOCUMENT)
+class ModelFile:
+    """A model's own settings in a model repository (``NAME/sharedserve.yaml``)."""
+
+    batching: BatchingFile | None = None
+    """Batch this model's requests, with these settings; none: as the server's flags say."""
+    version_policy: VersionPolicyFile | None = None
+    """Which versions are served; none: the latest."""
+    version_labels: Annotated[
+        dict[str, int] | None,
+        Must(
+            "a mapping of label to version number >= 0",
+            lambda v: (
+                isinstance(v, dict)
+                and all(isinstance(k, str) and k != "" and _version(x) for k, x in v.items())
+            ),
+        ),
+    ] = None
+    """Names for versions (``/v1/models/NAME/labels/LABEL``), each a version served."""
+    weight: Positive | None = None
+    """Its share of the server's model-call threads against the other busy models' (each 1
+    unless set): 2 runs twice the calls of a model of weight 1 while both have calls waiting."""
+    max_inflight: PositiveWhole | None = None
+    """Its requests queued or running at most; more are refused at once (503 /
+    RESOURCE_EXHAUSTED). None: ``serve --max-inflight-per-model``."""
+    gpu_memory_mib: PositiveWhole | None = None
+    """Its memory budget per version, in MiB, counted against the server's GPU cap (on a
+    host without a GPU, the recorded ``--gpu-memory-mib``): a load that does not fit, or whose
+    measured peak is larger, is refused; a request that would outgrow it gets 503. None: its
+    peak as measured at load."""
+    pinned: bool = False
+    """Never paged out to make room for another model (``serve --paging lru``)."""
+
+
+def model_schema() -> dict[str, Any]:
+    """The model file's JSON Schema (``sharedserve schema model``)."""
+    return json_schema(ModelFile, "sharedserve model file (model repository)")
+
+
+def read_model_file(path: Path) -> ModelFile:
+    """Read and check one model file; ConfigError names the file and the key at fault."""
+    data = read_document(path, "model file")
+    if data is None:  # an empty file: nothing set
+        return ModelFile()
+    return parse(ModelFile, data, where=str(path))
+
+
+def _batching(given: BatchingFile | None, where: str) -> BatchingSettings | None:
+    if given is None:
+        return None
+    values = {k: v for k, v in asdict(given).items() if v is not None}
+    settings = BatchingSettings(**values)
+    try:
+        settings.validate()  # the same rules as the flags and batching_parameters.txt
+    except ConfigError as e:
+        raise ConfigError(f"{where}: batching: {e.message}") from None
+    return settings
+
+
+def _entry(model_dir: Path) -> ModelEntry:
+    name = model_dir.name
+    check_model_name(name, str(model_dir))
+    if not find_version_sources(model_dir, name):
+        try:
+            find_model(model_dir, name)  # a bare model directory, as --model takes one
+        except ConfigError as e:
+            raise ConfigError(f"model repository: {name!r} holds no model: {e.message}") from None
+    file = model_dir / MODEL_FILE
+    settings = read_model_file(file) if file.is_file() else ModelFile()
+    policy = (
+        VersionPolicy() if settings.version_policy is None else settings.version_policy.policy()
+    )
+    return ModelEntry(
+        name=name,
+        base_path=model_dir,
+        framework=None,  # the files say
+        version_policy=policy,
+        version_labels=check_labels(name, policy, dict(settings.version_labels or {}), str(file)),
+        batching=_batching(settings.batching, str(file)),
+        weight=settings.weight,
+        max_inflight=settings.max_inflight,
+        gpu_memory_mib=settings.gpu_memory_mib,
+        pinned=settings.pinned,
+    )
+
+
+def read_model_repository(root: Path) -> list[ModelEntry]:
+    """Every model in ``root``, by name; ConfigError for a subdirectory with no model, a bad
+    model file, or a ``root`` that is one model rather than a repository of them."""
+    root = root.expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"model repository {root} does not exist or is not a directory")
+    root = root.resolve()
+    try:
+        find_model(root)
+    except ConfigError:
+        pass  # not one model: a repository of them
+    else:
+        raise ConfigError(
+            f"{root} is one model (a model directory or its base path), not a model "
+            "repository; serve it with --model, or pass the directory above it"
+        )
+    return [_entry(root / name) for name in repository_names(root)]
+
+
+def repository_names(root: Path) -> list[str]:
+    """The names of ``root``'s models (its subdirectories), unchecked: what a load may name."""
+    try:
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as e:
+        raise ConfigError(f"cannot read model repository {root}: {e.strerror or e}") from None
+
+
+def read_repository_model(root: Path, name: str) -> ModelEntry | None:
+    """Model ``name`` of repository ``root`` as it is on disk now (None: no such model);
+    ConfigError when its directory holds no model or a bad model file. Read alone, so that
+    one broken model does not stop another's load while the server runs."""
+    if name not in repository_names(root):
+        return None
+    return _entry(root / name)
