@@ -10,6 +10,7 @@ copies: a group of large models is written in milliseconds and takes no disk.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,35 +19,44 @@ from typing import Any
 import yaml
 
 from sharedserve.config import GroupModel
+from sharedserve.documents import dump
 from sharedserve.errors import ConfigError
-from sharedserve.server import MODEL_FILE
+from sharedserve.server import MODEL_FILE, ModelFile, ModelSettings, read_model_file
 
 __all__ = ["merged_model_file", "model_file", "remove_repository", "write_repository"]
 
 
+def _settings(model: GroupModel) -> dict[str, Any]:
+    """What the group sets of the model's settings: its weight, and the others where given."""
+    given: dict[str, Any] = {"weight": model.weight}
+    if model.pinned:
+        given["pinned"] = True
+    if model.max_inflight is not None:
+        given["max_inflight"] = model.max_inflight
+    if model.gpu_memory_mib is not None:
+        given["gpu_memory_mib"] = model.gpu_memory_mib
+    return given
+
+
+def _keys(file: ModelFile) -> dict[str, Any]:
+    """A model file as its YAML says it: the keys set, ``pinned`` only when true."""
+    keys = dump(file, drop_none=True)
+    if not keys.get("pinned"):
+        keys.pop("pinned", None)
+    return dict(keys)
+
+
 def model_file(model: GroupModel) -> dict[str, Any]:
     """The keys of the model's ``sharedserve.yaml`` the group sets (none left unset)."""
-    keys: dict[str, Any] = {"weight": model.weight}
-    if model.max_inflight is not None:
-        keys["max_inflight"] = model.max_inflight
-    if model.gpu_memory_mib is not None:
-        keys["gpu_memory_mib"] = model.gpu_memory_mib
-    if model.pinned:
-        keys["pinned"] = True
-    return keys
-
-
-def _own_file(source: Path) -> dict[str, Any]:
-    path = source / MODEL_FILE
-    if not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text())
-    return data if isinstance(data, dict) else {}
+    return _keys(ModelFile.of(ModelSettings(**_settings(model))))
 
 
 def merged_model_file(model: GroupModel) -> dict[str, Any]:
-    """The model's ``sharedserve.yaml`` in a group: its own file's keys, the group's over them."""
-    return {**_own_file(model.model_dir.expanduser().resolve()), **model_file(model)}
+    """The model's ``sharedserve.yaml`` in a group: its own file's settings (read and checked
+    as the server reads it), the group's over them."""
+    path = model.model_dir.expanduser().resolve() / MODEL_FILE
+    own = read_model_file(path) if path.is_file() else ModelFile()
+    return _keys(dataclasses.replace(own, **_settings(model)))
 
 
 def write_repository(root: Path, models: Sequence[tuple[str, GroupModel]]) -> Path:

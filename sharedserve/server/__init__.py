@@ -28,7 +28,12 @@ from sharedserve.server.protos.oip import MODEL_INFER_METHOD
 from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip_pb2
 from sharedserve.server.protos.tfserving import PREDICT_METHOD
 from sharedserve.server.protos.tfserving import tf_serving_pb2 as tfserving_pb2
-from sharedserve.server.repository.directory import MODEL_FILE, model_schema
+from sharedserve.server.repository.directory import (
+    MODEL_FILE,
+    ModelFile,
+    model_schema,
+    read_model_file,
+)
 from sharedserve.server.settings import (
     ConnectionSettings,
     GrpcSettings,
@@ -36,6 +41,7 @@ from sharedserve.server.settings import (
     ServerSettings,
     ShutdownSettings,
 )
+from sharedserve.server.version.settings import ModelSettings
 from sharedserve.server.version.source import ModelSource, find_model
 from sharedserve.server.wire.oip import HEADER_LENGTH
 from sharedserve.server.wire.oip.tensors import datatype_of, to_raw
@@ -48,6 +54,8 @@ __all__ = [
     "PREDICT_METHOD",
     "ConnectionSettings",
     "GrpcSettings",
+    "ModelFile",
+    "ModelSettings",
     "ModelSource",
     "RestSettings",
     "ServerSettings",
@@ -58,6 +66,7 @@ __all__ = [
     "model_schema",
     "oip_pb2",
     "parse_batching_parameters",
+    "read_model_file",
     "tfserving_pb2",
     "to_raw",
     "to_tensor_proto",

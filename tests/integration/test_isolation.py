@@ -1,5 +1,5 @@
 """Isolation between models in one process: the shared scheduler's fair turns and each model's
-``max_inflight`` (issue 30 item 5).
+``max_inflight``.
 
 One registry serves ``aggressor`` and ``victim`` (both TensorFlow ``tiny``) over REST and gRPC
 in this process, with 2 model-call threads and ``aggressor``'s ``max_inflight`` at 6.
@@ -25,15 +25,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from sharedserve.server.metrics.prometheus import EVERY_MODEL, Metrics
-from sharedserve.server.repository.registry import ModelRegistry
-from sharedserve.server.repository.versions import VersionToServe
+from sharedserve.server.process.model_server import ModelServer
+from sharedserve.server.repository import VersionToServe
+from sharedserve.server.version import ModelSettings, ModelSource, Signature, find_model
 from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.version.model import ServedModel
-from sharedserve.server.version.signature import Signature
-from sharedserve.server.version.source import find_model
 from tests.support import protos
-from tests.support.in_process import serving_in_process
+from tests.support.in_process import loopback_settings, serving_in_process
 
 ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
 LIMIT = 6
@@ -56,8 +53,13 @@ class GatedPredictBackend(TensorFlowBackend):
 class Served:
     client: httpx.Client
     grpc_target: str
-    registry: ModelRegistry
+    server: ModelServer
     gate: threading.Event
+
+    def inflight(self, name: str) -> int:
+        """The model's requests in flight: its versions' counts."""
+        versions = self.server.registry.versions_by_number(name).values()
+        return sum(version.inflight for version in versions)
 
 
 def _until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
@@ -72,18 +74,25 @@ def served(models_dir: Path) -> Iterator[Served]:
     gate = threading.Event()
     gate.set()  # open for the warm-up; the test closes it
     sources = [find_model(models_dir / "tiny" / "1", n) for n in ("aggressor", "victim")]
-    backends = [GatedPredictBackend(sources[0].path, gate), TensorFlowBackend(sources[1].path)]
-    entries = [VersionToServe(sources[0], max_inflight=LIMIT), VersionToServe(sources[1])]
-    models = [ServedModel(s, b) for s, b in zip(sources, backends, strict=True)]
-    registry = ModelRegistry.build(Metrics(EVERY_MODEL), entries, models, 1 << 20, slots=SLOTS)
+    entries = [
+        VersionToServe(sources[0], ModelSettings(max_inflight=LIMIT)),
+        VersionToServe(sources[1]),
+    ]
+
+    def backend(source: ModelSource) -> TensorFlowBackend:
+        if source.name == "aggressor":
+            return GatedPredictBackend(source.path, gate)
+        return TensorFlowBackend(source.path)
+
+    # One whole core: 2 model-call threads (model_call_slots' floor).
+    settings = loopback_settings(cpu_limit_cores=1.0, max_request_elements=1 << 20)
     try:
         with (
-            serving_in_process(registry, registry.models_report) as (base, grpc_target),
-            httpx.Client(base_url=base, timeout=60) as client,
+            serving_in_process(entries, settings, backends=backend) as served,
+            httpx.Client(base_url=served.base, timeout=60) as client,
         ):
-            registry.load()  # as run.py's loader thread, while the listeners already answer
             _until(lambda: client.get("/v2/health/ready").status_code == 200, "ready")
-            yield Served(client, grpc_target, registry, gate)
+            yield Served(client, served.grpc_target, served.server, gate)
     finally:
         gate.set()
 
@@ -101,13 +110,14 @@ def _queue_depth(served: Served, model: str) -> float:
 
 
 def test_a_victim_runs_before_an_aggressors_backlog_and_the_limit_refuses(served: Served) -> None:
-    registry, scheduler = served.registry, served.registry.scheduler
-    aggressor = scheduler.lane("aggressor")
+    server, scheduler = served.server, served.server.path.scheduler
     assert _predict(served, "victim").status_code == 200  # warm, and not gated
     served.gate.clear()
     with ThreadPoolExecutor(LIMIT + 1) as pool:
         backlog = [pool.submit(_predict, served, "aggressor") for _ in range(LIMIT)]
-        _until(lambda: aggressor.inflight == LIMIT, f"{LIMIT} aggressor requests in flight")
+        _until(
+            lambda: served.inflight("aggressor") == LIMIT, f"{LIMIT} aggressor requests in flight"
+        )
         _until(lambda: scheduler.running == SLOTS, "both threads held by the aggressor")
         assert _queue_depth(served, "aggressor") == LIMIT - SLOTS
         assert _queue_depth(served, "victim") == 0
@@ -142,9 +152,9 @@ def test_a_victim_runs_before_an_aggressors_backlog_and_the_limit_refuses(served
     # FIFO would start the 4 queued aggressor calls first; fair turns start the victim's.
     assert started[0] == "victim", started
     assert sorted(started) == ["aggressor"] * (LIMIT - SLOTS) + ["victim"]
-    assert aggressor.inflight == 0
+    assert served.inflight("aggressor") == 0
     assert _predict(served, "aggressor").status_code == 200  # room again
-    aggressor_report = registry.models_report()["models"]["aggressor"]
+    aggressor_report = server.manager.report()["models"]["aggressor"]
     assert (aggressor_report["weight"], aggressor_report["max_inflight"]) == (1.0, LIMIT)
 
 

@@ -1,10 +1,10 @@
 """Many models in one server process: every wire format routes by name, version and label.
 
-One registry (``server/registry.py``) holds TensorFlow ``tiny`` versions 1 and 2 (a copy of
+One in-process ``ModelServer`` holds TensorFlow ``tiny`` versions 1 and 2 (a copy of
 version 1), labelled ``stable`` and ``canary``; TorchScript ``tiny`` served as ``tiny_torch``;
 and ``slow``, TensorFlow ``tiny`` again, whose load waits until the fixture has seen the others
-turn AVAILABLE without it. The HTTP app and the gRPC server run in this process on loopback,
-over that registry, and are asked with TF Serving's own client messages and Triton's client.
+turn AVAILABLE without it. Its HTTP app and gRPC server run in this process on loopback, and
+are asked with TF Serving's own client messages and Triton's client.
 """
 
 from __future__ import annotations
@@ -28,15 +28,12 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from sharedserve.server.metrics.prometheus import EVERY_MODEL, Metrics
-from sharedserve.server.repository.registry import ModelRegistry
-from sharedserve.server.repository.versions import VersionToServe
-from sharedserve.server.version.backends import make_backend
+from sharedserve.server.metrics import EVERY_MODEL
+from sharedserve.server.repository import VersionToServe
+from sharedserve.server.version import Backend, ModelSource, find_model, make_backend
 from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.version.model import ServedModel
-from sharedserve.server.version.source import find_model
 from tests.support import protos
-from tests.support.in_process import serving_in_process
+from tests.support.in_process import loopback_settings, serving_in_process
 from tests.support.triton_client import TritonClient
 
 # TorchScript loads in this process here, where pytest makes warnings errors; torch warns that
@@ -96,30 +93,28 @@ def served(
         find_model(torch_models_dir / "tiny" / "1", "tiny_torch"),
         find_model(models_dir / "tiny" / "1", "slow"),
     ]
-    backends = [make_backend(s) for s in sources[:3]] + [GatedBackend(sources[3].path, gate)]
     entries = [
         VersionToServe(s, labels={"stable": 1, "canary": 2} if s.name == "tiny" else {})
         for s in sources
     ]
-    models = [ServedModel(s, b) for s, b in zip(sources, backends, strict=True)]
-    registry = ModelRegistry.build(Metrics(EVERY_MODEL), entries, models, 1 << 20)
-    loader = threading.Thread(target=registry.load, daemon=True)  # as run.py's loader thread
+
+    def backend(source: ModelSource) -> Backend:
+        return GatedBackend(source.path, gate) if source.name == "slow" else make_backend(source)
+
+    settings = loopback_settings(max_request_elements=1 << 20)
     try:
         with (
-            serving_in_process(registry) as (base, grpc_target),
-            httpx.Client(base_url=base, timeout=60) as client,
+            serving_in_process(entries, settings, backends=backend, wait_loaded=False) as served,
+            httpx.Client(base_url=served.base, timeout=60) as client,
         ):
-            loader.start()
             _poll(client, "/v2/models/tiny_torch/ready")  # the last before slow
             paths = ["/v2/health/ready", "/v2/models/tiny/ready", "/v2/models/slow/ready"]
             before = {path: client.get(path).status_code for path in paths}
             gate.set()
             _poll(client, "/v2/health/ready")
-            yield Served(client, grpc_target, base.removeprefix("http://"), before)
+            yield Served(client, served.grpc_target, served.base.removeprefix("http://"), before)
     finally:
         gate.set()
-        if loader.is_alive():
-            loader.join(60)
 
 
 def test_each_model_turns_available_on_its_own(served: Served) -> None:

@@ -1,4 +1,4 @@
-"""Many models in one process under a memory cap smaller than all of them (issue 30 items 3-4):
+"""Many models in one process under a memory cap smaller than all of them:
 with ``--paging lru`` the least recently used idle models move out and come back on their next
 request with the same answers; a pinned model and a model with requests in flight never move; a
 request whose model cannot come back in time gets 503 with Retry-After (gRPC UNAVAILABLE with
@@ -29,16 +29,22 @@ import tensorflow as tf
 from prometheus_client.parser import text_string_to_metric_families
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from sharedserve.server.memory.paging import Memory
-from sharedserve.server.memory.tenant import Residence
-from sharedserve.server.metrics.prometheus import EVERY_MODEL, Metrics
-from sharedserve.server.repository.registry import ModelRegistry
-from sharedserve.server.repository.versions import VersionToServe
-from sharedserve.server.version.backends import make_backend
+from sharedserve.config import CapSource, GpuCapRequest, GpuSettings
+from sharedserve.enums import Paging
+from sharedserve.server.memory import Memory
+from sharedserve.server.process.model_server import ModelServer
+from sharedserve.server.repository import VersionToServe
+from sharedserve.server.version import (
+    MIB,
+    Backend,
+    ModelSettings,
+    ModelSource,
+    VersionState,
+    find_model,
+    make_backend,
+)
 from sharedserve.server.version.backends.torch import TorchBackend
-from sharedserve.server.version.footprint import MIB
-from sharedserve.server.version.source import ModelSource, find_model
-from tests.support.in_process import serving_in_process
+from tests.support.in_process import loopback_settings, serving_in_process
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 
@@ -60,7 +66,7 @@ class GatedTorch(TorchBackend):
 
 @dataclass
 class Served:
-    registry: ModelRegistry
+    server: ModelServer
     client: httpx.Client
     grpc_target: str
     gate: threading.Event
@@ -83,31 +89,35 @@ def served(models_dir: Path, torch_models_dir: Path) -> Iterator[Served]:
     names = {"pinned": torch_tiny, "a": torch_tiny, "b": torch_tiny, "tf": tf_tiny}
     names |= {"g1": torch_tiny, "g2": torch_tiny}
     sources = [find_model(path, name) for name, path in names.items()]
-    entries = [VersionToServe(s, budget_bytes=MIB, pinned=s.name == "pinned") for s in sources]
-    backends = [
-        GatedTorch(s.path, gate) if s.name.startswith("g") else make_backend(s) for s in sources
+    entries = [
+        VersionToServe(s, ModelSettings(gpu_memory_mib=1, pinned=s.name == "pinned"))
+        for s in sources
     ]
-    metrics = Metrics(EVERY_MODEL)
-    memory = Memory(metrics.paging, CAPACITY * MIB, paging=True, page_in_timeout_s=60)
-    registry = ModelRegistry.build(
-        metrics,
-        entries,
-        [e.served_model(b) for e, b in zip(entries, backends, strict=True)],
-        1 << 20,
-        memory=memory,
+
+    def backend(source: ModelSource) -> Backend:
+        if source.name.startswith("g"):
+            return GatedTorch(source.path, gate)
+        return make_backend(source)
+
+    settings = loopback_settings(
+        gpu=GpuSettings(cap=GpuCapRequest.of(CapSource.FLAG, mib=CAPACITY)),
+        paging=Paging.LRU,
+        page_in_timeout_s=60.0,
+        max_request_elements=1 << 20,
     )
-    registry.load()  # each loaded, measured and counted; the oldest paged out for the next
-    expected = {"torch": _answer(sources[0]), "tf": _answer(sources[3])}
+    # Each loaded, measured and counted in turn; the oldest paged out for the next.
     with (
-        serving_in_process(registry, registry.models_report) as (base, grpc_target),
-        httpx.Client(base_url=base, timeout=120) as client,
+        serving_in_process(entries, settings, backends=backend) as served,
+        httpx.Client(base_url=served.base, timeout=120) as client,
     ):
-        yield Served(registry, client, grpc_target, gate, expected)
+        expected = {"torch": _answer(sources[0]), "tf": _answer(sources[3])}
+        yield Served(served.server, client, served.grpc_target, gate, expected)
     gate.set()
 
 
-def _states(registry: ModelRegistry) -> dict[str, Residence]:
-    return {name: registry.memory.tenants_of(name)[0].state for name in registry.served()}
+def _states(server: ModelServer) -> dict[str, VersionState]:
+    versions = server.registry.versions_by_number
+    return {name: versions(name)[1].state for name in server.registry.served()}
 
 
 def _predict(served: Served, name: str) -> httpx.Response:
@@ -128,10 +138,10 @@ def _samples(served: Served, metric: str) -> dict[Labels, float]:
 
 
 def test_start_up_fills_the_cap_and_pages_out_the_oldest(served: Served) -> None:
-    states = _states(served.registry)
-    resident = [n for n, s in states.items() if s is Residence.RESIDENT]
+    states = _states(served.server)
+    resident = [n for n, s in states.items() if s is VersionState.AVAILABLE]
     assert len(resident) == CAPACITY and "pinned" in resident, states
-    assert served.registry.memory.held == CAPACITY * MIB
+    assert served.server.memory.held == CAPACITY * MIB
     limits = served.client.get("/sharedserve/v1/limits").json()
     assert limits["memory"] == {
         "capacity_mib": CAPACITY,
@@ -153,7 +163,7 @@ def test_every_model_pages_in_with_its_own_answers(served: Served) -> None:
             np.testing.assert_allclose(
                 response.json()["predictions"], served.expected[framework], rtol=1e-5
             )
-            assert served.registry.memory.held <= CAPACITY * MIB
+            assert served.server.memory.held <= CAPACITY * MIB
     page_ins = _samples(served, "sharedserve_model_page_ins_total")
     assert page_ins[(("how", "reload"), ("model", "tf"))] >= 1  # TensorFlow: from disk
     assert page_ins[(("how", "device_copy"), ("model", "a"))] >= 1  # torch: from host memory
@@ -163,11 +173,11 @@ def test_every_model_pages_in_with_its_own_answers(served: Served) -> None:
     # The pinned model was never moved, however long it sat unused.
     outs = _samples(served, "sharedserve_model_page_outs_total")
     assert (("model", "pinned"),) not in outs and outs[(("model", "a"),)] >= 1
-    assert _states(served.registry)["pinned"] is Residence.RESIDENT
+    assert _states(served.server)["pinned"] is VersionState.AVAILABLE
 
 
 def test_a_tensorflow_model_frozen_at_start_is_freed_when_paged_out(served: Served) -> None:
-    # run.py freezes what was loaded at start (gc.freeze); a TensorFlow model is objects in
+    # The server freezes what was loaded at start (gc.freeze); a TensorFlow model is objects in
     # cycles, which a collection that skips the frozen ones would leave in memory for good.
     for name in ("tf", "a"):
         assert _predict(served, name).status_code == 200  # tf resident, then a used after it
@@ -175,7 +185,7 @@ def test_a_tensorflow_model_frozen_at_start_is_freed_when_paged_out(served: Serv
     try:
         frozen = gc.get_freeze_count()
         assert _predict(served, "b").status_code == 200  # no room: tf, least recent, goes
-        assert _states(served.registry)["tf"] is Residence.PAGED_OUT
+        assert _states(served.server)["tf"] is VersionState.PAGED_OUT
         freed = frozen - gc.get_freeze_count()
         assert freed > 1000, f"only {freed} frozen objects were freed by tf's page-out"
     finally:
@@ -185,7 +195,7 @@ def test_a_tensorflow_model_frozen_at_start_is_freed_when_paged_out(served: Serv
 def test_busy_models_stay_and_a_waiting_request_gets_503_with_retry_after(
     served: Served,
 ) -> None:
-    memory = served.registry.memory
+    memory = served.server.memory
     for name in ("g1", "g2"):  # resident, and about to be held busy
         assert _predict(served, name).status_code == 200
     served.gate.clear()
@@ -209,7 +219,7 @@ def test_busy_models_stay_and_a_waiting_request_gets_503_with_retry_after(
             assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
             trailers = dict(caught.value.trailing_metadata() or ())
             assert trailers["grpc-retry-pushback-ms"] == "1000"
-            assert _states(served.registry)["g1"] is Residence.RESIDENT
+            assert _states(served.server)["g1"] is VersionState.AVAILABLE
         finally:
             served.gate.set()
             memory.page_in_timeout_s = 60
@@ -223,6 +233,6 @@ def _tensor() -> Any:
 
 def _wait_busy(memory: Memory, names: tuple[str, ...]) -> None:
     deadline = time.monotonic() + 60
-    while not all(memory.tenants_of(n)[0].busy for n in names):
+    while not all(memory.versions_of(n)[0].inflight for n in names):
         assert time.monotonic() < deadline, "the held requests never reached their models"
         time.sleep(0.01)

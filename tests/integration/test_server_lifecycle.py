@@ -6,24 +6,17 @@ the backend's load held on an event so the LOADING window is deterministic inste
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 from pathlib import Path
 
 import httpx
-import uvicorn
 
-from sharedserve.server.inference.path import Predictor
-from sharedserve.server.metrics.prometheus import Metrics
-from sharedserve.server.process.http import create_app
-from sharedserve.server.settings import ConnectionSettings, RestSettings
+from sharedserve.server.repository import VersionToServe
 from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
-from sharedserve.server.version.model import ServedModel
 from sharedserve.server.version.source import find_model
-from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ByteBudget
 from tests.support.cli import invoke
-from tests.support.servers import Server, free_port
+from tests.support.in_process import serving_in_process
+from tests.support.servers import Server
 
 
 class GatedBackend(TensorFlowBackend):
@@ -41,38 +34,28 @@ class GatedBackend(TensorFlowBackend):
 def test_not_ready_is_503_until_warm(models_dir: Path) -> None:
     source = find_model(models_dir / "tiny")
     gate = threading.Event()
-    model = ServedModel(source, GatedBackend(source.path, gate))
-    rest, connections = RestSettings(max_body_bytes=1 << 20), ConnectionSettings()
-    decoding = ByteBudget(rest.decoding_limit, DECODE_WAIT_S)
-    app = create_app(Predictor(model, Metrics("tiny")), lambda: {}, rest, connections, decoding)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-    thread.start()
-    loader = threading.Thread(target=model.load, daemon=True)
-    loader.start()
     body = {"instances": [[0.0] * 8]}
+    gated = serving_in_process(
+        [VersionToServe(source)],
+        backends=lambda s: GatedBackend(s.path, gate),
+        wait_loaded=False,
+    )
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            deadline = time.monotonic() + 30
-            while not server.started and time.monotonic() < deadline:
-                time.sleep(0.05)
+        with gated as served, httpx.Client(base_url=served.base, timeout=30) as client:
             status = client.get("/v1/models/tiny").json()["model_version_status"][0]
-            assert status["state"] == "LOADING"
+            assert status["state"] in ("START", "LOADING")
             response = client.post("/v1/models/tiny:predict", json=body)
             assert response.status_code == 503
-            assert "LOADING" in response.json()["error"]
+            assert "not ready" in response.json()["error"]
             assert client.get("/v1/models/tiny/metadata").status_code == 503
             assert client.get("/v1/models/nope").status_code == 404  # unknown beats not ready
             gate.set()
-            loader.join(60)
+            assert served.server.loaded.wait(60)
             status = client.get("/v1/models/tiny").json()["model_version_status"][0]
             assert status["state"] == "AVAILABLE"
             assert client.post("/v1/models/tiny:predict", json=body).status_code == 200
     finally:
         gate.set()
-        server.should_exit = True
-        thread.join(30)
 
 
 def test_corrupt_model_fails_with_clear_error(tmp_path: Path) -> None:

@@ -1,68 +1,70 @@
-"""A registry's REST app and gRPC server on loopback, in a thread of their own, in this process:
-for tests that reach into the server (a gated backend, the scheduler's records) while real
-clients call it. As run.py does, minus flags, signals and the loader thread (the caller loads)."""
+"""A ``ModelServer`` on loopback in a thread of its own, in this process: for tests that reach
+into the server (a gated backend, the scheduler's records) while real clients call it. The same
+object ``serve`` runs; only the backends may be the test's."""
 
 from __future__ import annotations
 
-import asyncio
-import queue
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, replace
 
-import uvicorn
+from sharedserve.server.process.model_server import ModelServer
+from sharedserve.server.process.start_up import bind
+from sharedserve.server.repository import Catalog, FixedCatalog, VersionToServe
+from sharedserve.server.settings import (
+    GrpcSettings,
+    RestSettings,
+    ServerSettings,
+    ShutdownSettings,
+)
+from sharedserve.server.version import BackendFactory, make_backend
 
-from sharedserve.server.process.grpc_server import GrpcHealth, create_grpc_server
-from sharedserve.server.process.http import create_app
-from sharedserve.server.repository.registry import ModelRegistry
-from sharedserve.server.settings import ConnectionSettings, RestSettings
-from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ByteBudget
-from tests.support.servers import free_port
+__all__ = ["InProcess", "loopback_settings", "serving_in_process"]
 
-__all__ = ["serving_in_process"]
+
+def loopback_settings(**given: object) -> ServerSettings:
+    """Settings for a server on loopback, free ports, a short stop; ``given`` replaces any."""
+    settings = ServerSettings(
+        rest=RestSettings(host="127.0.0.1", port=0, max_body_bytes=1 << 20),
+        grpc=GrpcSettings(port=0, max_message_bytes=4 << 20),
+        shutdown=ShutdownSettings(drain_delay_s=0, grace_s=10),
+    )
+    return replace(settings, **given)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class InProcess:
+    server: ModelServer
+    base: str
+    """The REST base URL."""
+    grpc_target: str
 
 
 @contextmanager
 def serving_in_process(
-    registry: ModelRegistry, limits: Callable[[], dict[str, Any]] = dict
-) -> Iterator[tuple[str, str]]:
-    """-> (the REST base URL, the gRPC target), once the REST listener accepts connections
-    (it starts after gRPC and the batchers, which takes a while on a loaded machine)."""
-    rest, connections = RestSettings(max_body_bytes=1 << 20), ConnectionSettings()
-    decoding = ByteBudget(rest.decoding_limit, DECODE_WAIT_S)
-    app = create_app(registry, limits, rest, connections, decoding)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    grpc_ports: queue.Queue[int] = queue.Queue()
-
-    async def serve() -> None:
-        health = GrpcHealth(list(registry.served()))
-        await health.not_yet()
-        grpc_server = create_grpc_server(
-            registry, 4 << 20, connections, decoding, health_service=health
-        )
-        grpc_ports.put(grpc_server.add_insecure_port("127.0.0.1:0"))
-        await grpc_server.start()
-        await registry.start()
-        try:
-            await server.serve()
-        finally:
-            await grpc_server.stop(0)
-            await registry.stop()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    models: Catalog | Sequence[VersionToServe],
+    settings: ServerSettings | None = None,
+    *,
+    backends: BackendFactory = make_backend,
+    wait_loaded: bool = True,
+) -> Iterator[InProcess]:
+    """-> the server once its listeners answer (and, ``wait_loaded``, its models named at start
+    have loaded or failed); stopped as a SIGTERM would at the end of the block."""
+    catalog = models if not isinstance(models, Sequence) else FixedCatalog(models)
+    server = ModelServer(settings or loopback_settings(), catalog, backends=backends)
+    sock: socket.socket = bind("127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, args=(sock,), daemon=True)
     thread.start()
     try:
-        grpc_target = f"127.0.0.1:{grpc_ports.get(timeout=60)}"
-        deadline = time.monotonic() + 60
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "REST listener not up"
-            time.sleep(0.05)
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
-        yield f"http://127.0.0.1:{port}", grpc_target
+        assert server.started.wait(60), "the listeners did not come up"
+        if wait_loaded:
+            assert server.loaded.wait(120), "the models named at start did not load"
+        assert server.rest_address is not None
+        host, port = server.rest_address
+        yield InProcess(server, f"http://{host}:{port}", f"127.0.0.1:{server.grpc_port}")
     finally:
-        server.should_exit = True
+        server.stop()
         thread.join(30)
+        sock.close()

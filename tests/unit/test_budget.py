@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from sharedserve.errors import ResourceExhausted
-from sharedserve.server.wire.body_bytes import ByteBudget
+from sharedserve.server.wire.body_bytes import DecodingBytes
 
 
-async def _take(budget: ByteBudget, size: int, log: list[str], name: str, hold: float) -> None:
+async def _take(budget: DecodingBytes, size: int, log: list[str], name: str, hold: float) -> None:
     async with budget.hold(size):
         log.append(f"{name}+")
         await asyncio.sleep(hold)
@@ -20,7 +20,7 @@ async def _take(budget: ByteBudget, size: int, log: list[str], name: str, hold: 
 
 def test_bodies_that_fit_run_together() -> None:
     async def main() -> list[str]:
-        budget, log = ByteBudget(100, wait_s=5), list[str]()
+        budget, log = DecodingBytes(100, wait_s=5), list[str]()
         await asyncio.gather(*(_take(budget, 30, log, n, 0.05) for n in "abc"))
         assert budget.used == 0
         return log
@@ -30,7 +30,7 @@ def test_bodies_that_fit_run_together() -> None:
 
 def test_a_body_waits_for_room_in_arrival_order() -> None:
     async def main() -> list[str]:
-        budget, log = ByteBudget(100, wait_s=5), list[str]()
+        budget, log = DecodingBytes(100, wait_s=5), list[str]()
         # c would fit beside a, but b arrived first and is waiting: c must not overtake it.
         await asyncio.gather(
             _take(budget, 60, log, "a", 0.1),
@@ -44,7 +44,7 @@ def test_a_body_waits_for_room_in_arrival_order() -> None:
 
 def test_no_room_in_time_is_resource_exhausted_and_costs_nothing() -> None:
     async def main() -> None:
-        budget = ByteBudget(100, wait_s=0.05)
+        budget = DecodingBytes(100, wait_s=0.05)
         async with budget.hold(100):
             with pytest.raises(ResourceExhausted, match="--max-decoding-bytes"):
                 async with budget.hold(1):
@@ -59,7 +59,7 @@ def test_no_room_in_time_is_resource_exhausted_and_costs_nothing() -> None:
 
 def test_a_body_over_the_whole_budget_runs_alone() -> None:
     async def main() -> list[str]:
-        budget, log = ByteBudget(100, wait_s=5), list[str]()
+        budget, log = DecodingBytes(100, wait_s=5), list[str]()
         await asyncio.gather(_take(budget, 500, log, "a", 0.05), _take(budget, 1, log, "b", 0))
         return log
 

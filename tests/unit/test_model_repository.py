@@ -47,7 +47,7 @@ def test_every_subdirectory_is_a_model_of_either_framework(tmp_path: Path) -> No
     (tmp_path / "README.md").write_text("models")
     entries = read_model_repository(tmp_path)
     assert [e.name for e in entries] == ["bare", "resnet", "tiny"]
-    assert all(e.framework is None and e.batching is None for e in entries)
+    assert all(e.framework is None and e.settings.batching is None for e in entries)
     assert all(e.version_policy == VersionPolicy() for e in entries)
     served = {e.name: versions_to_serve(e) for e in entries}
     assert [(s.version, s.framework) for s in served["resnet"]] == [(2, Framework.TENSORFLOW)]
@@ -71,7 +71,7 @@ def test_the_model_file_sets_batching_versions_and_labels(tmp_path: Path) -> Non
         model_file(model(tmp_path, name, 1, 2, 3), f"version_policy:\n  {policy}\n")
     model_file(model(tmp_path, "empty", 1), "")  # an empty model file sets nothing
     entries = {e.name: e for e in read_model_repository(tmp_path)}
-    assert entries["resnet"].batching == BatchingSettings(
+    assert entries["resnet"].settings.batching == BatchingSettings(
         max_batch_size=32, batch_timeout_micros=2000
     )
     assert entries["resnet"].version_policy == VersionPolicy(PolicyKind.LATEST, num_versions=2)
@@ -79,9 +79,12 @@ def test_the_model_file_sets_batching_versions_and_labels(tmp_path: Path) -> Non
     assert [s.version for s in versions_to_serve(entries["resnet"])] == [2, 3]
     assert [s.version for s in versions_to_serve(entries["all"])] == [1, 2, 3]
     assert [s.version for s in versions_to_serve(entries["specific"])] == [1, 3]
-    assert (entries["resnet"].weight, entries["resnet"].max_inflight) == (2.5, 16)
-    assert entries["empty"].batching is None
-    assert (entries["empty"].weight, entries["empty"].max_inflight) == (None, None)
+    assert (entries["resnet"].settings.weight, entries["resnet"].settings.max_inflight) == (2.5, 16)
+    assert entries["empty"].settings.batching is None
+    assert (entries["empty"].settings.weight, entries["empty"].settings.max_inflight) == (
+        None,
+        None,
+    )
 
 
 def test_a_subdirectory_with_no_model_is_an_error_naming_it(tmp_path: Path) -> None:

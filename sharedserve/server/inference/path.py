@@ -1,53 +1,56 @@
 """The one path from a request's bytes to its answer, shared by every wire format.
 
-A transport hands over a ``Call``: how to decode its request into a signature and arrays, and how
-to encode outputs back. The predictor then decodes, checks the arrays against the signature
-(``validate.check_inputs``, the only check), runs the model and encodes. The framework call never
-runs on the event loop, and each hop to a thread costs tens of microseconds, most of the overhead
-on a small model. So with a heavy codec (JSON: a 3 MB body takes milliseconds) decoding, the
-model call and encoding share one worker-thread hop, while a light one (protobuf) decodes and
-encodes on the loop around the hop. Every model call, unbatched or a batch, runs through the
-process's one ``Scheduler`` (``scheduler.py``), in the model's fair turn; each request holds one
-of its model's ``max_inflight`` places from the moment it is routed until it is answered, and
-keeps its model resident (``paging.py``) from its admission on, paging it in first if it was out.
+A wire format looks its model version up (``repository``) and hands over a ``Call``: how to
+decode its request, given the version's signatures, into a signature and arrays, and how to
+encode outputs back. The path admits the request (the model's ``max_inflight``; the version's
+in-flight count, which pages it in first where it was out: ``memory``), decodes, checks the
+arrays against the signature (``validate.check_inputs``, the only check), runs the model and
+encodes.
+
+The framework call never runs on the event loop, and each hop to a thread costs tens of
+microseconds, most of the overhead on a small model. So with a heavy codec (JSON: a 3 MB body
+takes milliseconds) decoding, the model call and encoding share one worker-thread hop, while a
+light one (protobuf) decodes and encodes on the loop around the hop. Every model call,
+unbatched or a batch, runs through the process's one ``Scheduler`` (``scheduler.py``), in the
+model's fair turn; a batching model's versions each have a ``Batcher`` whose batches are such
+calls.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from anyio import to_thread
 
-from sharedserve.config import BatchingSettings
-from sharedserve.errors import NotFound, quoted
+from sharedserve.errors import ResourceExhausted
 from sharedserve.server.inference.batching import Batcher
-from sharedserve.server.inference.scheduler import ModelLane, Scheduler, model_call_slots
+from sharedserve.server.inference.scheduler import DEFAULT_SHARE, ModelLane, Scheduler, Share
 from sharedserve.server.inference.validate import check_inputs
-from sharedserve.server.memory.paging import Memory
-from sharedserve.server.memory.tenant import Tenant
-from sharedserve.server.metrics.prometheus import ModelSeries
-from sharedserve.server.version.model import ServedModel
-from sharedserve.server.version.signature import Signature
+from sharedserve.server.memory import Memory
+from sharedserve.server.metrics import Metrics
+from sharedserve.server.version import ModelVersion, Signature
 
-__all__ = ["Call", "Predictor"]
+__all__ = ["Call", "InferencePath", "SignatureOf"]
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 Arrays = dict[str, np.ndarray]
+SignatureOf = Callable[[str | None], Signature]
+"""A version's signature by name (None: its default); NotFound for one it does not have."""
 
 
 class Call(Protocol[R_co]):
-    """One request as a transport sees it."""
+    """One request as a wire format sees it."""
 
     heavy: bool
     """Decoding or encoding may take milliseconds (a large JSON body): keep it off the loop."""
 
-    def decode(self) -> tuple[Signature, Arrays]:
-        """The request's signature (looked up through the model) and its inputs, unjudged."""
+    def decode(self, signature_of: SignatureOf) -> tuple[Signature, Arrays]:
+        """The request's signature (named in the request, or the default) and its inputs,
+        unjudged."""
         ...
 
     def encode(self, outputs: Arrays) -> R_co:
@@ -55,136 +58,147 @@ class Call(Protocol[R_co]):
         ...
 
 
-class Predictor:
+class InferencePath:
+    """Every request of the process, every model: admission, decoding, validation, the model
+    call in the scheduler (batched where the model batches), encoding."""
+
     def __init__(
         self,
-        model: ServedModel,
-        metrics: ModelSeries,
-        batching: BatchingSettings | None = None,
+        metrics: Metrics,
+        memory: Memory,
+        slots: int,
+        defaults: Share = DEFAULT_SHARE,
         max_elements: int | None = None,
-        *,
-        lane: ModelLane | None = None,
-        tenant: Tenant | None = None,
     ) -> None:
-        """``lane``: the model's lane into the process's scheduler; None (a lone predictor):
-        one of a scheduler of its own. ``tenant``: its place in the process's memory
-        (``paging.py``); None: one of a memory of its own, without a cap."""
-        self.model = model
-        self.tenant = tenant or Memory().tenant(model, budget=None, pinned=False)
-        self.metrics = metrics
+        """``slots``: model calls that run at once (``scheduler.model_call_slots``);
+        ``defaults``: a model's share where its settings give none; ``max_elements``: the
+        most elements a request's tensors may hold together."""
+        self.metrics, self.memory, self.defaults = metrics, memory, defaults
         self.max_elements = max_elements
-        self.batching = batching
-        self._own_scheduler = lane is None
-        if lane is None:
-            lane = Scheduler(model_call_slots(1)).lane(model.name)
-            metrics.track_queue_depth(lambda: lane.depth)
-            lane.on_wait(metrics.observe_queue_wait)
-        self.lane = lane
-        self.batcher: Batcher | None = None
-        self._depth: Callable[[], float] | None = None
-        if batching is not None:
-            self.batcher = Batcher(
-                self._run_batch, batching, on_batch=metrics.observe_batch, execute=lane.call
-            )
-            batcher = self.batcher
-            self._depth = lambda: batcher.queue_depth
-            metrics.track_queue_depth(self._depth)
-        # Requests in predict() now, so that an unload waits for them (registry.py retires a
-        # version, then waits for idle; only then its batcher stops and its backend unloads).
-        self._flight = threading.Lock()
-        self._in_flight = 0
-        self._retired = False
-        self._idle = threading.Event()
-        self._idle.set()
+        self.scheduler = Scheduler(slots)
+        self._versions: dict[str, list[ModelVersion]] = {}
+        self._batchers: dict[ModelVersion, Batcher] = {}
+        self._depths: dict[ModelVersion, Callable[[], float]] = {}
 
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
+    # -- versions joining and leaving -----------------------------------------------------
 
-    def retire(self) -> None:
-        """No new request from now on (NotFound, as for a version never served); those in
-        flight finish. The registry has stopped routing to it already."""
-        with self._flight:
-            self._retired = True
-            if self._in_flight:
-                self._idle.clear()
+    def add(self, version: ModelVersion) -> None:
+        """``version`` may be run from now on, in its model's lane (its share from its
+        settings), with a batcher of its own where its model batches (a batch never mixes
+        versions); the batcher starts with ``start``."""
+        lane = self._lane(version)
+        self._versions.setdefault(version.name, []).append(version)
+        batching = version.settings.batching
+        if batching is None:
+            return
+        series = self.metrics.for_model(version.name)
+        batcher = Batcher(
+            partial(self._run_batch, version),
+            batching,
+            on_batch=series.observe_batch,
+            execute=lane.call,
+        )
+        self._batchers[version] = batcher
+        self._depths[version] = depth = lambda: float(batcher.queue_depth)
+        series.track_queue_depth(depth)
 
-    def wait_idle(self, timeout_s: float) -> bool:
-        """Blocks (a worker thread) until no request is in flight; False if ``timeout_s`` ran
-        out first."""
-        return self._idle.wait(timeout_s)
+    async def start(self, version: ModelVersion) -> None:
+        batcher = self._batchers.get(version)
+        if batcher is not None:
+            await batcher.start()
 
-    def forget_metrics(self) -> None:
-        """Its batcher's queue leaves the model's queue-depth series (the version is gone)."""
-        if self._depth is not None:
-            self.metrics.forget_queue_depth(self._depth)
-
-    def _run_batch(self, signature_name: str, inputs: Arrays) -> Arrays:
-        return self.model.predict(self.model.signature(signature_name), inputs)
-
-    async def start(self) -> None:
-        if self.batcher is not None:
-            await self.batcher.start()
+    async def remove(self, version: ModelVersion) -> None:
+        """``version`` is no longer run: its batcher stops, its queue leaves its model's
+        series."""
+        versions = self._versions.get(version.name, [])
+        self._versions[version.name] = [v for v in versions if v is not version]
+        batcher = self._batchers.pop(version, None)
+        if batcher is not None:
+            await batcher.stop()
+            self.metrics.for_model(version.name).forget_queue_depth(self._depths.pop(version))
 
     async def stop(self) -> None:
-        if self.batcher is not None:
-            await self.batcher.stop()
-        if self._own_scheduler:
-            self.lane.scheduler.close()
+        """Every batcher stopped, the scheduler closed: calls still queued fail NotReady."""
+        for batcher in list(self._batchers.values()):
+            await batcher.stop()
+        self.scheduler.close()
 
-    async def predict(self, call: Call[R]) -> R:
-        """Decode, check, run and encode ``call``; our errors propagate for the transport, and
-        ResourceExhausted at once while the model has ``max_inflight`` requests in flight."""
-        with self._flight:
-            if self._retired:
-                model = self.model
-                raise NotFound(
-                    f"Servable not found for request: Specific({quoted(model.name)}, "
-                    f"{model.version})"
-                )
-            self._in_flight += 1
-            self._idle.clear()
-        try:
-            with self.lane.admit():
-                async with self.tenant.use():  # paged in first, if it was out
-                    return await self._predict(call)
-        finally:
-            with self._flight:
-                self._in_flight -= 1
-                if not self._in_flight:
-                    self._idle.set()
+    def shares(self) -> dict[str, Share]:
+        return self.scheduler.shares()
 
-    async def _predict(self, call: Call[R]) -> R:
-        if call.heavy and self.batcher is None:
+    def _lane(self, version: ModelVersion) -> ModelLane:
+        """The model's lane, its share as its settings say (else as before, else the
+        defaults); its series read the lane once, whatever its versions."""
+        name, settings = version.name, version.settings
+        known = name in self.scheduler.shares()
+        old = self.scheduler.shares().get(name, self.defaults)
+        share = Share(
+            old.weight if settings.weight is None else settings.weight,
+            old.max_inflight if settings.max_inflight is None else settings.max_inflight,
+        )
+        lane = self.scheduler.lane(name, share)
+        if not known:
+            series = self.metrics.for_model(name)
+            series.track_queue_depth(lambda: lane.depth)
+            lane.on_wait(series.observe_queue_wait)
+        return lane
+
+    # -- a request ------------------------------------------------------------------------------
+
+    async def infer(self, version: ModelVersion, call: Call[R]) -> R:
+        """Decode, check, run and encode ``call`` on ``version``; our errors propagate for the
+        wire format, ResourceExhausted at once while its model has ``max_inflight`` requests
+        in flight."""
+        self._admit(version)
+        # No await between the count above and the one below: both on the loop, as one step.
+        async with self.memory.use(version):
+            return await self._infer(version, call)
+
+    def _admit(self, version: ModelVersion) -> None:
+        lane = self.scheduler.lane(version.name)
+        limit = lane.share.max_inflight
+        inflight = sum(v.inflight for v in self._versions.get(version.name, ()))
+        if inflight >= limit:
+            raise ResourceExhausted(
+                f"model {version.name!r} has {inflight} requests in flight, its limit "
+                f"(max_inflight {limit}); retry later"
+            )
+
+    async def _infer(self, version: ModelVersion, call: Call[R]) -> R:
+        lane, batcher = self.scheduler.lane(version.name), self._batchers.get(version)
+        if call.heavy and batcher is None:
             # Decoding a heavy body is the model's work too: it takes its turn with the call.
-            return await self.lane.call(self._whole, call)
+            return await lane.call(self._whole, version, call)
         if call.heavy:
-            signature, inputs = await to_thread.run_sync(self._decoded, call)
+            signature, inputs = await to_thread.run_sync(self._decoded, version, call)
         else:
-            signature, inputs = self._decoded(call)
-        if self.batcher is None:
-            outputs = await self.lane.call(self._run, signature, inputs)
+            signature, inputs = self._decoded(version, call)
+        if batcher is None:
+            outputs = await lane.call(self._run, version, signature, inputs)
         else:
-            outputs = await self.batcher.submit(signature.name, inputs)
+            outputs = await batcher.submit(signature.name, inputs)
         if call.heavy:
             return await to_thread.run_sync(partial(call.encode, outputs))
         return call.encode(outputs)
 
-    def _decoded(self, call: Call[R]) -> tuple[Signature, Arrays]:
-        signature, inputs = call.decode()
+    def _decoded(self, version: ModelVersion, call: Call[Any]) -> tuple[Signature, Arrays]:
+        signature, inputs = call.decode(version.signature)
         check_inputs(signature, inputs, self.max_elements)
-        self.tenant.check_rows(_rows(inputs))
+        version.check_rows(_rows(inputs))
         return signature, inputs
 
-    def _run(self, signature: Signature, inputs: Arrays) -> Arrays:
+    def _run(self, version: ModelVersion, signature: Signature, inputs: Arrays) -> Arrays:
         """One unbatched model call, in a scheduler thread, counted as a batch of its rows."""
-        outputs = self.model.predict(signature, inputs)
-        self.metrics.observe_batch(_rows(inputs))
+        outputs = version.predict(signature, inputs)
+        self.metrics.for_model(version.name).observe_batch(_rows(inputs))
         return outputs
 
-    def _whole(self, call: Call[R]) -> R:
-        signature, inputs = self._decoded(call)
-        return call.encode(self._run(signature, inputs))
+    def _run_batch(self, version: ModelVersion, signature_name: str, inputs: Arrays) -> Arrays:
+        return version.predict(version.signature(signature_name), inputs)
+
+    def _whole(self, version: ModelVersion, call: Call[R]) -> R:
+        signature, inputs = self._decoded(version, call)
+        return call.encode(self._run(version, signature, inputs))
 
 
 def _rows(inputs: Arrays) -> int:

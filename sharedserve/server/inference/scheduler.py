@@ -13,24 +13,21 @@ threads, not all of them, and an idle model's next call runs as soon as a thread
 the framework), while calls past that would only wait inside the OS scheduler, where fairness
 cannot reach them. At least 2, so that one long call never holds every other model back.
 
-Each model also has ``max_inflight`` (its requests queued or running, batcher queue included);
-past it a request is refused at once with ResourceExhausted (503 / RESOURCE_EXHAUSTED), naming
-the model and the limit, so a model's overload shows as fast refusals a client can retry, and
-its backlog cannot grow without bound or hold the process's memory.
+Each model also has ``max_inflight`` in its ``Share`` (its requests queued or running, batcher
+queue included), which the inference path holds it to (``path.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from sharedserve.errors import NotReady, ResourceExhausted
+from sharedserve.errors import NotReady
 from sharedserve.server.inference.fair_queue import FairQueue
 from sharedserve.server.settings import ServerSettings
 
@@ -84,23 +81,7 @@ class ModelLane:
 
     def __init__(self, scheduler: Scheduler, name: str, share: Share) -> None:
         self.scheduler, self.name, self.share = scheduler, name, share
-        self.inflight = 0
         self._on_wait: list[Callable[[float], None]] = []
-
-    @contextlib.contextmanager
-    def admit(self) -> Iterator[None]:
-        """Hold one of the model's ``max_inflight`` places for the request's whole life."""
-        limit = self.share.max_inflight
-        if self.inflight >= limit:
-            raise ResourceExhausted(
-                f"model {self.name!r} has {self.inflight} requests in flight, its limit "
-                f"(max_inflight {limit}); retry later"
-            )
-        self.inflight += 1
-        try:
-            yield
-        finally:
-            self.inflight -= 1
 
     async def call(self, run: Callable[..., R], *args: Any) -> R:
         """``run(*args)`` in one of the scheduler's threads, in the model's fair turn."""

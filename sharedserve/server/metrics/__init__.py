@@ -1,0 +1,25 @@
+"""The server's Prometheus series (prometheus-client, one registry per server): requests,
+batches, queues, connections, GPU memory (``prometheus.py``), and each model's memory and
+paging (``paging.py``)."""
+
+from sharedserve.server.metrics.paging import PagingMetrics
+from sharedserve.server.metrics.prometheus import (
+    EVERY_MODEL,
+    GpuMemoryReading,
+    Metrics,
+    ModelMetrics,
+    ModelSeries,
+    RequestCounter,
+    RequestTally,
+)
+
+__all__ = [
+    "EVERY_MODEL",
+    "GpuMemoryReading",
+    "Metrics",
+    "ModelMetrics",
+    "ModelSeries",
+    "PagingMetrics",
+    "RequestCounter",
+    "RequestTally",
+]

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sharedserve.server.repository.manager import ModelManager
-from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.inference import InferencePath
+from sharedserve.server.repository import ModelManager, ModelRegistry
 from sharedserve.server.settings import ConnectionSettings
-from sharedserve.server.wire.body_bytes import ByteBudget
+from sharedserve.server.wire import DecodingBytes
 from sharedserve.server.wire.oip import grpc_api as oip_grpc
 from sharedserve.server.wire.tfserving import grpc_api as tfserving_grpc
 
@@ -26,10 +26,9 @@ class GrpcHealth:
     all NOT_SERVING for good once a shutdown begins (``server/shutdown.py``). Its methods run on
     the gRPC server's event loop."""
 
-    def __init__(self, model_names: str | Sequence[str]) -> None:
+    def __init__(self, model_names: Sequence[str]) -> None:
         self.servicer = health.aio.HealthServicer()
-        names = [model_names] if isinstance(model_names, str) else list(model_names)
-        self._services = ("", *dict.fromkeys(names))
+        self._services = ("", *dict.fromkeys(model_names))
 
     async def not_yet(self) -> None:
         for service in self._services:
@@ -53,16 +52,17 @@ class GrpcHealth:
 
 def create_grpc_server(
     registry: ModelRegistry,
+    path: InferencePath,
+    manager: ModelManager,
+    *,
     max_message_bytes: int,
     connections: ConnectionSettings,
-    decoding: ByteBudget,
-    *,
+    decoding: DecodingBytes,
     health_service: GrpcHealth,
-    manager: ModelManager | None = None,
 ) -> grpc.aio.Server:
     """A grpc.aio server with every service; the caller binds ports and starts it. ``decoding``
-    is the REST app's budget: a message's bytes count against it as a body's do; every
-    model's requests are bounded by the first model's element limit (one limit per process)."""
+    is the REST app's decoding limit: a message's bytes count against it as a body's do; every
+    model's requests are bounded by the path's element limit (one limit per process)."""
     options = [
         # The REST listener's connection limits, in gRPC core's terms: a connection that sends
         # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
@@ -77,11 +77,7 @@ def create_grpc_server(
         ("grpc.max_send_message_length", max_message_bytes),
     ]
     server = grpc.aio.server(options=options)
-    max_elements = registry.predictors()[0].max_elements
-    manager = manager or ModelManager(registry)
-    server.add_generic_rpc_handlers(
-        tfserving_grpc.handlers(registry, decoding, max_elements, manager)
-    )
-    server.add_generic_rpc_handlers(oip_grpc.handlers(registry, decoding, max_elements, manager))
+    server.add_generic_rpc_handlers(tfserving_grpc.handlers(registry, path, decoding, manager))
+    server.add_generic_rpc_handlers(oip_grpc.handlers(registry, path, decoding, manager))
     health_pb2_grpc.add_HealthServicer_to_server(health_service.servicer, server)
     return server

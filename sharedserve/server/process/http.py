@@ -25,11 +25,10 @@ from sharedserve.errors import (
     RequestTimeout,
     SharedServeError,
 )
-from sharedserve.server.inference.path import Predictor
-from sharedserve.server.repository.manager import ModelManager
-from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.inference import InferencePath
+from sharedserve.server.repository import ModelManager, ModelRegistry
 from sharedserve.server.settings import ConnectionSettings, RestSettings
-from sharedserve.server.wire.body_bytes import ArrivingBytes, ByteBudget
+from sharedserve.server.wire import ArrivingBytes, DecodingBytes
 from sharedserve.server.wire.http_io import JSON, error, json_response
 from sharedserve.server.wire.oip import rest as oip_rest
 from sharedserve.server.wire.oip.repository import add_repository_routes
@@ -42,20 +41,19 @@ log = logging.getLogger(__name__)
 
 
 def create_app(
-    models: ModelRegistry | Predictor,
+    registry: ModelRegistry,
+    path: InferencePath,
+    manager: ModelManager,
+    *,
     limits: Callable[[], dict[str, Any]],
     rest: RestSettings,
     connections: ConnectionSettings,
-    decoding: ByteBudget,
-    *,
-    manager: ModelManager | None = None,
+    decoding: DecodingBytes,
 ) -> FastAPI:
-    """The HTTP app for the process's models (a lone predictor: its one model); ``limits``
-    builds the ``/sharedserve/v1/limits`` body, and ``decoding`` (shared with the gRPC server)
-    bounds the bytes being decoded at once. ``manager`` loads and unloads models for the
-    repository API (None: the models are the ones given, refusing loads)."""
-    registry = models if isinstance(models, ModelRegistry) else ModelRegistry.of(models)
-    manager = manager or ModelManager(registry)
+    """The HTTP app for the process's models (``registry``, run on ``path``); ``manager``
+    loads and unloads them for the repository API; ``limits`` builds the
+    ``/sharedserve/v1/limits`` body, and ``decoding`` (shared with the gRPC server) bounds the
+    bytes being decoded at once."""
     metrics = registry.metrics
     # REST bodies only: a gRPC message arrives whole inside grpcio, under its own limit.
     arriving = ArrivingBytes(rest.arriving_limit)
@@ -82,9 +80,25 @@ def create_app(
         log.exception("unexpected error serving %s %s", request.method, request.url.path)
         return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    tfserving_rest.add_routes(app, registry, rest, connections, decoding, arriving=arriving)
-    oip_rest.add_routes(app, registry, rest, connections, decoding, arriving=arriving)
-    add_repository_routes(app, manager, rest, connections, decoding, arriving=arriving)
+    for wire in (tfserving_rest, oip_rest):
+        wire.add_routes(
+            app,
+            registry,
+            path,
+            rest=rest,
+            connections=connections,
+            decoding=decoding,
+            arriving=arriving,
+        )
+    add_repository_routes(
+        app,
+        registry,
+        manager,
+        rest=rest,
+        connections=connections,
+        decoding=decoding,
+        arriving=arriving,
+    )
 
     @app.get("/metrics")
     async def get_metrics() -> Response:

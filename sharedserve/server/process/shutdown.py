@@ -89,8 +89,10 @@ class GracefulServer(uvicorn.Server):
             for sig in _STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
 
-    def begin_stop(self, sig: int = signal.SIGTERM) -> None:
-        """Step 1 now, steps 3 and 4 scheduled; on the event loop."""
+    def begin_stop(self, sig: int = signal.SIGTERM, *, last_resort: bool = True) -> None:
+        """Step 1 now, steps 3 and 4 scheduled; on the event loop. ``last_resort``: exit the
+        process at the grace should anything still hold it (not for a stop asked by the
+        program that embeds the server, which owns its process)."""
         loop = asyncio.get_running_loop()
         if self._began is not None:  # a second signal: a person at a terminal who will not wait
             if self.should_exit:
@@ -109,10 +111,10 @@ class GracefulServer(uvicorn.Server):
         self._background_task(self._health.stopping())
         loop.call_later(drain, self._close_listeners)
         loop.call_later(self._cut_after(), self._cut)
-        # The last resort runs in a thread: it must fire even if the loop is held.
-        last_resort = threading.Timer(grace, _exit_now, (grace,))
-        last_resort.daemon = True
-        last_resort.start()
+        if last_resort:  # in a thread: it must fire even if the loop is held
+            timer = threading.Timer(grace, _exit_now, (grace,))
+            timer.daemon = True
+            timer.start()
 
     async def stop_grpc(self) -> None:
         """Once the REST server has stopped: the gRPC server's stop begun by the signal, or, when

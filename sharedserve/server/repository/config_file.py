@@ -28,19 +28,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
 from google.protobuf import text_format
 
-from sharedserve.config import BatchingSettings
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 from sharedserve.server.protos.tfserving.model_server_config_pb2 import (
     ModelConfig,
     ModelServerConfig,
 )
+from sharedserve.server.version.settings import ModelSettings
 from sharedserve.server.version.source import ModelSource, find_model, find_version_sources
 
 __all__ = [
@@ -110,16 +110,8 @@ class ModelEntry:
     version_policy: VersionPolicy = VersionPolicy()
     version_labels: tuple[tuple[str, int], ...] = ()
     """(label, version) pairs, by label."""
-    batching: BatchingSettings | None = None
-    """Its own batching (a repository's model file); None: the server's."""
-    weight: float | None = None
-    """Its share of the process's model-call threads (a repository's model file); None: 1."""
-    max_inflight: int | None = None
-    """Its requests queued or running at most (a model file); None: the server's default."""
-    gpu_memory_mib: int | None = None
-    """Its memory budget per version (a model file); None: its peak as measured at load."""
-    pinned: bool = False
-    """Never paged out (a model file)."""
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    """Its own settings (a repository's model file); its batching None: the server's."""
 
     def version_of(self, label: str) -> int | None:
         return dict(self.version_labels).get(label)

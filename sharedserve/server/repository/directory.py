@@ -56,6 +56,7 @@ from sharedserve.server.repository.config_file import (
     check_labels,
     check_model_name,
 )
+from sharedserve.server.version.settings import ModelSettings
 from sharedserve.server.version.source import find_model, find_version_sources
 
 __all__ = [
@@ -184,6 +185,29 @@ class ModelFile:
     pinned: bool = False
     """Never paged out to make room for another model (``serve --paging lru``)."""
 
+    def model_settings(self, where: str) -> ModelSettings:
+        """What the server runs the model with; ConfigError naming ``where`` for batching
+        settings that cannot work together."""
+        return ModelSettings(
+            _batching(self.batching, where),
+            self.weight,
+            self.max_inflight,
+            self.gpu_memory_mib,
+            self.pinned,
+        )
+
+    @classmethod
+    def of(cls, settings: ModelSettings) -> ModelFile:
+        """The file that says ``settings`` (a server group's, written by ``pack``)."""
+        batching = None if settings.batching is None else BatchingFile(**asdict(settings.batching))
+        return cls(
+            batching=batching,
+            weight=settings.weight,
+            max_inflight=settings.max_inflight,
+            gpu_memory_mib=settings.gpu_memory_mib,
+            pinned=settings.pinned,
+        )
+
 
 def model_schema() -> dict[str, Any]:
     """The model file's JSON Schema (``sharedserve schema model``)."""
@@ -229,11 +253,7 @@ def _entry(model_dir: Path) -> ModelEntry:
         framework=None,  # the files say
         version_policy=policy,
         version_labels=check_labels(name, policy, dict(settings.version_labels or {}), str(file)),
-        batching=_batching(settings.batching, str(file)),
-        weight=settings.weight,
-        max_inflight=settings.max_inflight,
-        gpu_memory_mib=settings.gpu_memory_mib,
-        pinned=settings.pinned,
+        settings=settings.model_settings(str(file)),
     )
 
 

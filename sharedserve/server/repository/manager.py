@@ -1,13 +1,16 @@
-"""Models loaded and unloaded while the server runs: the OIP model repository API, TF Serving's
-HandleReloadConfigRequest and ``--model-config-file-poll-wait-seconds``.
+"""The one load path: the models named at start, the OIP model repository API, TF Serving's
+HandleReloadConfigRequest and ``--model-config-file-poll-wait-seconds`` all load and unload
+model versions through ``_prepare`` and ``_complete`` here.
 
-A load reads what the model config or repository says of the model now (``Catalog``), loads
-and warms its versions in a worker thread, starts their batchers, then swaps them into the
-registry in one step, so requests see the old versions until the new ones are warm. Versions
-no longer served are retired at the swap (new requests: NotFound, or the next latest version),
-their requests in flight finish (waited for, up to ``drain_s``), then their batchers stop and
-their frameworks let go of them. Changes are made one at a time (one asyncio lock, which no
-request takes); a model that fails to load leaves the served ones as they were.
+A load reads the model's versions from the catalog, keeps the ones already serving that are
+unchanged (a reloaded config), makes the others (``Frameworks``: each framework configured
+once), loads them one after another in a worker thread (``memory.Memory.load``: room, load,
+warm-up, measure, count), then routes the model's new set of versions in one swap and retires
+what it no longer routes: once idle (its requests in flight finished, at most ``drain_s``),
+off the scheduler, unloaded. A model with no version serving is routed from the start of its
+load, so that status and readiness say LOADING, then why it failed; a model still serving keeps
+serving its old versions until the new ones are ready, and a failed reload leaves it as it was.
+A failure is cleaned up in one place, ``_fail``.
 """
 
 from __future__ import annotations
@@ -15,144 +18,135 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from anyio import to_thread
 
-from sharedserve.config import BatchingSettings
-from sharedserve.enums import Framework
 from sharedserve.errors import (
     ConfigError,
     InsufficientMemory,
     InvalidInput,
     LoadFailed,
-    NotFound,
     SharedServeError,
     quoted,
 )
-from sharedserve.server.inference.path import Predictor
+from sharedserve.server.inference import InferencePath
+from sharedserve.server.memory import Memory
 from sharedserve.server.repository.config_file import ModelEntry, read_model_config_file
-from sharedserve.server.repository.directory import read_repository_model, repository_names
 from sharedserve.server.repository.registry import ModelRegistry
-from sharedserve.server.repository.versions import VersionToServe, versions_of
-from sharedserve.server.version.backends import make_backend
-from sharedserve.server.version.backends.base import RuntimeConfig
-from sharedserve.server.version.model import ModelState, ServedModel, unfrozen
+from sharedserve.server.repository.versions import (
+    Catalog,
+    ConfigCatalog,
+    FixedCatalog,
+    VersionToServe,
+    unknown,
+)
+from sharedserve.server.version import (
+    LOCK,
+    SERVING,
+    Frameworks,
+    ModelVersion,
+    VersionState,
+    unfrozen,
+)
 
-__all__ = ["Catalog", "ConfigCatalog", "FixedCatalog", "ModelManager", "RepositoryCatalog"]
+__all__ = ["DRAIN_S", "IndexEntry", "ModelEvents", "ModelManager"]
 
 log = logging.getLogger(__name__)
 
 DRAIN_S = 30.0
-"""How long an unload waits for a version's requests in flight before it stops it anyway."""
-
-Notify = Callable[[str], Awaitable[object]]
+"""How long an unload waits for a version's requests in flight before it unloads it anyway."""
 
 
-class Catalog(Protocol):
-    """What may be loaded: the models a model config file or repository names."""
+class ModelEvents(Protocol):
+    """Told on the server's loop as models come and go (the gRPC health service)."""
 
-    def names(self) -> list[str]: ...
+    async def model_serving(self, name: str) -> None: ...
 
-    def versions(self, name: str) -> list[VersionToServe]:
-        """Model ``name``'s versions as on disk now; NotFound for a name it does not know,
-        ConfigError for a model that cannot be served as configured."""
-        ...
+    async def model_not_serving(self, name: str) -> None: ...
 
 
-def _unknown(name: str) -> NotFound:
-    return NotFound(f"model {quoted(name)} is not in the model repository")
+class _NoEvents:
+    async def model_serving(self, name: str) -> None:
+        return None
+
+    async def model_not_serving(self, name: str) -> None:
+        return None
 
 
-class FixedCatalog:
-    """``--model``'s one model (or a test's versions): what was named at start."""
+@dataclass(frozen=True)
+class IndexEntry:
+    """One row of the repository index, in no wire format's words."""
 
-    def __init__(self, entries: Sequence[VersionToServe]) -> None:
-        self._entries = list(entries)
-
-    def names(self) -> list[str]:
-        return list(dict.fromkeys(e.source.name for e in self._entries))
-
-    def versions(self, name: str) -> list[VersionToServe]:
-        found = [e for e in self._entries if e.source.name == name]
-        if not found:
-            raise _unknown(name)
-        return found
+    name: str
+    version: int | None
+    """None: the model has no version routed."""
+    state: VersionState | None
+    """The version's; None: not routed (``loading`` says whether a load is under way)."""
+    loading: bool = False
+    reason: str = ""
 
 
-class ConfigCatalog:
-    """A TF Serving model config: the file's at start, the last reload's or poll's since."""
+@dataclass
+class _Change:
+    """A model's load under way: what it keeps, what it makes, its labels."""
 
-    def __init__(self, entries: Sequence[ModelEntry], batching: BatchingSettings | None) -> None:
-        self.entries, self._batching = list(entries), batching
-
-    def names(self) -> list[str]:
-        return [e.name for e in self.entries]
-
-    def versions(self, name: str) -> list[VersionToServe]:
-        found = [e for e in self.entries if e.name == name]
-        if not found:
-            raise _unknown(name)
-        return versions_of(found, self._batching)
-
-
-class RepositoryCatalog:
-    """A model repository, read again at each question (Triton's explicit mode): a model
-    directory added since start can be loaded."""
-
-    def __init__(self, root: Path, batching: BatchingSettings | None) -> None:
-        self._root, self._batching = root.expanduser().resolve(), batching
-
-    def names(self) -> list[str]:
-        return repository_names(self._root)
-
-    def versions(self, name: str) -> list[VersionToServe]:
-        entry = read_repository_model(self._root, name)
-        if entry is None:
-            raise _unknown(name)
-        return versions_of([entry], self._batching)
-
-
-async def _nothing(_: str) -> None:
-    return None
+    name: str
+    kept: list[ModelVersion]
+    fresh: list[ModelVersion]
+    labels: dict[str, int] = field(default_factory=dict)
+    routed_early: bool = False
 
 
 class ModelManager:
-    """Changes the registry's models while serving; every method runs on the server's loop."""
+    """Changes the registry's models; every method runs on the server's loop."""
 
     def __init__(
         self,
         registry: ModelRegistry,
-        catalog: Catalog | None = None,
-        runtime: RuntimeConfig | None = None,
-        configured: set[Framework] | None = None,
-        max_elements: int | None = None,
+        path: InferencePath,
+        memory: Memory,
+        frameworks: Frameworks,
+        catalog: Catalog,
         *,
-        batching: BatchingSettings | None = None,
+        events: ModelEvents | None = None,
         drain_s: float = DRAIN_S,
-        on_available: Notify = _nothing,
-        on_gone: Notify = _nothing,
     ) -> None:
-        self.registry, self.catalog = registry, catalog
-        self._runtime, self._configured = runtime, configured if configured is not None else set()
-        self._max_elements, self._drain_s = max_elements, drain_s
-        self._batching = batching  # the flags', for a reloaded config's models with none
-        self.on_available, self.on_gone = on_available, on_gone
+        self.registry, self.path, self.memory = registry, path, memory
+        self.frameworks, self.catalog = frameworks, catalog
+        self.events: ModelEvents = events or _NoEvents()
+        self._drain_s = drain_s
+        self._batching = getattr(catalog, "batching", None)
         self._changing = asyncio.Lock()
         self._loading: set[str] = set()
-        self._failures: dict[str, str] = {}  # name -> why its last load failed (not served)
-        self._started: asyncio.Event | None = None
+        self._failures: dict[str, str] = {}  # name -> why its last load failed
 
-    def wait_for(self, started: asyncio.Event) -> None:
-        """Changes wait until ``started`` is set: the models named at start have loaded (or
-        failed), so none of them is taken for one to load again."""
-        self._started = started
+    # -- start-up -------------------------------------------------------------------------------
 
-    async def _begin(self) -> None:
-        if self._started is not None:
-            await self._started.wait()
+    async def start(self, routed: asyncio.Event | None = None) -> dict[str, str]:
+        """Every model the catalog names: each routed at once (status answers START, then
+        LOADING; ``routed`` is set then), then loaded one after another, each serving as soon
+        as it is warm, so a slow one holds no other's readiness. -> the models that failed,
+        with why (the others serve). Changes asked for meanwhile wait for it."""
+        async with self._changing:
+            names = await to_thread.run_sync(self.catalog.names)
+            changes: list[_Change] = []
+            for name in names:
+                try:
+                    changes.append(await self._prepare(name, reuse=False))
+                except SharedServeError as e:
+                    log.error("failed to load model %r: %s", name, e.message)
+            if routed is not None:
+                routed.set()
+            for change in changes:
+                try:
+                    await self._complete(change)
+                except SharedServeError as e:
+                    log.error("failed to load model %r: %s", change.name, e.message)
+            return dict(self._failures)
 
     # -- the repository API ----------------------------------------------------------------
 
@@ -161,38 +155,36 @@ class ModelManager:
         a name the catalog does not know, LoadFailed with the reason for one that fails."""
         self.require_changeable()
         async with self._changing:
-            await self._begin()
-            await self._load(name, reuse=False)
+            await self._complete(await self._prepare(name, reuse=False))
 
     async def unload(self, name: str) -> None:
         """Model ``name`` is not served from now on; returns once its requests in flight have
         finished and it is unloaded. A known model not loaded: nothing to do."""
         self.require_changeable()
         async with self._changing:
-            await self._begin()
             if name not in self.registry.served():
                 known = await to_thread.run_sync(self._names)
                 if name not in known and name not in self._failures:
-                    raise _unknown(name)
+                    raise unknown(name)
                 return
             await self._unload(name)
 
-    async def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """Triton's repository index: every model the server knows of, a row per served
-        version (READY, LOADING or UNAVAILABLE with the reason), one row for a model not
-        served."""
+    async def index(self) -> list[IndexEntry]:
+        """Every model the server knows of: a row per routed version, one row for a model
+        not routed (loading, or unavailable with the reason)."""
         names = await to_thread.run_sync(self._names)
         served = self.registry.served()
-        rows: list[dict[str, str]] = []
+        rows: list[IndexEntry] = []
         for name in sorted({*names, *served, *self._failures, *self._loading}):
-            models = self.registry.statuses(name) if name in served else []
-            for model in models:
-                rows.append({"name": name, "version": str(model.version), **_state(model)})
-            if not models:
-                state = "LOADING" if name in self._loading else "UNAVAILABLE"
+            versions = self.registry.statuses(name) if name in served else []
+            for version in versions:
+                rows.append(
+                    IndexEntry(name, version.version, version.state, False, version.error or "")
+                )
+            if not versions:
                 reason = self._failures.get(name, "unloaded")
-                rows.append({"name": name, "version": "", "state": state, "reason": reason})
-        return [r for r in rows if r["state"] == "READY"] if ready_only else rows
+                rows.append(IndexEntry(name, None, None, name in self._loading, reason))
+        return rows
 
     # -- TF Serving's model config -----------------------------------------------------------
 
@@ -202,13 +194,12 @@ class ModelManager:
         unchanged keep serving). LoadFailed naming each model that failed; the rest converge."""
         self.require_changeable()
         async with self._changing:
-            await self._begin()
             self.catalog = ConfigCatalog(entries, self._batching)
             wanted = [e.name for e in entries]
             failures: list[str] = []
             for name in wanted:
                 try:
-                    await self._load(name, reuse=True)
+                    await self._complete(await self._prepare(name, reuse=True))
                 except SharedServeError as e:
                     failures.append(e.message)
             for name in self.registry.served():
@@ -225,7 +216,6 @@ class ModelManager:
         read again and, when it changed, served as it says; one that cannot be read or parsed
         changes nothing. Applied on change only, so a HandleReloadConfigRequest's config stands
         until the file is edited, and a model that failed to load is not retried every poll."""
-        await self._begin()  # a model still loading from start is no changed one
         catalog = self.catalog
         last = list(catalog.entries) if isinstance(catalog, ConfigCatalog) else None
         while True:
@@ -243,128 +233,191 @@ class ModelManager:
             except SharedServeError as e:
                 log.error("model config file applied, but: %s", e.message)
 
-    # -- the steps -----------------------------------------------------------------------------
-
     def require_changeable(self) -> None:
         """InvalidInput unless models may be loaded and unloaded (not with ``--model``)."""
-        if self.catalog is None:
+        if isinstance(self.catalog, FixedCatalog):
             raise InvalidInput(
                 "this server serves the one model --model names, loaded at start; load and "
                 "unload need --model-config-file or --model-repository"
             )
 
+    # -- the one path -------------------------------------------------------------------------
+
     def _names(self) -> list[str]:
-        if self.catalog is None:
-            return list(self.registry.served())
         try:
             return self.catalog.names()
         except ConfigError as e:
             log.warning("cannot list the model repository: %s", e.message)
             return []
 
-    async def _load(self, name: str, *, reuse: bool) -> None:
+    async def _prepare(self, name: str, *, reuse: bool) -> _Change:
+        """Model ``name``'s versions made (not loaded) and on the inference path, kept where
+        ``reuse`` and unchanged; routed now where none of the model's serves."""
         self._loading.add(name)
         try:
-            catalog = self.catalog
-            assert catalog is not None  # require_changeable
             try:
-                entries = await to_thread.run_sync(catalog.versions, name)
+                entries = await to_thread.run_sync(self.catalog.versions, name)
             except ConfigError as e:
                 self._failures[name] = e.message
                 raise LoadFailed(f"failed to load {quoted(name)}: {e.message}") from None
             current = self.registry.versions_by_number(name)
-            kept: list[Predictor] = []
-            fresh: list[Predictor] = []
+            change = _Change(name, [], [], dict(entries[0].labels))
             for entry in entries:
                 old = current.get(entry.source.version)
-                if (
-                    reuse
-                    and old is not None
-                    and old.model.serving
-                    and old.model.source == entry.source
-                    and old.batching == entry.batching
-                ):
-                    kept.append(old)
+                if reuse and old is not None and old.serving and _same(old, entry):
+                    change.kept.append(old)
                 else:
-                    fresh.append(self._predictor(entry))
-            error = await to_thread.run_sync(self._load_models, fresh)
+                    try:
+                        change.fresh.append(self._version(entry))
+                    except SharedServeError as e:  # its framework missing, typically
+                        self._failures[name] = e.message
+                        raise LoadFailed(f"failed to load {quoted(name)}: {e.message}") from None
+        except BaseException:
+            self._loading.discard(name)
+            raise
+        for version in change.fresh:
+            self.path.add(version)
+        if not any(v.serving for v in current.values()):
+            change.routed_early = True
+            await self._retire(self.registry.replace(name, [*change.kept, *change.fresh], {}))
+        return change
+
+    def _version(self, entry: VersionToServe) -> ModelVersion:
+        return ModelVersion(entry.source, entry.settings, self.frameworks.backend(entry.source))
+
+    async def _complete(self, change: _Change) -> None:
+        """``change``'s new versions loaded (in a worker thread), then routed with what it
+        keeps, and what the model no longer routes retired."""
+        name = change.name
+        try:
+            error = await to_thread.run_sync(self._load_versions, change.fresh)
             if error is not None:
-                await to_thread.run_sync(_unload_models, [p.model for p in fresh])
-                for predictor in fresh:
-                    self.registry.memory.forget(predictor.tenant)
-                reason = getattr(error, "message", None) or str(error)
-                self._failures[name] = reason
-                if isinstance(error, InsufficientMemory):  # 507: the server's room, not the files
-                    raise InsufficientMemory(f"failed to load {quoted(name)}: {reason}")
-                raise LoadFailed(f"failed to load {quoted(name)}: {reason}")
-            for predictor in fresh:
-                await predictor.start()
-            gone = self.registry.replace(name, [*kept, *fresh], entries[0].labels)
-            self._failures.pop(name, None)
-            log.info("model %r loaded: versions %s", name, self.registry.versions_of(name))
-            await self.on_available(name)
-            await self._retire(gone)
+                await self._fail(change, error)
+            for version in change.fresh:
+                await self.path.start(version)
+            gone = self.registry.replace(name, [*change.kept, *change.fresh], change.labels)
         finally:
             self._loading.discard(name)
+        self._failures.pop(name, None)
+        log.info("model %r loaded: versions %s", name, self.registry.served().get(name))
+        await self.events.model_serving(name)
+        await self._retire(gone)
+
+    def _load_versions(self, versions: Sequence[ModelVersion]) -> Exception | None:
+        """In a worker thread: each version loaded, warmed and counted in the process's memory,
+        one after another; the first failure (the others are loaded all the same)."""
+        first: Exception | None = None
+        for version in versions:
+            try:
+                self.memory.load(version)
+            except Exception as e:
+                log.error(
+                    "failed to load model %r version %d: %s",
+                    version.name,
+                    version.version,
+                    version.error or getattr(e, "message", None) or str(e),
+                )
+                first = first or e
+                continue
+            log.info(
+                "model %r version %d AVAILABLE (loaded and warmed up in %.1f s)",
+                version.name,
+                version.version,
+                version.load_seconds or 0.0,
+            )
+        return first
+
+    async def _fail(self, change: _Change, error: Exception) -> None:
+        """The one cleanup of a failed load. Routed early (nothing of the model served before),
+        its versions stay routed: the loaded serve, the failed say why (FAILED). Otherwise the
+        model goes on as it was, and every version the load made is retired. Then raises: 507
+        where the server's room was short, else LoadFailed, both naming the model."""
+        name = change.name
+        reason = getattr(error, "message", None) or str(error)
+        self._failures[name] = reason
+        if change.routed_early:
+            for version in change.fresh:
+                if version.state is VersionState.FAILED:
+                    await self.path.remove(version)
+                else:
+                    await self.path.start(version)
+            self.registry.replace(name, [*change.kept, *change.fresh], {})
+            if any(v.serving for v in change.fresh):
+                await self.events.model_serving(name)
+        else:
+            await self._retire(change.fresh)
+        if isinstance(error, InsufficientMemory):  # 507: the server's room, not the files
+            raise InsufficientMemory(f"failed to load {quoted(name)}: {reason}")
+        raise LoadFailed(f"failed to load {quoted(name)}: {reason}")
 
     async def _unload(self, name: str) -> None:
         gone = self.registry.replace(name, [], {})
-        await self.on_gone(name)
+        await self.events.model_not_serving(name)
         await self._retire(gone)
         log.info("model %r unloaded", name)
 
-    def _predictor(self, entry: VersionToServe) -> Predictor:
-        model = entry.served_model(make_backend(entry.source))
-        return self.registry.predictor_for(model, entry, self._max_elements)
-
-    def _load_models(self, predictors: Sequence[Predictor]) -> Exception | None:
-        """In a worker thread: each version loaded, warmed and counted in the process's memory;
-        the first failure."""
-        for predictor in predictors:
-            model = predictor.model
-            try:
-                if model.source.framework not in self._configured and self._runtime:
-                    # Thread pools and the GPU cap, before this framework first runs.
-                    model.backend.configure(self._runtime)
-                    self._configured.add(model.source.framework)
-                predictor.tenant.load()
-            except Exception as e:
-                reason = model.error or getattr(e, "message", None) or str(e)
-                log.error(
-                    "failed to load model %r version %d: %s", model.name, model.version, reason
-                )
-                return e
-        return None
-
-    async def _retire(self, gone: Sequence[Predictor]) -> None:
-        for predictor in gone:
-            if not await to_thread.run_sync(predictor.wait_idle, self._drain_s):
+    async def _retire(self, gone: Sequence[ModelVersion]) -> None:
+        """Versions no longer routed: each once idle (at most ``drain_s``), off the path, then
+        all unloaded and their objects collected."""
+        for version in gone:
+            drained = await to_thread.run_sync(self.memory.retire, version, self._drain_s)
+            if not drained:
                 log.warning(
                     "model %r version %d still had %d request(s) in flight after %g s; unloading",
-                    predictor.model.name,
-                    predictor.model.version,
-                    predictor.in_flight,
+                    version.name,
+                    version.version,
+                    version.inflight,
                     self._drain_s,
                 )
-            await predictor.stop()
-            predictor.forget_metrics()
-            self.registry.memory.forget(predictor.tenant)
+            await self.path.remove(version)
         if gone:
-            await to_thread.run_sync(_unload_models, [p.model for p in gone])
+            await to_thread.run_sync(_unload, gone)
+
+    # -- the end and reports --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """After the listeners closed: every version that is not loading or moving unloaded
+        (those are the process's to drop as it exits)."""
+        settled: list[ModelVersion] = []
+        for version in self.registry.versions():
+            with LOCK:
+                if version.state in (*SERVING, VersionState.START, VersionState.FAILED) and (
+                    version.state in (VersionState.AVAILABLE, VersionState.PAGED_OUT)
+                    or version.state in (VersionState.START, VersionState.FAILED)
+                ):
+                    version.to(VersionState.RETIRING)
+                    version.held = 0
+                    settled.append(version)
+        _unload(settled)
+
+    def report(self) -> dict[str, Any]:
+        """For ``/sharedserve/v1/limits``: the scheduler's threads, the process's memory, and
+        each routed model's share and versions (state, budget, footprint, last use)."""
+        shares = self.path.shares()
+        models: dict[str, Any] = {}
+        for name, numbers in sorted(self.registry.served().items()):
+            share = shares.get(name, self.path.defaults)
+            versions = self.registry.versions_by_number(name)
+            models[name] = {
+                "weight": share.weight,
+                "max_inflight": share.max_inflight,
+                "versions": {str(n): versions[n].report() for n in numbers},
+            }
+        return {
+            "model_call_slots": self.path.scheduler.slots,
+            "memory": self.memory.report(),
+            "models": models,
+        }
 
 
-def _state(model: ServedModel) -> dict[str, str]:
-    if model.state is ModelState.AVAILABLE:
-        return {"state": "READY", "reason": ""}
-    if model.state in (ModelState.START, ModelState.LOADING):
-        return {"state": "LOADING", "reason": ""}
-    return {"state": "UNAVAILABLE", "reason": model.error or model.state.value.lower()}
+def _same(old: ModelVersion, entry: VersionToServe) -> bool:
+    return old.source == entry.source and old.settings == entry.settings
 
 
-def _unload_models(models: Sequence[ServedModel]) -> None:
-    """In a worker thread: each model unloaded, then a full collection, what was frozen at
-    start included (``model.unfrozen``), so the frameworks' objects are freed now."""
+def _unload(versions: Sequence[ModelVersion]) -> None:
+    """In a worker thread: each version unloaded, then a full collection, what was frozen at
+    start included (``version.unfrozen``), so the frameworks' objects are freed now."""
     with unfrozen():
-        for model in models:
-            model.unload()
+        for version in versions:
+            version.unload()
         gc.collect()

@@ -1,11 +1,12 @@
 """What one loaded model version holds in memory, as measured at its load. Pure.
 
-Measured, not guessed (issue 30): on a GPU from the framework's own allocator counters, the
-bytes it handed out for the load (weights) and the most it held during a warm-up at the largest
-batch the model serves (peak); on a host without one, from the model's tensors' bytes plus the
-warm-up's inputs and outputs. Between the two, what a batch costs grows with its rows, so the
-warm-up's growth per row tells what a larger request would need (``need``): a model that would
-grow past its budget is refused that request instead of taking its neighbours' memory.
+Measured, not guessed, so that a budget holds what the model really takes: on a GPU from the
+framework's own allocator counters, the bytes it handed out for the load (weights) and the most
+it held during a warm-up at the largest batch the model serves (peak); on a host without one,
+from the model's tensors' bytes plus the warm-up's inputs and outputs. Between the two, what a
+batch costs grows with its rows, so the warm-up's growth per row tells what a larger request
+would need (``need``): a model that would grow past its budget is refused that request instead
+of taking its neighbours' memory.
 """
 
 from __future__ import annotations

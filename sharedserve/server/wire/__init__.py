@@ -1,0 +1,10 @@
+"""The wire formats, each translating between its bytes and the one inference path, and
+nothing else: TF Serving's REST and gRPC APIs (``tfserving/``), the Open Inference Protocol's
+(``oip/``), and what they share: request bodies' bytes (``body_bytes.py``), HTTP and gRPC
+plumbing (``http_io.py``, ``grpc_calls.py``), JSON arrays (``json_values.py``,
+``json_arrays.py``), large protobuf messages read in slices (``proto_slices.py``) and the
+OpenAPI document's parts (``openapi_parts.py``)."""
+
+from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ArrivingBytes, DecodingBytes
+
+__all__ = ["DECODE_WAIT_S", "ArrivingBytes", "DecodingBytes"]

@@ -3,11 +3,12 @@
 Decoding JSON costs many times a body's size (a 60 MiB body of floats peaks at ~1 GiB: a Python
 float and a list slot per number before numpy packs them), so without a bound a few large bodies
 at once can push a replica past its container's memory limit. Requests take their body's size
-from a budget before decoding and give it back when answered; one that finds no room waits, in
-arrival order so small bodies cannot starve a large one, and is refused with 503 if none comes.
+from the bytes that may be decoded at once (``DecodingBytes``) before decoding and give it back
+when answered; one that finds no room waits, in arrival order so small bodies cannot starve a
+large one, and is refused with 503 if none comes.
 
 Before decoding, a body is arriving: its memory grows with the bytes that came, and those are
-taken from ``ArrivingBytes`` (``--max-arriving-bytes``) until the decoding budget takes the
+taken from ``ArrivingBytes`` (``--max-arriving-bytes``) until the decoding limit takes the
 whole body over. A client declaring 64 MiB and sending a byte a minute so holds a byte, and past
 the bound a body is refused with 503 at once: waiting would let slow clients hold memory
 indefinitely, the very thing the bound is for.
@@ -22,15 +23,15 @@ from contextlib import asynccontextmanager
 
 from sharedserve.errors import ArrivingBytesExhausted, ResourceExhausted
 
-__all__ = ["DECODE_WAIT_S", "ArrivingBytes", "ArrivingShare", "ByteBudget"]
+__all__ = ["DECODE_WAIT_S", "ArrivingBytes", "ArrivingShare", "DecodingBytes"]
 
-# How long a body waits for room in the decoding budget before 503: several decodes of a large
+# How long a body waits for room in the decoding limit before 503: several decodes of a large
 # body, so a burst of big requests queues rather than fails, but not so long that a client's
 # own timeout fires first.
 DECODE_WAIT_S = 10.0
 
 
-class ByteBudget:
+class DecodingBytes:
     def __init__(self, limit: int, wait_s: float) -> None:
         self.limit, self.wait_s = limit, wait_s
         self.used = 0
@@ -39,7 +40,7 @@ class ByteBudget:
 
     @asynccontextmanager
     async def hold(self, size: int) -> AsyncIterator[None]:
-        """Hold ``size`` bytes (a body over the whole budget runs alone) for the block."""
+        """Hold ``size`` bytes (a body over the whole limit runs alone) for the block."""
         size = min(size, self.limit)
         if not self._queue and self.used + size <= self.limit:
             self.used += size  # the common case: room at once, no lock, no wait
@@ -78,7 +79,7 @@ class ByteBudget:
 
 
 class ArrivingBytes:
-    """The bytes held by request bodies still arriving (or waiting for the decoding budget),
+    """The bytes held by request bodies still arriving (or waiting for the decoding limit),
     over all connections, at most ``limit``. One event loop takes and gives: no lock."""
 
     def __init__(self, limit: int) -> None:
@@ -99,7 +100,7 @@ class ArrivingShare:
 
     def take(self, size: int) -> None:
         """Take ``size`` more bytes, or raise ``ArrivingBytesExhausted`` if others hold too many.
-        A body alone may pass the limit (as a body over the decoding budget runs alone), so a
+        A body alone may pass the limit (as a body over the decoding limit runs alone), so a
         limit under --max-body-bytes refuses large bodies only while others arrive."""
         pool = self._pool
         if pool.held + size > pool.limit and pool.held > self.held:

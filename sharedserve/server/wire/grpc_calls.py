@@ -5,7 +5,7 @@ TF Serving's services (``tfserving/grpc_api.py``) and the Open Inference Protoco
 and anything else with INTERNAL; their predict calls are counted in the metrics under the
 protocol's label. Requests are parsed by ``rpc`` so bytes that do not parse are the client's
 INVALID_ARGUMENT, not a logged traceback; large ones are parsed in a worker thread, and predict
-calls hold their message's bytes from the decoding budget REST bodies take theirs from.
+calls hold their message's bytes from the decoding limit REST bodies take theirs from.
 
 A failed call must let go of its request when it is answered. Two reference cycles kept each
 refused request (its message, the arrays decoded from it) alive until a full garbage collection,
@@ -29,7 +29,7 @@ import grpc
 from sharedserve import rpc
 from sharedserve.errors import NotResident, PayloadTooLarge, SharedServeError, Unimplemented
 from sharedserve.server.metrics.prometheus import RequestCounter
-from sharedserve.server.wire.body_bytes import ByteBudget
+from sharedserve.server.wire.body_bytes import DecodingBytes
 
 __all__ = ["OFF_LOOP_BYTES", "ElementCount", "guard", "predict", "unary", "unimplemented"]
 
@@ -93,7 +93,7 @@ def _forget(error: BaseException | None) -> None:
 
 def _refuse(counted: tuple[RequestCounter, str] | None) -> rpc.Refuse:
     """Answers a request refused before its method ran (it does not parse; no room in the
-    budget), counted like any other call of the method."""
+    limit), counted like any other call of the method."""
 
     async def refuse(context: grpc.aio.ServicerContext, error: SharedServeError) -> None:
         _answer(context, error.grpc_code, error.message)
@@ -129,7 +129,7 @@ def predict(
     response: Any,
     *,
     counted: tuple[RequestCounter, str],
-    decoding: ByteBudget,
+    decoding: DecodingBytes,
     parse_large: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler:
     """A predict method's handler: ``unary``'s, and the call, from before its request is parsed

@@ -2,8 +2,8 @@
 bodies, version numbers in paths, and the counting of predict calls.
 
 A body is read into memory as its bytes arrive, within the process-wide bound on bytes still
-arriving (``budget.ArrivingBytes``, 503 past it), then held under the decoding budget
-(``budget.ByteBudget``) while it is decoded and answered: at no point does a declared length
+arriving (``body_bytes.ArrivingBytes``, 503 past it), then held under the decoding limit
+(``body_bytes.DecodingBytes``) while it is decoded and answered: at no point does a declared length
 alone make the server allocate.
 
 TF Serving's REST API (``tfserving/rest.py``) and the Open Inference Protocol's
@@ -30,7 +30,7 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.server.metrics.prometheus import RequestCounter
-from sharedserve.server.wire.body_bytes import ArrivingBytes, ArrivingShare, ByteBudget
+from sharedserve.server.wire.body_bytes import ArrivingBytes, ArrivingShare, DecodingBytes
 
 __all__ = ["JSON", "counted", "error", "json_response", "read_body"]
 
@@ -72,10 +72,10 @@ async def counted(
 
 @asynccontextmanager
 async def read_body(
-    request: Request, limit: int, pause_s: float, arriving: ArrivingBytes, decoding: ByteBudget
+    request: Request, limit: int, pause_s: float, arriving: ArrivingBytes, decoding: DecodingBytes
 ) -> AsyncIterator[bytearray]:
     """The whole body, within ``limit`` bytes and with no pause over ``pause_s``, held under the
-    decoding budget for the block.
+    decoding limit for the block.
 
     The body grows with what arrived, never to a declared length before its bytes came (a
     77-byte request declaring 64 MiB held 64 MiB), and each chunk is taken from ``arriving``

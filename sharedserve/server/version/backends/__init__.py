@@ -5,13 +5,32 @@ Frameworks are imported only when a backend is made, so importing this package i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sharedserve.enums import Framework
 from sharedserve.errors import SharedServeError
 from sharedserve.framework_output import framework_needed, framework_startup
-from sharedserve.server.version.backends.base import Backend
+from sharedserve.server.version.backends.base import (
+    AppliedRuntime,
+    Backend,
+    DeviceMemory,
+    RuntimeConfig,
+    warm_up,
+)
 from sharedserve.server.version.source import ModelSource
 
-__all__ = ["make_backend"]
+__all__ = [
+    "AppliedRuntime",
+    "Backend",
+    "BackendFactory",
+    "DeviceMemory",
+    "Frameworks",
+    "RuntimeConfig",
+    "make_backend",
+    "warm_up",
+]
+
+BackendFactory = Callable[[ModelSource], Backend]
 
 
 def make_backend(source: ModelSource) -> Backend:
@@ -26,3 +45,20 @@ def make_backend(source: ModelSource) -> Backend:
 
         return TorchBackend(source.path)
     raise SharedServeError(f"no backend for {source.framework}")
+
+
+class Frameworks:
+    """The process's frameworks, each configured once (thread pools, GPU cap), before its first
+    model loads: they can be set only before its runtime starts. Every backend is made here,
+    at start-up and while serving alike."""
+
+    def __init__(self, runtime: RuntimeConfig, make: BackendFactory = make_backend) -> None:
+        self.runtime, self._make = runtime, make
+        self.applied: dict[Framework, AppliedRuntime] = {}
+
+    def backend(self, source: ModelSource) -> Backend:
+        """The backend for ``source`` (not loaded), its framework configured first."""
+        backend = self._make(source)
+        if source.framework not in self.applied:
+            self.applied[source.framework] = backend.configure(self.runtime)
+        return backend

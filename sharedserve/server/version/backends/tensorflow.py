@@ -12,6 +12,7 @@ device, and TensorFlow has no supported way to move them to host memory and back
 from __future__ import annotations
 
 import gc
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ _INTERNAL_PREFIX = "__"
 _MAX_ERROR_CHARS = 400
 # TensorFlow places a model on the first GPU it sees; the cap applies to that one.
 _GPU = "GPU:0"
+
+
+log = logging.getLogger(__name__)
 
 
 def _short(error: Exception) -> str:
@@ -101,9 +105,13 @@ class TensorFlowBackend:
         with framework_needed("tensorflow"), framework_startup():
             import tensorflow as tf
 
-        # Both must be set before TensorFlow's runtime starts, i.e. before the model loads.
-        tf.config.threading.set_intra_op_parallelism_threads(config.intra_op_threads)
-        tf.config.threading.set_inter_op_parallelism_threads(config.inter_op_threads)
+        # Both must be set before TensorFlow's runtime starts, i.e. before the model loads; in
+        # a process where it has started already (a second server in it) they stay as they are.
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(config.intra_op_threads)
+            tf.config.threading.set_inter_op_parallelism_threads(config.inter_op_threads)
+        except RuntimeError as e:
+            log.warning("TensorFlow's thread pools stay as they are: %s", _short(e))
         cap = apply_tensorflow(config.gpu_cap)
         return AppliedRuntime(
             gpu_cap=cap,

@@ -17,15 +17,13 @@ import grpc
 import numpy as np
 
 from sharedserve.errors import InvalidInput, quoted
-from sharedserve.server.inference.validate import check_rank
-from sharedserve.server.metrics.prometheus import RequestTally
+from sharedserve.server.inference import InferencePath, SignatureOf, check_rank
+from sharedserve.server.metrics import RequestTally
 from sharedserve.server.protos.oip import SERVICE
 from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as pb
-from sharedserve.server.repository.manager import ModelManager
-from sharedserve.server.repository.registry import ModelRegistry
-from sharedserve.server.version.model import ModelState, ServedModel, parse_version
-from sharedserve.server.version.signature import Signature
-from sharedserve.server.wire.body_bytes import ByteBudget
+from sharedserve.server.repository import ModelManager, ModelRegistry
+from sharedserve.server.version import ModelVersion, Signature, parse_version
+from sharedserve.server.wire.body_bytes import DecodingBytes
 from sharedserve.server.wire.grpc_calls import (
     OFF_LOOP_BYTES,
     ElementCount,
@@ -35,7 +33,7 @@ from sharedserve.server.wire.grpc_calls import (
 )
 from sharedserve.server.wire.oip import tensors
 from sharedserve.server.wire.oip.grpc_split import Input, Split, split_infer
-from sharedserve.server.wire.oip.metadata import model_metadata, server_metadata
+from sharedserve.server.wire.oip.metadata import index_rows, model_metadata, server_metadata
 
 __all__ = ["handlers"]
 
@@ -50,23 +48,24 @@ def _parameter(parameters: Any, key: str) -> str | None:
 
 
 class _Infer:
-    """A ModelInfer for the predictor. Protobuf decodes a small message in microseconds, on the
-    loop; a large one (``heavy``) is decoded in a worker thread."""
+    """A ModelInfer for the inference path. Protobuf decodes a small message in microseconds, on
+    the loop; a large one (``heavy``) is decoded in a worker thread."""
 
     def __init__(
         self,
-        model: ServedModel,
+        model: ModelVersion,
         split: Split,
         size: int,
         max_elements: int | None,
     ) -> None:
-        self._model, (self._request, self._inputs) = model, split
+        self._name, self._version = model.name, model.version
+        self._request, self._inputs = split
         self.heavy = size > OFF_LOOP_BYTES
         self._count = ElementCount(max_elements).add
 
-    def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
+    def decode(self, signature_of: SignatureOf) -> tuple[Signature, dict[str, np.ndarray]]:
         request = self._request
-        signature = self._model.signature(_parameter(request.parameters, "signature_name"))
+        signature = signature_of(_parameter(request.parameters, "signature_name"))
         unknown = sorted({o.name for o in request.outputs} - set(signature.outputs))
         if unknown:
             raise InvalidInput(
@@ -101,7 +100,7 @@ class _Infer:
     def encode(self, outputs: dict[str, np.ndarray]) -> Any:
         request = self._request
         response = pb.ModelInferResponse(
-            model_name=self._model.name, model_version=str(self._model.version), id=request.id
+            model_name=self._name, model_version=str(self._version), id=request.id
         )
         names = [o.name for o in request.outputs] or list(outputs)
         for name in names:
@@ -144,12 +143,13 @@ def _repository_parameters(request: Any) -> None:
 
 
 class _Servicer:
-    def __init__(self, registry: ModelRegistry, manager: ModelManager) -> None:
-        self._registry, self._manager = registry, manager
+    def __init__(self, registry: ModelRegistry, path: InferencePath, manager: ModelManager) -> None:
+        self._registry, self._path, self._manager = registry, path, manager
 
     async def repository_index(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            rows = await self._manager.index(ready_only=request.ready)
+            entries = await self._manager.index()
+            rows = index_rows(entries, self._registry.stopping, ready_only=request.ready)
             return pb.RepositoryIndexResponse(
                 models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
             )
@@ -180,8 +180,8 @@ class _Servicer:
 
     async def model_ready(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            model = self._registry.lookup(request.name, parse_version(request.version)).model
-            return pb.ModelReadyResponse(ready=model.state is ModelState.AVAILABLE)
+            model = self._registry.lookup(request.name, parse_version(request.version))
+            return pb.ModelReadyResponse(ready=self._registry.is_ready(model))
 
         return await guard(context, "ModelReady", call)
 
@@ -190,8 +190,8 @@ class _Servicer:
 
     async def model_metadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def call() -> Any:
-            model = self._registry.lookup(request.name, parse_version(request.version)).model
-            versions = self._registry.versions_of(request.name)
+            model = self._registry.lookup(request.name, parse_version(request.version))
+            versions = self._registry.served().get(request.name, [])
             return pb.ModelMetadataResponse(**model_metadata(model, versions))
 
         return await guard(context, "ModelMetadata", call)
@@ -206,21 +206,22 @@ class _Servicer:
 
         async def call() -> Any:
             version = parse_version(request.model_version)
-            predictor = self._registry.lookup(request.model_name, version)
-            tally.routed(predictor.metrics)
-            infer = _Infer(predictor.model, split, size, predictor.max_elements)
-            return await predictor.predict(infer)
+            model = self._registry.lookup(request.model_name, version)
+            tally.routed(self._registry.metrics.for_model(model.name))
+            infer = _Infer(model, split, size, self._path.max_elements)
+            return await self._path.infer(model, infer)
 
         return await guard(context, "ModelInfer", call, (tally, "oip-grpc"))
 
 
 def handlers(
-    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None, manager: ModelManager
+    registry: ModelRegistry, path: InferencePath, decoding: DecodingBytes, manager: ModelManager
 ) -> tuple[grpc.GenericRpcHandler, ...]:
     """The service under its OIP name, with Triton's model repository calls (``manager``);
-    ``max_elements`` bounds a large message's tensors as it is read, before its model is
-    known."""
-    servicer = _Servicer(registry, manager)
+    the path's element limit bounds a large message's tensors as it is read, before its model
+    is known."""
+    servicer = _Servicer(registry, path, manager)
+    max_elements = path.max_elements
     methods = {
         "ServerLive": (servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
         "ServerReady": (servicer.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),

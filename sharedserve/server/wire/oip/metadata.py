@@ -13,15 +13,16 @@ from typing import Any
 
 from sharedserve import __version__
 from sharedserve.enums import Framework
-from sharedserve.server.version.model import ServedModel
+from sharedserve.server.repository import IndexEntry
+from sharedserve.server.version import SERVING, ModelVersion, VersionState
 from sharedserve.server.wire.oip.tensors import tensor_metadata
 
-__all__ = ["PLATFORM", "model_metadata", "server_metadata"]
+__all__ = ["PLATFORM", "index_rows", "model_metadata", "server_metadata"]
 
 PLATFORM = {Framework.TENSORFLOW: "tensorflow_savedmodel", Framework.TORCH: "pytorch_libtorch"}
 
 
-def model_metadata(model: ServedModel, versions: Sequence[int] = ()) -> dict[str, Any]:
+def model_metadata(model: ModelVersion, versions: Sequence[int] = ()) -> dict[str, Any]:
     """NotReady until the model is AVAILABLE (its signatures are known only once loaded);
     ``versions``: every version served under its name (else its own)."""
     signature = model.signature(None)
@@ -36,3 +37,34 @@ def model_metadata(model: ServedModel, versions: Sequence[int] = ()) -> dict[str
 
 def server_metadata() -> dict[str, Any]:
     return {"name": "sharedserve", "version": __version__, "extensions": ["binary_tensor_data"]}
+
+
+def index_rows(
+    entries: list[IndexEntry], stopping: bool, *, ready_only: bool = False
+) -> list[dict[str, str]]:
+    """Triton's repository index: a row per version, READY, LOADING or UNAVAILABLE with the
+    reason (``ready_only``: the READY ones)."""
+    rows = [{"name": e.name, "version": _number(e), **_state(e, stopping)} for e in entries]
+    return [r for r in rows if r["state"] == "READY"] if ready_only else rows
+
+
+def _number(entry: IndexEntry) -> str:
+    return "" if entry.version is None else str(entry.version)
+
+
+def _state(entry: IndexEntry, stopping: bool) -> dict[str, str]:
+    state = entry.state
+    if state is None:
+        return {"state": "LOADING" if entry.loading else "UNAVAILABLE", "reason": entry.reason}
+    if state in SERVING:
+        if stopping:
+            return {"state": "UNAVAILABLE", "reason": "unloading"}
+        return {"state": "READY", "reason": ""}
+    if state in (VersionState.START, VersionState.LOADING):
+        return {"state": "LOADING", "reason": ""}
+    if state is VersionState.FAILED:
+        return {"state": "UNAVAILABLE", "reason": entry.reason}
+    return {
+        "state": "UNAVAILABLE",
+        "reason": "unloading" if state is VersionState.RETIRING else "end",
+    }

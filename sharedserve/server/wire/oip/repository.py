@@ -16,11 +16,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from sharedserve.errors import InvalidInput, quoted
-from sharedserve.server.repository.manager import ModelManager
+from sharedserve.server.repository import ModelManager, ModelRegistry
 from sharedserve.server.settings import ConnectionSettings, RestSettings
-from sharedserve.server.wire.body_bytes import ArrivingBytes, ByteBudget
+from sharedserve.server.wire.body_bytes import ArrivingBytes, DecodingBytes
 from sharedserve.server.wire.http_io import json_response, read_body
 from sharedserve.server.wire.json_values import json_type
+from sharedserve.server.wire.oip.metadata import index_rows
 
 __all__ = ["add_repository_routes"]
 
@@ -57,11 +58,12 @@ def _check_parameters(request: dict[str, Any], allowed: frozenset[str]) -> None:
 
 def add_repository_routes(
     app: FastAPI,
+    registry: ModelRegistry,
     manager: ModelManager,
+    *,
     rest: RestSettings,
     connections: ConnectionSettings,
-    decoding: ByteBudget,
-    *,
+    decoding: DecodingBytes,
     arriving: ArrivingBytes,
 ) -> None:
     limit = min(rest.max_body_bytes, _MAX_BODY_BYTES)
@@ -80,7 +82,8 @@ def add_repository_routes(
         named = asked.get("repository_name", "")
         if not isinstance(named, str):
             raise InvalidInput(f"'repository_name' must be a string, got {json_type(named)}")
-        return json_response(await manager.index(ready_only=ready))
+        rows = index_rows(await manager.index(), registry.stopping, ready_only=ready)
+        return json_response(rows)
 
     @app.post("/v2/repository/models/{name}/load")
     async def load(request: Request, name: str) -> Response:

@@ -20,12 +20,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from sharedserve.errors import InvalidInput, quoted
-from sharedserve.server.metrics.prometheus import RequestTally
-from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.inference import InferencePath, SignatureOf
+from sharedserve.server.metrics import RequestTally
+from sharedserve.server.repository import ModelRegistry
 from sharedserve.server.settings import ConnectionSettings, RestSettings
-from sharedserve.server.version.model import ServedModel, parse_version
-from sharedserve.server.version.signature import Signature
-from sharedserve.server.wire.body_bytes import ArrivingBytes, ByteBudget
+from sharedserve.server.version import ModelVersion, Signature, parse_version
+from sharedserve.server.wire.body_bytes import ArrivingBytes, DecodingBytes
 from sharedserve.server.wire.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.wire.json_values import json_type
 from sharedserve.server.wire.oip import HEADER_LENGTH, tensors
@@ -37,18 +37,19 @@ _OCTETS = "application/octet-stream"
 
 
 class _Infer:
-    """An OIP REST infer for the predictor: JSON is heavy, so decoded off the loop."""
+    """An OIP REST infer for the inference path: JSON is heavy, so decoded off the loop."""
 
     heavy = True
 
-    def __init__(self, model: ServedModel, body: bytes | bytearray, header_length: int | None):
-        self._model, self._body, self._header_length = model, body, header_length
+    def __init__(self, model: ModelVersion, body: bytes | bytearray, header_length: int | None):
+        self._name, self._version = model.name, model.version
+        self._body, self._header_length = body, header_length
         self._id: Any = None
         # Requested outputs -> binary (None: as the request's binary_data_output says).
         self._wanted: dict[str, bool | None] | None = None
         self._all_binary = False
 
-    def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
+    def decode(self, signature_of: SignatureOf) -> tuple[Signature, dict[str, np.ndarray]]:
         body, split = memoryview(self._body), self._header_length
         if split is not None and split > len(body):
             raise InvalidInput(
@@ -60,7 +61,7 @@ class _Infer:
         if self._id is not None and not isinstance(self._id, str):
             raise InvalidInput(f"'id' must be a string, got {json_type(self._id)}")
         parameters = _object(header.get("parameters", {}), "'parameters'")
-        signature = self._model.signature(_optional_str(parameters, "signature_name"))
+        signature = signature_of(_optional_str(parameters, "signature_name"))
         self._all_binary = _flag(parameters, "binary_data_output")
         self._wanted = _requested_outputs(header.get("outputs"), signature)
         return signature, _inputs(header.get("inputs"), signature, raw)
@@ -84,8 +85,8 @@ class _Infer:
                 entry["data"] = tensors.to_json_data(name, array)
             described.append(entry)
         answer: dict[str, Any] = {
-            "model_name": self._model.name,
-            "model_version": str(self._model.version),
+            "model_name": self._name,
+            "model_version": str(self._version),
             "outputs": described,
         }
         if self._id is not None:
@@ -185,10 +186,11 @@ def _header_length(request: Request) -> int | None:
 def add_routes(
     app: FastAPI,
     registry: ModelRegistry,
+    inference: InferencePath,
+    *,
     rest: RestSettings,
     connections: ConnectionSettings,
-    decoding: ByteBudget,
-    *,
+    decoding: DecodingBytes,
     arriving: ArrivingBytes,
 ) -> None:
     """The OIP's ``/v2`` routes; ``arriving`` and ``decoding`` bound the bytes of bodies being
@@ -209,25 +211,24 @@ def add_routes(
         return json_response({"ready": True})
 
     async def model_ready(name: str, version: str | None = None) -> Response:
-        model = registry.lookup(name, parse_version(version)).model
-        model.require_available()
+        model = registry.lookup(name, parse_version(version))
+        registry.require_ready(model)
         return json_response({"name": model.name, "ready": True})
 
     async def metadata(name: str, version: str | None = None) -> Response:
-        model = registry.lookup(name, parse_version(version)).model
-        return json_response(model_metadata(model, registry.versions_of(name)))
+        model = registry.lookup(name, parse_version(version))
+        return json_response(model_metadata(model, registry.served().get(name, [])))
 
     async def infer(request: Request, name: str, version: str | None = None) -> Response:
         tally = RequestTally(registry.metrics)
 
         async def answer() -> Response:
-            predictor = registry.lookup(name, parse_version(version))
-            tally.routed(predictor.metrics)
+            model = registry.lookup(name, parse_version(version))
+            tally.routed(registry.metrics.for_model(model.name))
             header_length = _header_length(request)
             limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
             async with read_body(request, limit, pause_s, arriving, decoding) as body:
-                call = _Infer(predictor.model, body, header_length)
-                content, split = await predictor.predict(call)
+                content, split = await inference.infer(model, _Infer(model, body, header_length))
             if split is None:
                 return Response(content, media_type=JSON)
             return Response(content, media_type=_OCTETS, headers={HEADER_LENGTH: str(split)})

@@ -16,18 +16,15 @@ import grpc
 import numpy as np
 
 from sharedserve.errors import ConfigError, InvalidInput, SharedServeError, quoted
-from sharedserve.server.inference.path import Predictor
-from sharedserve.server.metrics.prometheus import RequestTally
+from sharedserve.server.inference import InferencePath, SignatureOf
+from sharedserve.server.metrics import RequestTally
 from sharedserve.server.protos.tfserving import MODEL_SERVICE, PREDICTION_SERVICE
 from sharedserve.server.protos.tfserving import model_management_pb2 as management
 from sharedserve.server.protos.tfserving import tf_serving_pb2 as pb
-from sharedserve.server.repository.config_file import model_config_entries
-from sharedserve.server.repository.manager import ModelManager
-from sharedserve.server.repository.registry import ModelRegistry
-from sharedserve.server.version.model import ModelState, ServedModel
-from sharedserve.server.version.signature import Signature, TensorSpec
+from sharedserve.server.repository import ModelManager, ModelRegistry, model_config_entries
+from sharedserve.server.version import ModelVersion, Signature, TensorSpec, VersionState
 from sharedserve.server.wire import proto_slices as wire
-from sharedserve.server.wire.body_bytes import ByteBudget
+from sharedserve.server.wire.body_bytes import DecodingBytes
 from sharedserve.server.wire.grpc_calls import (
     OFF_LOOP_BYTES,
     ElementCount,
@@ -36,6 +33,7 @@ from sharedserve.server.wire.grpc_calls import (
     unary,
     unimplemented,
 )
+from sharedserve.server.wire.tfserving.status import state_of
 from sharedserve.server.wire.tfserving.tensor_proto import (
     DTYPE_ENUM,
     from_tensor_proto,
@@ -45,7 +43,6 @@ from sharedserve.server.wire.tfserving.tensor_proto import (
 
 __all__ = ["handlers"]
 
-_STATE = {state: pb.ModelVersionStatus.State.Value(state.value) for state in ModelState}
 # GetModelMetadata packs the signatures into an Any named for TF Serving's message, which is what
 # clients unpack it as.
 _SIGNATURE_DEF_MAP_URL = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
@@ -115,16 +112,21 @@ class _ProtoPredict:
     the loop; a large one (``heavy``) is decoded in a worker thread."""
 
     def __init__(
-        self, predictor: Predictor, request: Any, inputs: Mapping[str, Any], size: int
+        self,
+        model: ModelVersion,
+        max_elements: int | None,
+        request: Any,
+        inputs: Mapping[str, Any],
+        size: int,
     ) -> None:
-        self._model, self._max_elements = predictor.model, predictor.max_elements
+        self._name, self._version, self._max_elements = model.name, model.version, max_elements
         self._request, self._inputs = request, inputs
         self.heavy = size > OFF_LOOP_BYTES
         self._signature_name = ""
 
-    def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
+    def decode(self, signature_of: SignatureOf) -> tuple[Signature, dict[str, np.ndarray]]:
         request = self._request
-        signature = self._model.signature(request.model_spec.signature_name or None)
+        signature = signature_of(request.model_spec.signature_name or None)
         unknown = set(request.output_filter) - set(signature.outputs)
         if unknown:
             raise InvalidInput(f"output_filter names unknown outputs {quoted(sorted(unknown))}")
@@ -145,7 +147,7 @@ class _ProtoPredict:
 
     def encode(self, outputs: dict[str, np.ndarray]) -> Any:
         response = pb.PredictResponse()
-        _fill_spec(response.model_spec, self._model, self._signature_name)
+        _fill_spec(response.model_spec, self._name, self._version, self._signature_name)
         wanted = self._request.output_filter
         for key, value in outputs.items():
             if not wanted or key in wanted:
@@ -153,20 +155,20 @@ class _ProtoPredict:
         return response
 
 
-def _lookup(registry: ModelRegistry, spec: Any) -> Predictor:
+def _lookup(registry: ModelRegistry, spec: Any) -> ModelVersion:
     """The version a ModelSpec names: by number, by label (a oneof with it), else the latest."""
     return registry.lookup(spec.name, _version(spec), spec.version_label or None)
 
 
-def _fill_spec(spec: Any, model: ServedModel, signature_name: str) -> None:
-    spec.name = model.name
-    spec.version.value = model.version
+def _fill_spec(spec: Any, name: str, version: int, signature_name: str) -> None:
+    spec.name = name
+    spec.version.value = version
     spec.signature_name = signature_name
 
 
 class PredictionServicer:
-    def __init__(self, registry: ModelRegistry) -> None:
-        self._registry = registry
+    def __init__(self, registry: ModelRegistry, path: InferencePath) -> None:
+        self._registry, self._path = registry, path
 
     async def Predict(  # noqa: N802
         self, message: Any | Split, size: int, context: grpc.aio.ServicerContext
@@ -176,24 +178,24 @@ class PredictionServicer:
         tally = RequestTally(self._registry.metrics)
 
         async def call() -> Any:
-            predictor = _lookup(self._registry, request.model_spec)
-            tally.routed(predictor.metrics)
-            return await predictor.predict(_ProtoPredict(predictor, request, inputs, size))
+            model = _lookup(self._registry, request.model_spec)
+            tally.routed(self._registry.metrics.for_model(model.name))
+            limit = self._path.max_elements
+            return await self._path.infer(model, _ProtoPredict(model, limit, request, inputs, size))
 
         return await guard(context, "Predict", call, (tally, "grpc"))
 
     async def GetModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         async def call() -> Any:
-            model = _lookup(self._registry, request.model_spec).model
+            model = _lookup(self._registry, request.model_spec)
             fields = list(request.metadata_field)
             if fields != ["signature_def"]:
                 raise InvalidInput(
                     "metadata_field must be ['signature_def'] (the only one offered), got "
                     f"{quoted(fields)}"
                 )
-            model.metadata_json()  # NotReady until AVAILABLE
             signature_map = pb.SignatureDefMap()
-            for name, sig in model.backend.signatures().items():
+            for name, sig in model.signatures().items():  # NotReady until it serves
                 signature_def = signature_map.signature_def[name]
                 signature_def.method_name = sig.method_name
                 for key, spec in sig.inputs.items():
@@ -201,7 +203,7 @@ class PredictionServicer:
                 for key, spec in sig.outputs.items():
                     _fill_tensor_info(signature_def.outputs[key], spec)
             response = pb.GetModelMetadataResponse()
-            _fill_spec(response.model_spec, model, "")
+            _fill_spec(response.model_spec, model.name, model.version, "")
             packed = response.metadata["signature_def"]
             packed.type_url = _SIGNATURE_DEF_MAP_URL
             packed.value = signature_map.SerializeToString()
@@ -248,28 +250,31 @@ class ModelServicer:
             response = pb.GetModelStatusResponse()
             # Without a version or label: every version of the model, as TF Serving lists them.
             versions = self._registry.statuses(spec.name, _version(spec), spec.version_label)
+            stopping = self._registry.stopping
             for model in versions:
-                status = model.status_json()["model_version_status"][0]
-                entry = response.model_version_status.add(
-                    version=model.version, state=_STATE[model.state]
-                )
-                entry.status.error_message = status["status"]["error_message"]
-                # error_code is tensorflow.error.Code; OK is 0, UNKNOWN is 2.
-                entry.status.error_code = 0 if status["status"]["error_code"] == "OK" else 2
+                state = pb.ModelVersionStatus.State.Value(state_of(model, stopping))
+                entry = response.model_version_status.add(version=model.version, state=state)
+                if model.state is VersionState.FAILED:
+                    entry.status.error_message = model.error or ""
+                    entry.status.error_code = 2  # tensorflow.error.Code: OK is 0, UNKNOWN 2
+                else:
+                    entry.status.error_code = 0
             return response
 
         return await guard(context, "GetModelStatus", call)
 
 
 def handlers(
-    registry: ModelRegistry, decoding: ByteBudget, max_elements: int | None, manager: ModelManager
+    registry: ModelRegistry, path: InferencePath, decoding: DecodingBytes, manager: ModelManager
 ) -> tuple[grpc.GenericRpcHandler, ...]:
-    """Both services under TF Serving's names; ``max_elements`` bounds a large message's tensors
-    as it is read, before its model is known; ``manager`` applies a reloaded model config.
+    """Both services under TF Serving's names; the path's element limit bounds a large
+    message's tensors as it is read, before its model is known; ``manager`` applies a reloaded
+    model config.
 
     Methods sharedserve does not offer answer UNIMPLEMENTED without parsing their requests.
     """
-    prediction, models = PredictionServicer(registry), ModelServicer(registry, manager)
+    prediction, models = PredictionServicer(registry, path), ModelServicer(registry, manager)
+    max_elements = path.max_elements
     return (
         grpc.method_handlers_generic_handler(
             PREDICTION_SERVICE,

@@ -26,8 +26,7 @@ from sharedserve import __version__
 from sharedserve.config import BatchingSettings, CapSource
 from sharedserve.enums import Paging
 from sharedserve.limits.cpu import CpuLimitSource
-from sharedserve.server.memory.tenant import Residence
-from sharedserve.server.version.model import ModelState
+from sharedserve.server.version import MEMORY_STATES
 from sharedserve.server.version.signature import DTYPE_TO_NUMPY
 from sharedserve.server.wire.oip.openapi import oip_paths, oip_schemas
 from sharedserve.server.wire.openapi_parts import (
@@ -47,6 +46,7 @@ from sharedserve.server.wire.openapi_parts import (
     ref,
     string,
 )
+from sharedserve.server.wire.tfserving.status import STATES
 
 __all__ = ["build_openapi", "build_openapi_for"]
 
@@ -68,7 +68,7 @@ def _schemas() -> dict[str, Schema]:
         "VersionStatus": object_of(
             {
                 "version": _INT64,
-                "state": {"enum": [state.value for state in ModelState]},
+                "state": {"enum": list(STATES)},
                 # UNKNOWN, with the reason, once the model has failed to load.
                 "status": object_of(
                     {"error_code": {"enum": ["OK", "UNKNOWN"]}, "error_message": string()}
@@ -208,7 +208,7 @@ def _schemas() -> dict[str, Schema]:
         ),
         "ModelMemory": object_of(
             {
-                "state": {"enum": [*(state.value for state in Residence), "failed"]},
+                "state": {"enum": list(MEMORY_STATES)},
                 "error": {"type": ["string", "null"]},
                 "pinned": {"type": "boolean"},
                 "budget_mib": {"type": ["number", "null"]},

@@ -19,14 +19,15 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sharedserve.errors import InvalidInput, NotFound, Unimplemented, quoted
-from sharedserve.server.metrics.prometheus import RequestTally
-from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.inference import InferencePath, SignatureOf
+from sharedserve.server.metrics import RequestTally
+from sharedserve.server.repository import ModelRegistry
 from sharedserve.server.settings import ConnectionSettings, RestSettings
-from sharedserve.server.version.model import ServedModel, parse_version
-from sharedserve.server.version.signature import Signature
-from sharedserve.server.wire.body_bytes import ArrivingBytes, ByteBudget
+from sharedserve.server.version import Signature, parse_version
+from sharedserve.server.wire.body_bytes import ArrivingBytes, DecodingBytes
 from sharedserve.server.wire.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.wire.tfserving import codec
+from sharedserve.server.wire.tfserving.status import metadata_json, status_json
 
 __all__ = ["add_routes"]
 
@@ -69,17 +70,18 @@ def _parse(path: str, method: str) -> _Target:
 
 
 class _JsonPredict:
-    """A REST predict for the predictor: JSON is heavy to decode and encode, so off the loop."""
+    """A REST predict for the inference path: JSON is heavy to decode and encode, so off the
+    loop."""
 
     heavy = True
 
-    def __init__(self, model: ServedModel, body: bytes | bytearray) -> None:
-        self._model, self._body = model, body
+    def __init__(self, body: bytes | bytearray) -> None:
+        self._body = body
         self._format = codec.RequestFormat.ROW
 
-    def decode(self) -> tuple[Signature, dict[str, np.ndarray]]:
+    def decode(self, signature_of: SignatureOf) -> tuple[Signature, dict[str, np.ndarray]]:
         payload = codec.parse_predict_body(self._body)
-        signature = self._model.signature(codec.read_signature_name(payload))
+        signature = signature_of(codec.read_signature_name(payload))
         request = codec.decode_predict_request(payload, signature)
         self._format = request.format  # the response mirrors the request's layout
         return signature, request.inputs
@@ -91,10 +93,11 @@ class _JsonPredict:
 def add_routes(
     app: FastAPI,
     registry: ModelRegistry,
+    inference: InferencePath,
+    *,
     rest: RestSettings,
     connections: ConnectionSettings,
-    decoding: ByteBudget,
-    *,
+    decoding: DecodingBytes,
     arriving: ArrivingBytes,
 ) -> None:
     """TF Serving's ``/v1/models/...`` routes; ``arriving`` and ``decoding`` bound the bytes of
@@ -104,10 +107,11 @@ def add_routes(
     async def get_model(path: str) -> Response:
         target = _parse(path, "GET")
         if target.metadata:
-            model = registry.lookup(target.name, target.version, target.label).model
-            return json_response(model.metadata_json())
+            model = registry.lookup(target.name, target.version, target.label)
+            return json_response(metadata_json(model))
         # Without a version or label: every version's state, as TF Serving lists them.
-        return json_response(registry.status_json(target.name, target.version, target.label))
+        versions = registry.statuses(target.name, target.version, target.label)
+        return json_response(status_json(versions, registry.stopping))
 
     # Every other method reaches _parse too, for the 405's Allow: Starlette's own would name
     # the GET route's method, the first route that matched the path.
@@ -130,11 +134,10 @@ def add_routes(
         tally = RequestTally(registry.metrics)
 
         async def answer() -> Response:
-            predictor = registry.lookup(target.name, target.version, target.label)
-            tally.routed(predictor.metrics)
+            model = registry.lookup(target.name, target.version, target.label)
+            tally.routed(registry.metrics.for_model(model.name))
             limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
             async with read_body(request, limit, pause_s, arriving, decoding) as body:
-                call = _JsonPredict(predictor.model, body)
-                return Response(await predictor.predict(call), media_type=JSON)
+                return Response(await inference.infer(model, _JsonPredict(body)), media_type=JSON)
 
         return await counted(tally, "rest", answer)

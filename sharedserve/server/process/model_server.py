@@ -1,0 +1,212 @@
+"""One model server process: ``ModelServer`` builds and owns what serves, in start-up order.
+
+Limits first: the GPU cap sized against the visible GPU, the thread pools against the CPU
+limit, the first framework configured with both before it touches the device. Then the
+listeners: REST (its socket bound by the caller, before any framework was imported, so a port
+in use fails at once) and gRPC, with every wire format on each; status and readiness answer
+(LOADING) during a long load, and predictions get 503 until their model is warm. Then the
+models, loaded by the repository manager one after another, each AVAILABLE as soon as it is
+warm. With ``--model`` a model that fails to load stops the server (exit 1); with many, it is
+reported (status END with its error, the repository index) and the others serve. SIGTERM stops
+it gracefully (``shutdown.py``).
+
+``serve`` (``run.py``) and the tests' in-process servers run this same object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import socket
+import threading
+
+import uvicorn
+
+from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
+from sharedserve.server.inference import InferencePath, Share, model_call_slots
+from sharedserve.server.metrics import EVERY_MODEL, Metrics
+from sharedserve.server.process.connections import protocol_class
+from sharedserve.server.process.grpc_server import GrpcHealth, create_grpc_server
+from sharedserve.server.process.http import create_app
+from sharedserve.server.process.shutdown import GracefulServer
+from sharedserve.server.process.start_up import (
+    bind_grpc,
+    model_memory,
+    report_limits,
+    size_gpu_cap,
+    track_gpu_memory,
+)
+from sharedserve.server.repository import Catalog, FixedCatalog, ModelManager, ModelRegistry
+from sharedserve.server.settings import ServerSettings
+from sharedserve.server.version import BackendFactory, Frameworks, RuntimeConfig, make_backend
+from sharedserve.server.wire import DECODE_WAIT_S, DecodingBytes
+
+__all__ = ["ModelServer"]
+
+log = logging.getLogger(__name__)
+
+
+class ModelServer:
+    """The process's listeners, models, metrics and stop; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        catalog: Catalog,
+        *,
+        cpu: CpuLimit | None = None,
+        backends: BackendFactory = make_backend,
+    ) -> None:
+        """``catalog``: what to serve (``--model``'s fixed one, a model config, a repository);
+        ``cpu``: the CPU limit resolved already (None: resolved here); ``backends``: how a
+        model version's backend is made from its source (the frameworks', by default)."""
+        self.settings, self.catalog = settings, catalog
+        cpu = cpu or resolve_cpu_limit(settings.cpu_limit_cores)
+        self.one_model = isinstance(catalog, FixedCatalog)
+        sources = [v.source for name in catalog.names() for v in catalog.versions(name)]
+        self._sources = sources
+        gpu_backend, gpu_cap = size_gpu_cap(settings)
+        names = {source.name for source in sources}
+        self.metrics = Metrics(names.pop() if len(names) == 1 else EVERY_MODEL)
+        self.memory = model_memory(settings, gpu_cap, self.metrics)  # paging needs a cap
+        # Many models: TorchScript's per-model specialised plans cost more than they bring.
+        runtime = RuntimeConfig(gpu_cap, *thread_pool_sizes(cpu), self.one_model)
+        self.frameworks = Frameworks(runtime, backends)
+        first = self.frameworks.backend(sources[0])  # its framework configured, as the cap says
+        applied = self.frameworks.applied[sources[0].framework]
+        threads = (applied.intra_op_threads, applied.inter_op_threads)
+        self.limits = report_limits(settings, applied.gpu_cap, cpu, threads)
+        track_gpu_memory(self.metrics, gpu_backend, applied.gpu_cap, first)
+        self.path = InferencePath(
+            self.metrics,
+            self.memory,
+            model_call_slots(threads[1]),
+            Share(max_inflight=settings.max_inflight_per_model),
+            settings.request_element_limit,
+        )
+        self.registry = ModelRegistry(self.metrics)
+        self.health = GrpcHealth(sorted({source.name for source in sources}))
+        self.manager = ModelManager(
+            self.registry, self.path, self.memory, self.frameworks, catalog, events=self.health
+        )
+        # One decoding limit for every API: it bounds decoding's memory, whoever sent the bytes.
+        self.decoding = DecodingBytes(settings.rest.decoding_limit, DECODE_WAIT_S)
+        self.app = create_app(
+            self.registry,
+            self.path,
+            self.manager,
+            limits=lambda: {**self.limits, **self.manager.report()},
+            rest=settings.rest,
+            connections=settings.connections,
+            decoding=self.decoding,
+        )
+        self.rest_address: tuple[str, int] | None = None
+        self.grpc_port: int | None = None
+        self.started = threading.Event()
+        """The listeners answer (set from the server's loop)."""
+        self.loaded = threading.Event()
+        """The models named at start have loaded or failed."""
+        self.failed = False
+        """``--model``'s one model failed to load: the server stopped (exit 1)."""
+        self._server: GracefulServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, sock: socket.socket) -> int:
+        """Serve on ``sock`` (REST, bound) until a stop signal; -> the exit code."""
+        try:
+            asyncio.run(self.serve(sock))
+        finally:
+            self.manager.close()
+        log.info("server stopped")
+        return 1 if self.failed else 0
+
+    def stop(self) -> None:
+        """From another thread: stop as a SIGTERM would (not ready, drain, close), but for the
+        last resort of exiting the process, which is the caller's."""
+        if self._loop is not None and self._server is not None:
+            server = self._server
+            self._loop.call_soon_threadsafe(lambda: server.begin_stop(last_resort=False))
+
+    async def serve(self, sock: socket.socket) -> None:
+        settings = self.settings
+        await self.health.not_yet()
+        grpc_server = create_grpc_server(
+            self.registry,
+            self.path,
+            self.manager,
+            max_message_bytes=settings.grpc.max_message_bytes,
+            connections=settings.connections,
+            decoding=self.decoding,
+            health_service=self.health,
+        )
+        config = uvicorn.Config(
+            self.app,
+            http=protocol_class(settings.connections, self.metrics.refuse_connection),
+            timeout_keep_alive=settings.connections.keep_alive_timeout_s,  # type: ignore[arg-type]
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
+        server = GracefulServer(config, settings.shutdown, self.registry, grpc_server, self.health)
+        self._server, self._loop = server, asyncio.get_running_loop()
+        self.grpc_port = bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
+        await grpc_server.start()
+        self.rest_address = sock.getsockname()[:2]
+        for source in self._sources:
+            log.info(
+                "serving model %r version %d (%s) from %s",
+                source.name,
+                source.version,
+                source.framework.value,
+                source.path,
+            )
+        log.info(
+            "REST API on http://%s:%d, gRPC on %s:%d",
+            *self.rest_address,
+            settings.rest.host,
+            self.grpc_port,
+        )
+        routed = asyncio.Event()
+        loading = asyncio.get_running_loop().create_task(self._load(server, routed))
+        poll = self._poll()
+        try:
+            # Connections wait in the REST socket's backlog meanwhile: status answers every
+            # model from the first request on.
+            await routed.wait()
+            self._loop.call_soon(self.started.set)
+            await server.serve(sockets=[sock])
+        finally:
+            for task in (loading, poll):
+                if task is not None:
+                    task.cancel()
+            await server.stop_grpc()
+            await self.path.stop()
+
+    async def _load(self, server: GracefulServer, routed: asyncio.Event) -> None:
+        try:
+            try:
+                failures = await self.manager.start(routed)
+            except Exception:
+                log.exception("loading the models named at start failed")
+                failures = {"": "start-up"}
+                routed.set()
+            if failures and self.one_model:
+                self.failed = True
+                server.should_exit = True
+                return
+            await self.health.serving()
+            # The framework and the models leave hundreds of thousands of objects that live as
+            # long as the process. A large JSON body allocates enough lists to start full
+            # collections, each of which would walk all of them; frozen, they are skipped
+            # (benchmarks/README.md).
+            gc.freeze()
+        finally:
+            self.loaded.set()
+
+    def _poll(self) -> asyncio.Task[None] | None:
+        """TF Serving's ``--model_config_file_poll_wait_seconds``, when given."""
+        path, wait_s = self.settings.model_config_file, self.settings.model_config_poll_s
+        if path is None or not wait_s:
+            return None
+        return asyncio.get_running_loop().create_task(self.manager.poll_config_file(path, wait_s))
