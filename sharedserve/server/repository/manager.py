@@ -46,7 +46,6 @@ from sharedserve.server.repository.versions import (
 )
 from sharedserve.server.version import (
     LOCK,
-    SERVING,
     Frameworks,
     ModelVersion,
     VersionState,
@@ -59,6 +58,10 @@ log = logging.getLogger(__name__)
 
 DRAIN_S = 30.0
 """How long an unload waits for a version's requests in flight before it unloads it anyway."""
+_SETTLED = frozenset(
+    {VersionState.START, VersionState.AVAILABLE, VersionState.PAGED_OUT, VersionState.FAILED}
+)
+"""The states a version may retire from at once: not loading, not moving."""
 
 
 class ModelEvents(Protocol):
@@ -67,14 +70,6 @@ class ModelEvents(Protocol):
     async def model_serving(self, name: str) -> None: ...
 
     async def model_not_serving(self, name: str) -> None: ...
-
-
-class _NoEvents:
-    async def model_serving(self, name: str) -> None:
-        return None
-
-    async def model_not_serving(self, name: str) -> None:
-        return None
 
 
 @dataclass(frozen=True)
@@ -112,12 +107,12 @@ class ModelManager:
         frameworks: Frameworks,
         catalog: Catalog,
         *,
-        events: ModelEvents | None = None,
+        events: ModelEvents,
         drain_s: float = DRAIN_S,
     ) -> None:
         self.registry, self.path, self.memory = registry, path, memory
         self.frameworks, self.catalog = frameworks, catalog
-        self.events: ModelEvents = events or _NoEvents()
+        self.events = events
         self._drain_s = drain_s
         self._batching = getattr(catalog, "batching", None)
         self._changing = asyncio.Lock()
@@ -381,10 +376,7 @@ class ModelManager:
         settled: list[ModelVersion] = []
         for version in self.registry.versions():
             with LOCK:
-                if version.state in (*SERVING, VersionState.START, VersionState.FAILED) and (
-                    version.state in (VersionState.AVAILABLE, VersionState.PAGED_OUT)
-                    or version.state in (VersionState.START, VersionState.FAILED)
-                ):
+                if version.state in _SETTLED:
                     version.to(VersionState.RETIRING)
                     version.held = 0
                     settled.append(version)

@@ -123,9 +123,6 @@ class ModelRegistry:
         """Model ``name``'s routed versions now (empty: not served)."""
         return self._table.versions.get(name, {})
 
-    def labels_of(self, name: str) -> Mapping[str, int]:
-        return self._table.labels.get(name, {})
-
     def served(self) -> dict[str, list[int]]:
         """Name -> its routed versions, every model."""
         return {name: sorted(versions) for name, versions in self._table.versions.items()}
