@@ -17,7 +17,7 @@ What a report does not say per model is estimated, and every point says how:
 - Service times: the model's latencies as the row's compact histogram gives them
   (``latency_histogram_ms``), None in reports from before it. ``ModelProfile.service_times``
   takes them from a trusted sequential row of one replica alone, where a request's latency is
-  one call's time with no queue before it: what ``size.queueing`` draws from.
+  one call's time with no queue before it: what ``size.predict``'s queue draws from.
   ``ModelProfile.open_loop_delay``: what the open-loop (``poisson``) row at a low rate adds to a
   request beyond its call, measured as ``size --verify`` measures; the simulation adds it
   outside the slots.
@@ -29,21 +29,74 @@ What a report does not say per model is estimated, and every point says how:
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
-from sharedserve.size.queueing import ServiceTimes, cpu_slots
 
-__all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profiles", "profiles_of"]
+__all__ = [
+    "Capacity",
+    "ModelProfile",
+    "ProfilePoint",
+    "ServiceTimes",
+    "capacity",
+    "cpu_slots",
+    "load_profiles",
+    "profiles_of",
+]
 
 
 MIN_REQUESTS = 100
 """Requests a point needs behind its p99 to be used: fewer, and the p99 is one slow request
 (a short window on a slow model: ``profile`` of a CPU-bound model once gave a row of one)."""
+
+
+@dataclass(frozen=True)
+class ServiceTimes:
+    """An empirical distribution of one model call's time: (value_ms, count) pairs."""
+
+    values_ms: tuple[float, ...]
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.values_ms or len(self.values_ms) != len(self.counts):
+            raise ValueError("service times need one count per value, and at least one value")
+        if any(not v >= 0 for v in self.values_ms) or any(c < 1 for c in self.counts):
+            raise ValueError("service times must be >= 0 ms with counts >= 1")
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[float, int]]) -> ServiceTimes:
+        return cls(tuple(float(v) for v, _ in pairs), tuple(int(c) for _, c in pairs))
+
+    @classmethod
+    def from_histogram(cls, data: Mapping[str, int]) -> ServiceTimes:
+        """From ``bench.histogram.LatencyHistogram.to_dict()``'s form (keys: a bucket's lowest
+        value in microseconds; its width is under 0.1% of it, so the lowest value stands in)."""
+        pairs = [(int(k) / 1000, n) for k, n in data.items() if k.isdigit()]
+        return cls.of(sorted(pairs))
+
+    @property
+    def mean_ms(self) -> float:
+        values, counts = np.asarray(self.values_ms), np.asarray(self.counts)
+        return float(values @ counts / counts.sum())
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        counts = np.asarray(self.counts, dtype=float)
+        return rng.choice(np.asarray(self.values_ms), size=n, p=counts / counts.sum())
+
+
+def cpu_slots(cpu_limit: float | None, default_cores: float) -> int:
+    """A CPU profile's model-call slots: the whole cores of its CPU limit (``default_cores``
+    without one), at least 1. Calls beyond the whole cores share the framework's thread pool,
+    sized to them, so such a call waits its turn as it would for a slot."""
+    return max(1, math.floor(cpu_limit or default_cores))
 
 
 def _mean_wait_ms(calls: ServiceTimes, rate: float, cpu_limit: float | None) -> float:

@@ -18,14 +18,14 @@ from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import (
     Plan,
     PlanKubernetes,
+    build_plan,
+    gpu_specs,
+    plan_html,
+    plan_markdown,
     spec_index,
     spec_name,
     write_plan,
 )
-from sharedserve.size.plan_build import build_plan
-from sharedserve.size.plan_html import plan_html
-from sharedserve.size.plan_md import plan_markdown
-from sharedserve.size.plan_specs import gpu_specs
 from sharedserve.size.predict import Predictor
 from sharedserve.size.profile import ModelProfile, load_profiles
 

@@ -9,7 +9,7 @@ import pytest
 from sharedserve.size.demand import Demand
 from sharedserve.size.grouping import SharedServer, group
 from sharedserve.size.predict import Predictor
-from sharedserve.size.queueing import ServiceTimes
+from sharedserve.size.profile import ServiceTimes
 from tests.unit.test_size_grouping import GPU, RESERVE, TARGET, model
 
 

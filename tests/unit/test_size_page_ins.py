@@ -1,5 +1,5 @@
 """A paged model's requests wait for a page-in where another paged model took its room, and the
-plan's p50/p99 of a paging server count it (``size.page_ins``)."""
+plan's p50/p99 of a paging server count it (``size.predict.page_ins``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from sharedserve.size.grouping import SharedServer
-from sharedserve.size.page_ins import ready_times
-from sharedserve.size.predict import Predictor
-from sharedserve.size.queueing import ModelLoad, ServiceTimes, simulate
+from sharedserve.size.predict import ModelLoad, Predictor, ready_times, simulate
+from sharedserve.size.profile import ServiceTimes
 from tests.unit.test_size_grouping_p99 import timed
 
 PAGE = 0.1

@@ -1,5 +1,5 @@
 """``build_plan``: the models' demands, their grouping and their packing made into a ``Plan``
-(``size.plan``, the one type of ``plan.json``). Pure.
+(``size.plan.document``, the one type of ``plan.json``). Pure.
 
 Each GPU's replicas with their predicted p50 and p99 beside their neighbours there, each model's
 demand, serving and where its replicas went, the cost three ways and the lower bound, and each
@@ -17,7 +17,7 @@ from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet, FleetModel, listed
 from sharedserve.size.grouping import Grouping, Serving, SharedServer
 from sharedserve.size.host import process_host_mib
-from sharedserve.size.plan import (
+from sharedserve.size.plan.document import (
     LowerBound,
     Plan,
     PlanGpu,
