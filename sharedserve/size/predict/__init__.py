@@ -5,8 +5,8 @@ profile's row, or a simulation) and why; ``queueing`` simulates one server proce
 
 from sharedserve.size.predict.forecast import (
     REQUESTS,
+    LatencyForecaster,
     PredictedLatency,
-    Predictor,
     calls_at_once,
     slots_of,
 )
@@ -16,10 +16,10 @@ from sharedserve.size.predict.queueing import Batching, ModelLoad, Prediction, s
 __all__ = [
     "REQUESTS",
     "Batching",
+    "LatencyForecaster",
     "ModelLoad",
     "PredictedLatency",
     "Prediction",
-    "Predictor",
     "calls_at_once",
     "ready_times",
     "simulate",

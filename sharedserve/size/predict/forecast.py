@@ -42,7 +42,7 @@ from sharedserve.size.grouping import SharedServer
 from sharedserve.size.predict.queueing import ModelLoad, Prediction, simulate
 from sharedserve.size.profile import ServiceTimes, cpu_slots
 
-__all__ = ["REQUESTS", "PredictedLatency", "Predictor", "calls_at_once", "slots_of"]
+__all__ = ["REQUESTS", "LatencyForecaster", "PredictedLatency", "calls_at_once", "slots_of"]
 
 REQUESTS = 3000
 """Requests simulated a queue: a p99 from about 30 requests' tail, 2,700 after the warm-up."""
@@ -145,8 +145,8 @@ def _unsimulated(d: Demand, sharing: int, why: str) -> PredictedLatency:
     return PredictedLatency(p50, p99, "profile row", f"{where} ({why}); {UNVERIFIED}")
 
 
-class Predictor:
-    """Predicts replicas' latency; keeps each simulation for the plan's other replicas."""
+class LatencyForecaster:
+    """Forecasts replicas' p50 and p99; keeps each simulation for the plan's other replicas."""
 
     def __init__(self, node_cores: float, page_in_ms: float | None = None) -> None:
         self.node_cores = node_cores
@@ -158,8 +158,8 @@ class Predictor:
         self._groups: dict[tuple[Any, ...], list[Prediction]] = {}
 
     @classmethod
-    def for_fleet(cls, fleet: Fleet) -> Predictor:
-        """A predictor of ``fleet``'s node and paging."""
+    def for_fleet(cls, fleet: Fleet) -> LatencyForecaster:
+        """A forecaster of ``fleet``'s node and paging."""
         return cls(fleet.node.cpu_cores, None if fleet.paging is None else fleet.paging.page_in_ms)
 
     def __call__(
