@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from sharedserve.bench.row import ModelFigures, ReportRow, parse_rows
 from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
 
@@ -233,45 +234,40 @@ class Capacity:
     point: ProfilePoint
 
 
-def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: int | None) -> ProfilePoint:
-    replicas = int(model["replicas"])
-    density = int(row["density"])
-    dropped = model.get("dropped") or 0
-    attempted = model["requests"] + dropped
-    failed = (model["errors"] + dropped) / attempted if attempted else 1.0
-    cpu = row.get("cpu_util_mean")
-    mem = model.get("gpu_mem_mib")
+def _model_point(row: ReportRow, model: ModelFigures, gpu_mib: int | None) -> ProfilePoint:
+    attempted = model.requests + (model.dropped or 0)
+    failed = model.failed / attempted if attempted else 1.0
+    cpu = row.cpu_util_mean
+    mem = model.gpu_mem_mib
     source: str | None = "nvml"
     if mem is None:
-        fraction = model.get("gpu_memory_fraction")
+        fraction = model.gpu_memory_fraction
         # The cap in force, in MiB, as the server resolved it from the share (mib_of).
         mem, source = (mib_of(fraction, gpu_mib), "cap") if fraction and gpu_mib else (None, None)
-    util = row.get("gpu_util_mean")
-    alone = len(row.get("models") or {}) == 1
-    pairs = model.get("latency_histogram_ms")
+    util = row.gpu_util_mean
+    alone = len(row.models) == 1
+    pairs = model.latency_histogram_ms
     return ProfilePoint(
-        pattern=str(row["pattern"]),
-        density=density,
-        replicas=replicas,
-        qps_per_replica=model["qps"] / replicas,
-        p50_ms=model.get("p50_ms"),
-        p99_ms=model.get("p99_ms"),
+        pattern=row.pattern,
+        density=row.density,
+        replicas=model.replicas,
+        qps_per_replica=model.qps / model.replicas,
+        p50_ms=model.p50_ms,
+        p99_ms=model.p99_ms,
         failed_share=failed,
-        trusted=row.get("stable") is not False
-        and not row.get("unreliable")
-        and model["requests"] >= MIN_REQUESTS,
-        cpu_cores_per_replica=None if cpu is None else cpu / density,
-        cpu_limit=model.get("cpu_limit"),
+        trusted=row.stable is not False and not row.unreliable and model.requests >= MIN_REQUESTS,
+        cpu_cores_per_replica=None if cpu is None else cpu / row.density,
+        cpu_limit=model.cpu_limit,
         gpu_mem_mib=None if mem is None else float(mem),
         gpu_mem_source=source,
-        gpu_busy_share=util / 100 / density if util is not None and alone else None,
+        gpu_busy_share=util / 100 / row.density if util is not None and alone else None,
         service_times=ServiceTimes.of([(v, n) for v, n in pairs]) if pairs else None,
     )
 
 
-def _gpu(report: dict[str, Any]) -> tuple[str | None, int | None]:
+def _gpu(report: dict[str, Any], rows: list[ReportRow]) -> tuple[str | None, int | None]:
     """The real GPU the report measured on: its name and memory in MiB (None, None without)."""
-    names = {r.get("gpu_name") for r in report.get("rows") or []} - {None}
+    names = {r.gpu_name for r in rows if r.gpu_name is not None}
     gpus = (report.get("environment") or {}).get("gpus") or []
     if not names:
         return None, None
@@ -282,23 +278,14 @@ def _gpu(report: dict[str, Any]) -> tuple[str | None, int | None]:
 
 def profiles_of(report: Any, source: str = "report") -> dict[str, ModelProfile]:
     """Each model's profile in a parsed ``report.json``, by model name, in the report's order."""
-    if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
-        raise ConfigError(f"{source}: not a bench report (no 'rows' list)")
-    rows = report["rows"]
-    if not rows:
-        raise ConfigError(f"{source}: the report has no rows (was the bench interrupted?)")
-    if any(not isinstance(r, dict) or not isinstance(r.get("models"), dict) for r in rows):
-        raise ConfigError(
-            f"{source}: its rows have no per-model figures ('models'); the report predates "
-            "them: run the bench again with this version"
-        )
-    gpu_name, gpu_mib = _gpu(report)
+    rows = parse_rows(report, source)
+    gpu_name, gpu_mib = _gpu(report, rows)
     points: dict[str, list[ProfilePoint]] = {}
     try:
         for row in rows:
-            for name, model in row["models"].items():
+            for name, model in row.models.items():
                 points.setdefault(name, []).append(_model_point(row, model, gpu_mib))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+    except (ValueError, ZeroDivisionError) as e:
         raise ConfigError(f"{source}: a row is not in bench's format ({e!r})") from e
     except ConfigError as e:  # a cap the server itself would have refused
         raise ConfigError(f"{source}: {e.message}") from e
