@@ -37,7 +37,7 @@ from typing import Any
 from machine import heading, publish  # benchmarks/machine.py, beside this script
 
 from sharedserve.size.profile import load_profiles
-from sharedserve.size.verify_advice import BUSY_BEFORE, TARGETS, TARGETS_TEXT
+from sharedserve.size.verify import BUSY_BEFORE, TARGETS, TARGETS_TEXT
 
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
 PACKAGES = ("sharedserve", "tensorflow", "locust")

@@ -122,7 +122,7 @@ class LoadPattern(str, Enum):
     POISSON = "poisson"
     """Open loop: ``rate`` requests/s per model, Poisson-timed and exact in count a block of
     a few seconds at a time, blocks lined up with the measurement windows
-    (``bench.schedule``)."""
+    (``bench.loadgen.schedule``)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,10 @@ or ``--vgpu-memory-mib M`` gives each GPU as many M MiB shares as its memory hol
 and an 80 GiB card on one node advertise different counts. A vGPU's ID is ``<uuid>::<slot>``: the
 physical GPU can be read back from the ID alone, which is what lets the plugin keep no state
 (the kubelet's checkpoint of allocated IDs is the only record, and survives our restarts).
+
+The cut's arithmetic (``Sizing``, ``replicas_for``, ``vgpu_memory_for``, ``MAX_REPLICAS``) lives
+in ``sharedserve.vgpu_sizing``, shared with the manifests that ask for vGPUs; it is re-exported
+here.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Protocol
 
 from sharedserve.contract import VGPU_SEPARATOR, vgpu_id
 from sharedserve.errors import ConfigError, InvalidInput, quoted
+from sharedserve.vgpu_sizing import MAX_REPLICAS, Sizing, replicas_for, vgpu_memory_for
 
 __all__ = [
     "MAX_DEVICE_ID_LENGTH",
@@ -32,9 +37,6 @@ __all__ = [
 
 #: The kubelet's limit on a device ID (``Device.ID`` in the v1beta1 API).
 MAX_DEVICE_ID_LENGTH = 63
-#: More vGPUs per GPU than anyone can pack models into; it also bounds ListAndWatch messages
-#: (8 GPUs x 1024 vGPUs is ~0.5 MB, an eighth of the kubelet's 4 MiB gRPC message limit).
-MAX_REPLICAS = 1024
 
 
 class GpuLike(Protocol):
@@ -54,26 +56,6 @@ class GpuLike(Protocol):
     def memory_mib(self) -> int: ...
     @property
     def numa_node(self) -> int | None: ...
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """How GPUs are cut into vGPUs."""
-
-    vgpus_per_gpu: int = 4
-    """vGPUs per GPU (``--vgpus-per-gpu``), the same for every GPU; ignored when
-    ``vgpu_memory_mib`` is set."""
-    vgpu_memory_mib: int | None = None
-    """Memory per vGPU in MiB; each GPU then advertises ``floor(its memory / this)`` vGPUs."""
-
-    def validate(self) -> None:
-        if self.vgpu_memory_mib is not None:
-            if self.vgpu_memory_mib <= 0:
-                raise ConfigError(f"--vgpu-memory-mib must be positive, got {self.vgpu_memory_mib}")
-        elif not 1 <= self.vgpus_per_gpu <= MAX_REPLICAS:
-            raise ConfigError(
-                f"--vgpus-per-gpu must be in 1..{MAX_REPLICAS}, got {self.vgpus_per_gpu}"
-            )
 
 
 @dataclass(frozen=True)
@@ -103,18 +85,6 @@ class VGpu:
     gpu: PhysicalGpu
     slot: int
     """Position on its GPU, 0..replicas-1."""
-
-
-def replicas_for(memory_mib: int, sizing: Sizing) -> int:
-    """vGPUs a GPU with ``memory_mib`` advertises (capped at MAX_REPLICAS)."""
-    if sizing.vgpu_memory_mib is None:
-        return sizing.vgpus_per_gpu
-    return min(memory_mib // sizing.vgpu_memory_mib, MAX_REPLICAS)
-
-
-def vgpu_memory_for(memory_mib: int, sizing: Sizing) -> int:
-    """MiB per vGPU on a GPU with ``memory_mib``: the size given, else an equal cut."""
-    return sizing.vgpu_memory_mib or memory_mib // max(replicas_for(memory_mib, sizing), 1)
 
 
 class Inventory:

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sharedserve.bench.mix import is_mix, model_lines, row_label
-from sharedserve.bench.sigfig import as_recorded, row_cell
+from sharedserve.bench.report import as_recorded, row_cell
 from sharedserve.bench.summary import LOADGEN_CPU_LIMIT
 from sharedserve.bench.verdict import throttle_notes
 

@@ -4,12 +4,17 @@ A report is a mix when some row measured more than one model (``row["models"]``)
 then led by the scale (the multiple of the spec's replicas), and each model gets a line per row
 judged against its own objective. A sweep of one model keeps the density-led look it always had.
 Rows written before mixes existed have no ``scale``, ``models`` or ``gpus``: they read as a sweep
-of one model. Pure: standard library only.
+of one model. The writers read rows as dicts; the verdict reads them typed (``bench.row``), through
+the ``typed_`` twins here, which say it in the same words. Pure: standard library only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sharedserve.bench.row import ReportRow
 
 __all__ = [
     "GPU_COLUMNS",
@@ -22,6 +27,9 @@ __all__ = [
     "row_label",
     "scale_of",
     "several_patterns",
+    "typed_is_mix",
+    "typed_row_label",
+    "typed_several_patterns",
 ]
 
 MODEL_COLUMNS = (
@@ -63,12 +71,41 @@ def row_label(
 ) -> str:
     """How every view names a row: ``density 4`` in a sweep of one model, ``scale 2`` in a mix
     (``scale 2 (6 replicas)`` with ``replicas``), then ``(parallel)`` with ``pattern``."""
+    return _label(
+        row.get("density"), scale_of(row), row.get("pattern"),
+        mix=mix, pattern=pattern, replicas=replicas,
+    )  # fmt: skip
+
+
+def typed_is_mix(rows: Sequence[ReportRow]) -> bool:
+    """``is_mix`` of rows read into their type."""
+    return any(len(r.models) > 1 for r in rows)
+
+
+def typed_several_patterns(rows: Sequence[ReportRow]) -> bool:
+    """``several_patterns`` of rows read into their type."""
+    return len({r.pattern for r in rows}) > 1
+
+
+def typed_row_label(
+    row: ReportRow, *, mix: bool, pattern: bool = False, replicas: bool = False
+) -> str:
+    """``row_label`` of a row read into its type."""
+    return _label(
+        row.density, row.scale_or_density, row.pattern,
+        mix=mix, pattern=pattern, replicas=replicas,
+    )  # fmt: skip
+
+
+def _label(
+    density: Any, scale: Any, pattern_name: Any, *, mix: bool, pattern: bool, replicas: bool
+) -> str:
     if not mix:
-        label = f"density {row.get('density')}"
+        label = f"density {density}"
     else:
-        label = f"scale {scale_of(row)}"
-        label += f" ({row.get('density')} replicas)" if replicas else ""
-    return label + (f" ({row.get('pattern')})" if pattern else "")
+        label = f"scale {scale}"
+        label += f" ({density} replicas)" if replicas else ""
+    return label + (f" ({pattern_name})" if pattern else "")
 
 
 def model_lines(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.mix import scale_of
 from sharedserve.config import LoadPattern
+
+if TYPE_CHECKING:
+    from sharedserve.bench.row import ModelFigures
 
 __all__ = [
     "LOADGEN_CPU_LIMIT",
@@ -34,6 +37,7 @@ __all__ = [
     "model_miss",
     "model_p99",
     "pct",
+    "typed_model_miss",
 ]
 
 #: Above this share of one core the load generator (one Locust process is single-threaded) is
@@ -208,7 +212,35 @@ def model_miss(
     Dropped requests count as failures: an open loop drops only when requests pile up, which is
     the overload the SLO is there to catch, and the latencies they would have had are unmeasured.
     """
-    requests, errors, dropped = model["requests"], model["errors"], model.get("dropped") or 0
+    return _miss(
+        name, requests=model["requests"], errors=model["errors"],
+        dropped=model.get("dropped") or 0, p99_ms=model["p99_ms"], replicas=model.get("replicas"),
+        slo_p99_ms=slo_p99_ms, max_error_rate=max_error_rate,
+    )  # fmt: skip
+
+
+def typed_model_miss(
+    name: str, model: ModelFigures, slo_p99_ms: float, max_error_rate: float
+) -> str | None:
+    """``model_miss`` of a model's figures read into their type (``bench.row``)."""
+    return _miss(
+        name, requests=model.requests, errors=model.errors, dropped=model.dropped or 0,
+        p99_ms=model.p99_ms, replicas=model.replicas, slo_p99_ms=slo_p99_ms,
+        max_error_rate=max_error_rate,
+    )  # fmt: skip
+
+
+def _miss(
+    name: str,
+    *,
+    requests: int,
+    errors: int,
+    dropped: int,
+    p99_ms: float | None,
+    replicas: int | None,
+    slo_p99_ms: float,
+    max_error_rate: float,
+) -> str | None:
     if requests == 0:
         return f"model {name} completed no requests"
     failed = (errors + dropped) / (requests + dropped)
@@ -216,10 +248,10 @@ def model_miss(
         parts = [f"{errors} errors"] if errors else []
         parts += [f"{dropped} dropped"] if dropped else []
         return f"model {name} failed {pct(failed)} ({' + '.join(parts)})"
-    if model["p99_ms"] is None:
+    if p99_ms is None:
         return f"model {name} had no successful request"
-    if model["p99_ms"] > slo_p99_ms:
-        return f"model {name} {model_p99(model)} > {slo_p99_ms:g} ms"
+    if p99_ms > slo_p99_ms:
+        return f"model {name} {_p99(p99_ms, replicas)} > {slo_p99_ms:g} ms"
     return None
 
 
@@ -227,8 +259,12 @@ def model_p99(model: dict[str, Any]) -> str:
     """The p99 a model is judged by, as every verdict quotes it: over its replicas' requests
     together (the merged histogram), named so where there are several, since one replica's
     p99 can be worse. ``model`` is an entry of a row's ``models``."""
-    text = f"p99 {model['p99_ms']:g} ms"
-    replicas = model.get("replicas") or 1
+    return _p99(model["p99_ms"], model.get("replicas"))
+
+
+def _p99(p99_ms: float, replicas: int | None) -> str:
+    text = f"p99 {p99_ms:g} ms"
+    replicas = replicas or 1
     return text if replicas == 1 else f"{text} (all {replicas} replicas)"
 
 

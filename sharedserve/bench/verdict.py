@@ -2,16 +2,19 @@
 
 The recommendation is the largest scale whose every row met every model's own objective and can
 be trusted (not unstable, load generator not the limit); its reason names the scale above that
-missed and its models, worst first. Rows are ``bench.summary``'s.
+missed and its models, worst first. Rows are ``bench.summary``'s, as ``report.json`` has them;
+each is read through its type (``bench.row.ReportRow``) before it is judged.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sharedserve.bench.mix import is_mix, row_label, scale_of, several_patterns
-from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, model_miss, pct
+from sharedserve.bench.mix import typed_is_mix, typed_row_label, typed_several_patterns
+from sharedserve.bench.row import ModelFigures, ReportRow, parse_row
+from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, pct, typed_model_miss
 from sharedserve.bench.windows import STABILITY_TOLERANCE
 
 __all__ = ["TAIL_RATIO_NOTE", "THROTTLED_SHARE_NOTE", "recommend", "throttle_notes"]
@@ -23,47 +26,55 @@ THROTTLED_SHARE_NOTE = 0.2
 TAIL_RATIO_NOTE = 3.0
 
 
-def _miss_severity(model: dict[str, Any]) -> float:
+def _typed(rows: Sequence[Mapping[str, Any]]) -> list[ReportRow]:
+    """Rows read into their type. A row from before mixes has no ``models``: it reads as a sweep
+    of one model, as every view of a report reads it (``bench.mix``), so an old report's notes
+    still render."""
+    return [parse_row({"models": {}, **row}, f"rows[{i}]") for i, row in enumerate(rows)]
+
+
+def _miss_severity(model: ModelFigures) -> float:
     """How far a model missed: failures first, then P99 over its objective (for ordering)."""
-    if not model["requests"] or model["p99_ms"] is None or model["slo_p99_ms"] is None:
+    if not model.requests or model.p99_ms is None or model.slo_p99_ms is None:
         return math.inf
-    failed = model["errors"] + (model.get("dropped") or 0)
-    return math.inf if failed else model["p99_ms"] / model["slo_p99_ms"]
+    return math.inf if model.failed else model.p99_ms / model.slo_p99_ms
 
 
-def _failing(row: dict[str, Any], max_error_rate: float) -> list[tuple[str, str]]:
+def _failing(row: ReportRow, max_error_rate: float) -> list[tuple[str, str]]:
     """The models of a row that missed their objective, worst first: (name, why)."""
     missed = [
-        (name, m)
-        for name, m in (row.get("models") or {}).items()
-        if m.get("slo_met") is False and m.get("slo_p99_ms") is not None
+        (name, m, m.slo_p99_ms)
+        for name, m in row.models.items()
+        if m.slo_met is False and m.slo_p99_ms is not None
     ]
     missed.sort(key=lambda item: -_miss_severity(item[1]))
     out = []
-    for name, m in missed:
-        why = model_miss(name, m, m["slo_p99_ms"], max_error_rate)
+    for name, m, slo in missed:
+        why = typed_model_miss(name, m, slo, max_error_rate)
         out.append((name, why or f"model {name} missed its objective"))
     return out
 
 
-def _row_misses(row: dict[str, Any], max_error_rate: float) -> list[str]:
+def _row_misses(row: ReportRow, max_error_rate: float) -> list[str]:
     """Why a row missed, model by model, worst first."""
     misses = [why for _, why in _failing(row, max_error_rate)]
     if not misses:
-        misses.append("the SLO was not evaluated" if row.get("slo_met") is None else "SLO missed")
+        misses.append("the SLO was not evaluated" if row.slo_met is None else "SLO missed")
     if len(misses) > 3:
         misses = [*misses[:3], f"and {len(misses) - 3} more"]
     return misses
 
 
-def _label(rows: list[dict[str, Any]], row: dict[str, Any]) -> str:
+def _label(rows: list[ReportRow], row: ReportRow) -> str:
     # One model: its replicas say it all; a mix: its scale and how many replicas that is.
-    return row_label(row, mix=is_mix(rows), pattern=several_patterns(rows), replicas=True)
+    return typed_row_label(
+        row, mix=typed_is_mix(rows), pattern=typed_several_patterns(rows), replicas=True
+    )
 
 
-def _objective(rows: list[dict[str, Any]], slo_p99_ms: float | None, errors: str) -> str | None:
+def _objective(rows: list[ReportRow], slo_p99_ms: float | None, errors: str) -> str | None:
     """The objective in words: one figure when every model has the same, else "its own"."""
-    slos = {m.get("slo_p99_ms") for r in rows for m in (r.get("models") or {}).values()}
+    slos = {m.slo_p99_ms for r in rows for m in r.models.values()}
     slos.discard(None)
     if not slos and slo_p99_ms is None:
         return None
@@ -74,7 +85,9 @@ def _objective(rows: list[dict[str, Any]], slo_p99_ms: float | None, errors: str
 
 
 def recommend(
-    rows: list[dict[str, Any]], slo_p99_ms: float | None = None, max_error_rate: float = 0.001
+    rows: Sequence[Mapping[str, Any]],
+    slo_p99_ms: float | None = None,
+    max_error_rate: float = 0.001,
 ) -> dict[str, Any]:
     """The scale to run: ``{"scale", "density", "reason", "failing_model"}``.
 
@@ -84,35 +97,41 @@ def recommend(
     The reason says what the objective was (``slo_p99_ms``, the run's, where every model has the
     same), which scale above it missed and which of its models missed worst (``failing_model``),
     and which rows were set aside because the load generator was CPU-bound or their windows never
-    agreed.
+    agreed. ``rows`` are read through ``ReportRow``; one not in its format is a ConfigError.
     """
+    return _recommend(_typed(rows), slo_p99_ms, max_error_rate)
+
+
+def _recommend(
+    rows: list[ReportRow], slo_p99_ms: float | None, max_error_rate: float
+) -> dict[str, Any]:
     none = {"scale": None, "density": None, "failing_model": None}
     slo = _objective(rows, slo_p99_ms, pct(max_error_rate))
     if slo is None:
         return {**none, "reason": "no SLO given (--slo-p99-ms, or slo_p99_ms in the spec)"}
     if not rows:
         return {**none, "reason": "nothing was measured"}
-    ordered = sorted(rows, key=lambda r: (scale_of(r), r["pattern"]))
-    unreliable = [r for r in ordered if r.get("unreliable")]
-    unstable = [r for r in ordered if r.get("stable") is False]
-    failed = [r for r in ordered if r.get("slo_met") is not True]
+    ordered = sorted(rows, key=lambda r: (r.scale_or_density, r.pattern))
+    unreliable = [r for r in ordered if r.unreliable]
+    unstable = [r for r in ordered if r.stable is False]
+    failed = [r for r in ordered if r.slo_met is not True]
     good = sorted(
-        {scale_of(r) for r in ordered}
-        - {scale_of(r) for r in unreliable}
-        - {scale_of(r) for r in unstable}
-        - {scale_of(r) for r in failed}
+        {r.scale_or_density for r in ordered}
+        - {r.scale_or_density for r in unreliable}
+        - {r.scale_or_density for r in unstable}
+        - {r.scale_or_density for r in failed}
     )
     best = good[-1] if good else None
-    sweep = not is_mix(rows)
+    sweep = not typed_is_mix(rows)
     noun = "density" if sweep else "scale"
 
-    def why(row: dict[str, Any]) -> str:
+    def why(row: ReportRow) -> str:
         return f"{_label(rows, row)} missed it: " + ", ".join(_row_misses(row, max_error_rate))
 
     notes = []
     next_failed = None
     if best is None:
-        met = [r for r in ordered if r.get("slo_met") is True]
+        met = [r for r in ordered if r.slo_met is True]
         reason = (
             f"no {noun} met {slo}"
             if not met
@@ -122,66 +141,65 @@ def recommend(
             next_failed = failed[0]
             notes.append(why(failed[0]))
     else:
-        best_row = next(r for r in ordered if scale_of(r) == best)
+        best_row = next(r for r in ordered if r.scale_or_density == best)
         if sweep:
             reason = f"density {best} is the largest whose every model met {slo}"
         else:
             reason = (
-                f"scale {best} ({best_row['density']} replicas) is the largest at which every "
+                f"scale {best} ({best_row.density} replicas) is the largest at which every "
                 f"model met {slo}"
             )
-        above = [r for r in failed if scale_of(r) > best]
-        below = [r for r in failed if scale_of(r) < best]
+        above = [r for r in failed if r.scale_or_density > best]
+        below = [r for r in failed if r.scale_or_density < best]
         if above:
             next_failed = above[0]
             notes.append(why(above[0]))
-        elif not any(scale_of(r) > best for r in ordered):
+        elif not any(r.scale_or_density > best for r in ordered):
             notes.append(f"no larger {noun} was measured")
         if below:
             notes.append(f"though smaller {why(below[0])}, so the runs may be noisy")
     for row in unreliable:
-        if best is None or scale_of(row) > best:
-            cpu = pct(row["loadgen_cpu_util"]) if row.get("loadgen_cpu_util") is not None else "?"
+        if best is None or row.scale_or_density > best:
+            cpu = pct(row.loadgen_cpu_util) if row.loadgen_cpu_util is not None else "?"
             notes.append(
                 f"{_label(rows, row)} is not recommended: the load generator used {cpu} of a core "
                 f"(over {pct(LOADGEN_CPU_LIMIT)}), so it, not the servers, may have been the "
                 "bottleneck"
             )
     for row in unstable:
-        if best is None or scale_of(row) > best:
-            judged = len(row.get("windows") or [])
+        if best is None or row.scale_or_density > best:
+            judged = len(row.windows)
             notes.append(
                 f"{_label(rows, row)} is not recommended: unstable, its last windows never agreed "
                 f"within {pct(STABILITY_TOLERANCE)} on QPS and p99 ({judged} windows measured); "
                 "a longer --max-duration or --duration may let it settle"
             )
-    unjudged = sorted(
-        {n for r in rows for n, m in (r.get("models") or {}).items() if m.get("slo_p99_ms") is None}
-    )
+    unjudged = sorted({n for r in rows for n, m in r.models.items() if m.slo_p99_ms is None})
     if unjudged:
         notes.append(f"not judged, no objective: model {', '.join(unjudged)}")
     failing = _failing(next_failed, max_error_rate) if next_failed is not None else []
     return {
         "scale": best,
-        "density": None if best is None else best_row["density"],
+        "density": None if best is None else best_row.density,
         "reason": "; ".join([reason, *notes]),
         "failing_model": failing[0][0] if failing else None,
     }
 
 
-def throttle_notes(rows: list[dict[str, Any]], most: int = 5) -> list[str]:
+def throttle_notes(rows: Sequence[Mapping[str, Any]], most: int = 5) -> list[str]:
     """Models whose P99 their own CPU quota sets: throttled in at least ``THROTTLED_SHARE_NOTE``
     of their CFS periods with a P99 at least ``TAIL_RATIO_NOTE`` times their P50. At most
-    ``most`` notes, then how many more."""
+    ``most`` notes, then how many more. ``rows`` are read through ``ReportRow``."""
+    typed = _typed(rows)
     notes = []
-    for row in rows:
-        for m in row.get("per_model") or []:
-            share, p50, p99 = m.get("cpu_throttled_share"), m.get("p50_ms"), m.get("p99_ms")
+    for row in typed:
+        for m in row.per_model:
+            share, p50, p99 = m.cpu_throttled_share, m.p50_ms, m.p99_ms
             if share is None or p50 is None or p99 is None or p50 <= 0:
                 continue
             if share >= THROTTLED_SHARE_NOTE and p99 >= TAIL_RATIO_NOTE * p50:
                 notes.append(
-                    f"{_label(rows, row)}, model {m['name']}: p99 {p99:.3g} ms (p50 {p50:.3g} ms) "
+                    f"{_label(typed, row)}, model {m.name}: p99 {p99:.3g} ms (p50 {p50:.3g} ms) "
                     f"with its CPU quota throttling {share * 100:.0f}% of periods: the quota, not "
                     "its neighbours, sets the tail; try a larger --cpu-limit"
                 )

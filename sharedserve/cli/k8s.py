@@ -237,7 +237,7 @@ def _render_spec(
     """``--spec``: the vGPU cut (or, with --dra, claims) from the flags, then the spec's render;
     ``cut``: the flags that cut GPUs into vGPUs (vGPUs per GPU, memory per vGPU), by name."""
     from sharedserve.k8s.mix import ClaimSize, VgpuSize
-    from sharedserve.size.spec_manifests import planned_gpu_mib, render_spec, spec_vgpu_size
+    from sharedserve.pack.manifests import planned_gpu_mib, render_spec, spec_vgpu_size
 
     size: VgpuSize | ClaimSize
     if dra:

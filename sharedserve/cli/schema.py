@@ -1,4 +1,4 @@
-"""``sharedserve schema fleet|pack|plan|model|fake-gpus``: print a file format's JSON Schema.
+"""``sharedserve schema fleet|pack|plan|report|model|fake-gpus``: print a file format's JSON Schema.
 
 Thin: each schema is made by the module that reads and writes the format, from its types.
 """
@@ -21,12 +21,14 @@ class FileFormat(str, Enum):
     fleet = "fleet"
     pack = "pack"
     plan = "plan"
+    report = "report"
     model = "model"
     fake_gpus = "fake-gpus"
 
 
 def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
     # Imported here: the types load pydantic, which no other command needs at start-up.
+    from sharedserve.bench.row import report_schema
     from sharedserve.gpu.fake import fake_gpus_schema
     from sharedserve.pack.spec import pack_schema
     from sharedserve.server import model_schema
@@ -37,6 +39,7 @@ def _schema_of(kind: FileFormat) -> Callable[[], dict[str, Any]]:
         FileFormat.fleet: fleet_schema,
         FileFormat.pack: pack_schema,
         FileFormat.plan: plan_schema,
+        FileFormat.report: report_schema,
         FileFormat.model: model_schema,
         FileFormat.fake_gpus: fake_gpus_schema,
     }[kind]
@@ -48,13 +51,14 @@ def schema(
         FileFormat,
         typer.Argument(
             help="fleet (size --fleet), pack (pack --spec, the plan's gpu-NNN.yaml), plan "
-            "(the plan's plan.json), model (a model repository's NAME/sharedserve.yaml) or "
-            "fake-gpus (the simulated GPUs of --fake-gpus, docs/fake-gpus.md)."
+            "(the plan's plan.json), report (bench's and profile's report.json), model (a model "
+            "repository's NAME/sharedserve.yaml) or fake-gpus (the simulated GPUs of --fake-gpus, "
+            "docs/fake-gpus.md)."
         ),
     ],
 ) -> None:
-    """Print the JSON Schema of a fleet file, a pack spec, a plan, a model file or a fake-GPU
-    inventory.
+    """Print the JSON Schema of a fleet file, a pack spec, a plan, a bench report, a model file or
+    a fake-GPU inventory.
 
     For an editor to check a file as it is typed, or a CI job to check one; docs/schemas/ holds
     the same files."""

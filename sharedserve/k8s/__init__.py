@@ -2,11 +2,13 @@
 
 The hand-written manifests live in ``k8s/`` at the repository root; ``render`` produces the one
 piece users need many copies of, a model's Deployment and Service, so nobody hand-edits YAML;
-``mix`` renders one for every entry of a pack spec, sized from ``pack``'s plan.
+``mix`` renders one for every entry of a pack spec, sized from ``pack``'s plan; ``vgpus`` cuts a
+GPU into vGPUs as the allocator does, for the manifests whose pods ask for vGPUs.
 """
 
 from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, render_model, render_model_yaml
+from sharedserve.k8s.vgpus import vgpu_cut
 
 __all__ = [
     "MixModel",
@@ -16,4 +18,5 @@ __all__ = [
     "render_mix_yaml",
     "render_model",
     "render_model_yaml",
+    "vgpu_cut",
 ]

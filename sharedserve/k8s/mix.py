@@ -41,7 +41,7 @@ _MIB = 1 << 20
 @dataclass(frozen=True)
 class VgpuSize:
     """How the allocator cuts one GPU into vGPUs, as its ``--vgpus-per-gpu`` or
-    ``--vgpu-memory-mib`` does (``sharedserve.allocator.inventory``)."""
+    ``--vgpu-memory-mib`` does (``sharedserve.vgpu_sizing``)."""
 
     gpu_memory_mib: int
     """The GPU's memory in MiB."""

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from sharedserve.errors import ConfigError
 from sharedserve.placement import Replicas
 from sharedserve.size.fleet import Fleet, FleetModel, listed
-from sharedserve.size.profile import ModelProfile, ProfilePoint, capacity
-from sharedserve.size.queueing import ServiceTimes
+from sharedserve.size.profile import ModelProfile, ProfilePoint, ServiceTimes, capacity
 
 __all__ = ["Demand", "demands"]
 

@@ -25,18 +25,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing
 from sharedserve.config import GroupModel
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.group import GroupModelFiles, GroupPods
 from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment
+from sharedserve.k8s.vgpus import vgpu_cut
 from sharedserve.pack.repository import merged_model_file, model_file
 from sharedserve.quantity import format_cpu
 from sharedserve.size.fleet import Fleet
-from sharedserve.size.plan import Plan, PlanModel, PlanServer
-from sharedserve.size.plan_specs import model_cap
-from sharedserve.size.vgpus import vgpu_cut
+from sharedserve.size.plan import Plan, PlanModel, PlanServer, model_cap
+from sharedserve.vgpu_sizing import MAX_REPLICAS, Sizing
 
 __all__ = ["PlanManifests", "plan_manifests"]
 
@@ -106,7 +105,7 @@ def _server_pods(
     files: Mapping[str, Path],
 ) -> GroupPods:
     """A shared server's models in its pods, each with the model file its pack spec gives it
-    (``size.plan_specs``): its weight (its rate in one replica), its budget, pinned or not."""
+    (``size.plan.specs``): its weight (its rate in one replica), its budget, pinned or not."""
     out = []
     for name in server.models:
         m = models[name]

@@ -17,7 +17,7 @@ What a report does not say per model is estimated, and every point says how:
 - Service times: the model's latencies as the row's compact histogram gives them
   (``latency_histogram_ms``), None in reports from before it. ``ModelProfile.service_times``
   takes them from a trusted sequential row of one replica alone, where a request's latency is
-  one call's time with no queue before it: what ``size.queueing`` draws from.
+  one call's time with no queue before it: what ``size.predict``'s queue draws from.
   ``ModelProfile.open_loop_delay``: what the open-loop (``poisson``) row at a low rate adds to a
   request beyond its call, measured as ``size --verify`` measures; the simulation adds it
   outside the slots.
@@ -29,21 +29,75 @@ What a report does not say per model is estimated, and every point says how:
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from sharedserve.bench.row import ModelFigures, ReportRow, parse_rows
 from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
-from sharedserve.size.queueing import ServiceTimes, cpu_slots
 
-__all__ = ["Capacity", "ModelProfile", "ProfilePoint", "capacity", "load_profiles", "profiles_of"]
+__all__ = [
+    "Capacity",
+    "ModelProfile",
+    "ProfilePoint",
+    "ServiceTimes",
+    "capacity",
+    "cpu_slots",
+    "load_profiles",
+    "profiles_of",
+]
 
 
 MIN_REQUESTS = 100
 """Requests a point needs behind its p99 to be used: fewer, and the p99 is one slow request
 (a short window on a slow model: ``profile`` of a CPU-bound model once gave a row of one)."""
+
+
+@dataclass(frozen=True)
+class ServiceTimes:
+    """An empirical distribution of one model call's time: (value_ms, count) pairs."""
+
+    values_ms: tuple[float, ...]
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.values_ms or len(self.values_ms) != len(self.counts):
+            raise ValueError("service times need one count per value, and at least one value")
+        if any(not v >= 0 for v in self.values_ms) or any(c < 1 for c in self.counts):
+            raise ValueError("service times must be >= 0 ms with counts >= 1")
+
+    @classmethod
+    def of(cls, pairs: Sequence[tuple[float, int]]) -> ServiceTimes:
+        return cls(tuple(float(v) for v, _ in pairs), tuple(int(c) for _, c in pairs))
+
+    @classmethod
+    def from_histogram(cls, data: Mapping[str, int]) -> ServiceTimes:
+        """From ``bench.histogram.LatencyHistogram.to_dict()``'s form (keys: a bucket's lowest
+        value in microseconds; its width is under 0.1% of it, so the lowest value stands in)."""
+        pairs = [(int(k) / 1000, n) for k, n in data.items() if k.isdigit()]
+        return cls.of(sorted(pairs))
+
+    @property
+    def mean_ms(self) -> float:
+        values, counts = np.asarray(self.values_ms), np.asarray(self.counts)
+        return float(values @ counts / counts.sum())
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        counts = np.asarray(self.counts, dtype=float)
+        return rng.choice(np.asarray(self.values_ms), size=n, p=counts / counts.sum())
+
+
+def cpu_slots(cpu_limit: float | None, default_cores: float) -> int:
+    """A CPU profile's model-call slots: the whole cores of its CPU limit (``default_cores``
+    without one), at least 1. Calls beyond the whole cores share the framework's thread pool,
+    sized to them, so such a call waits its turn as it would for a slot."""
+    return max(1, math.floor(cpu_limit or default_cores))
 
 
 def _mean_wait_ms(calls: ServiceTimes, rate: float, cpu_limit: float | None) -> float:
@@ -180,45 +234,40 @@ class Capacity:
     point: ProfilePoint
 
 
-def _model_point(row: dict[str, Any], model: dict[str, Any], gpu_mib: int | None) -> ProfilePoint:
-    replicas = int(model["replicas"])
-    density = int(row["density"])
-    dropped = model.get("dropped") or 0
-    attempted = model["requests"] + dropped
-    failed = (model["errors"] + dropped) / attempted if attempted else 1.0
-    cpu = row.get("cpu_util_mean")
-    mem = model.get("gpu_mem_mib")
+def _model_point(row: ReportRow, model: ModelFigures, gpu_mib: int | None) -> ProfilePoint:
+    attempted = model.requests + (model.dropped or 0)
+    failed = model.failed / attempted if attempted else 1.0
+    cpu = row.cpu_util_mean
+    mem = model.gpu_mem_mib
     source: str | None = "nvml"
     if mem is None:
-        fraction = model.get("gpu_memory_fraction")
+        fraction = model.gpu_memory_fraction
         # The cap in force, in MiB, as the server resolved it from the share (mib_of).
         mem, source = (mib_of(fraction, gpu_mib), "cap") if fraction and gpu_mib else (None, None)
-    util = row.get("gpu_util_mean")
-    alone = len(row.get("models") or {}) == 1
-    pairs = model.get("latency_histogram_ms")
+    util = row.gpu_util_mean
+    alone = len(row.models) == 1
+    pairs = model.latency_histogram_ms
     return ProfilePoint(
-        pattern=str(row["pattern"]),
-        density=density,
-        replicas=replicas,
-        qps_per_replica=model["qps"] / replicas,
-        p50_ms=model.get("p50_ms"),
-        p99_ms=model.get("p99_ms"),
+        pattern=row.pattern,
+        density=row.density,
+        replicas=model.replicas,
+        qps_per_replica=model.qps / model.replicas,
+        p50_ms=model.p50_ms,
+        p99_ms=model.p99_ms,
         failed_share=failed,
-        trusted=row.get("stable") is not False
-        and not row.get("unreliable")
-        and model["requests"] >= MIN_REQUESTS,
-        cpu_cores_per_replica=None if cpu is None else cpu / density,
-        cpu_limit=model.get("cpu_limit"),
+        trusted=row.stable is not False and not row.unreliable and model.requests >= MIN_REQUESTS,
+        cpu_cores_per_replica=None if cpu is None else cpu / row.density,
+        cpu_limit=model.cpu_limit,
         gpu_mem_mib=None if mem is None else float(mem),
         gpu_mem_source=source,
-        gpu_busy_share=util / 100 / density if util is not None and alone else None,
+        gpu_busy_share=util / 100 / row.density if util is not None and alone else None,
         service_times=ServiceTimes.of([(v, n) for v, n in pairs]) if pairs else None,
     )
 
 
-def _gpu(report: dict[str, Any]) -> tuple[str | None, int | None]:
+def _gpu(report: dict[str, Any], rows: list[ReportRow]) -> tuple[str | None, int | None]:
     """The real GPU the report measured on: its name and memory in MiB (None, None without)."""
-    names = {r.get("gpu_name") for r in report.get("rows") or []} - {None}
+    names = {r.gpu_name for r in rows if r.gpu_name is not None}
     gpus = (report.get("environment") or {}).get("gpus") or []
     if not names:
         return None, None
@@ -229,23 +278,14 @@ def _gpu(report: dict[str, Any]) -> tuple[str | None, int | None]:
 
 def profiles_of(report: Any, source: str = "report") -> dict[str, ModelProfile]:
     """Each model's profile in a parsed ``report.json``, by model name, in the report's order."""
-    if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
-        raise ConfigError(f"{source}: not a bench report (no 'rows' list)")
-    rows = report["rows"]
-    if not rows:
-        raise ConfigError(f"{source}: the report has no rows (was the bench interrupted?)")
-    if any(not isinstance(r, dict) or not isinstance(r.get("models"), dict) for r in rows):
-        raise ConfigError(
-            f"{source}: its rows have no per-model figures ('models'); the report predates "
-            "them: run the bench again with this version"
-        )
-    gpu_name, gpu_mib = _gpu(report)
+    rows = parse_rows(report, source)
+    gpu_name, gpu_mib = _gpu(report, rows)
     points: dict[str, list[ProfilePoint]] = {}
     try:
         for row in rows:
-            for name, model in row["models"].items():
+            for name, model in row.models.items():
                 points.setdefault(name, []).append(_model_point(row, model, gpu_mib))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+    except (ValueError, ZeroDivisionError) as e:
         raise ConfigError(f"{source}: a row is not in bench's format ({e!r})") from e
     except ConfigError as e:  # a cap the server itself would have refused
         raise ConfigError(f"{source}: {e.message}") from e

@@ -18,15 +18,15 @@ from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import (
     Plan,
     PlanKubernetes,
+    build_plan,
+    gpu_specs,
+    plan_html,
+    plan_markdown,
     spec_index,
     spec_name,
     write_plan,
 )
-from sharedserve.size.plan_build import build_plan
-from sharedserve.size.plan_html import plan_html
-from sharedserve.size.plan_md import plan_markdown
-from sharedserve.size.plan_specs import gpu_specs
-from sharedserve.size.predict import Predictor
+from sharedserve.size.predict import LatencyForecaster
 from sharedserve.size.profile import ModelProfile, load_profiles
 
 __all__ = ["plan_fleet"]
@@ -81,11 +81,11 @@ def _pack(
     *,
     paging: PagingSettings | None = None,
     runtime_mib: float = 0.0,
-    predict: Predictor | None = None,
+    predict: LatencyForecaster | None = None,
 ) -> tuple[Grouping, Placement, int]:
     """The grouping, its packing, and the GPUs a process per replica takes. Packed both ways
     without the GPU limit (only the plan chosen must keep to it); shared servers are dropped
-    where a process per replica takes fewer GPUs. ``predict``: the plan's predictor, by which a
+    where a process per replica takes fewer GPUs. ``predict``: the plan's forecaster, by which a
     server's models must keep within their objectives."""
     grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target,
                      paging=paging, runtime_mib=runtime_mib,
@@ -122,7 +122,7 @@ def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
     wanted, warnings = demands(fleet, profiles, sizes)
     gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
     reserve, target = fleet.context_reserve_mib, fleet.utilization_target
-    predict = Predictor.for_fleet(fleet)  # one, so the plan reuses grouping's simulations
+    predict = LatencyForecaster.for_fleet(fleet)  # one, so the plan reuses grouping's simulations
     grouping, packing, separate = _pack(wanted, gpus, reserve, target, paging=fleet.paging,
                                         runtime_mib=fleet.host_memory_per_process_mib,
                                         predict=predict)  # fmt: skip

@@ -167,7 +167,8 @@ def test_one_model_prints_as_it_always_has(terminal: bool) -> None:
     for row in new["rows"]:
         row["scale"] = row["density"]
         row["gpus"] = None
-        row["models"] = {"tiny": {"replicas": row["density"], "qps": row["qps"], "slo_met": True}}
+        row["models"] = {"tiny": {"replicas": row["density"], "requests": 1000, "errors": 0,
+                                  "qps": row["qps"], "slo_met": True}}  # fmt: skip
     new["recommendation"] |= {"scale": 1, "failing_model": None}
     for width in (200, 60):
         assert render(new, width=width, terminal=terminal) == render(

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import imread
 from numpy.typing import ArrayLike
 
-from sharedserve.bench import plots
+from sharedserve.bench.report import plots
 from tests.support.bench_mix import SPEC, mix_rows
 
 

@@ -13,9 +13,7 @@ from typing import Any
 
 import pytest
 
-from sharedserve.bench.report import write_report
-from sharedserve.bench.report_html import render_html
-from sharedserve.bench.sigfig import count, sig3
+from sharedserve.bench.report import count, render_html, sig3, write_report
 from sharedserve.bench.summary import Pattern
 from tests.support.bench_mix import mix_report
 from tests.support.bench_reports import SLO, report, rows

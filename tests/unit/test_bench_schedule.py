@@ -1,5 +1,5 @@
 """Open-loop send times: Poisson-timed, and each measurement window holds the rate times its
-length to one request, whatever the rate (``bench.schedule``)."""
+length to one request, whatever the rate (``bench.loadgen.schedule``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from sharedserve.bench.schedule import BLOCK_MIN, BLOCK_S, arrivals, block_count, block_span
+from sharedserve.bench.loadgen import BLOCK_MIN, BLOCK_S, arrivals, block_count, block_span
 
 
 def _times(rate: float, window: float, warmup: float, windows: int) -> np.ndarray:

@@ -209,8 +209,9 @@ def model(
     slo: float = 50.0,
 ) -> tuple[str, dict[str, Any]]:
     met = bool(requests) and not errors and not dropped and p99 is not None and p99 <= slo
-    return name, {"requests": requests, "errors": errors, "dropped": dropped, "qps": 10.0,
-                  "p50_ms": 1.0, "p99_ms": p99, "slo_p99_ms": slo, "slo_met": met}  # fmt: skip
+    return name, {"replicas": 1, "requests": requests, "errors": errors, "dropped": dropped,
+                  "qps": 10.0, "p50_ms": 1.0, "p99_ms": p99, "slo_p99_ms": slo,
+                  "slo_met": met}  # fmt: skip
 
 
 OK = [model("tiny-0", 20.0)]
@@ -423,7 +424,8 @@ def test_throttling_goes_into_per_model_and_the_note_names_the_quota() -> None:
 def test_throttle_note_thresholds(
     share: float | None, p50: float | None, p99: float | None, noted: bool
 ) -> None:
-    model = {"name": "tiny-0", "cpu_throttled_share": share, "p50_ms": p50, "p99_ms": p99}
+    model = {"name": "tiny-0", "requests": 100, "errors": 0, "cpu_throttled_share": share,
+             "p50_ms": p50, "p99_ms": p99}  # fmt: skip
     rows = [{"density": 1, "pattern": "parallel", "per_model": [model]}]
     assert bool(throttle_notes(rows)) is noted
     assert THROTTLED_SHARE_NOTE == 0.2 and TAIL_RATIO_NOTE == 3.0
@@ -431,9 +433,10 @@ def test_throttle_note_thresholds(
 
 def test_throttle_notes_are_capped() -> None:
     models = [
-        {"name": f"tiny-{i}", "cpu_throttled_share": 0.5, "p50_ms": 1.0, "p99_ms": 9.0}
+        {"name": f"tiny-{i}", "requests": 100, "errors": 0, "cpu_throttled_share": 0.5,
+         "p50_ms": 1.0, "p99_ms": 9.0}
         for i in range(7)
-    ]
+    ]  # fmt: skip
     notes = throttle_notes([{"density": 7, "pattern": "parallel", "per_model": models}])
     assert len(notes) == 6 and notes[-1] == "and 2 more models throttled likewise"
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from sharedserve.bench.row import read_report
 from sharedserve.cli import app
 from sharedserve.documents import parse
 from sharedserve.errors import ConfigError
@@ -26,7 +27,7 @@ from sharedserve.size.plan import Plan, read_plan
 from tests.support.gpus import fake_gpu_file, gpu
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = ("fleet", "pack", "plan", "fake-gpus")
+KINDS = ("fleet", "pack", "plan", "report", "fake-gpus")
 
 
 def schema(kind: str) -> dict[str, Any]:
@@ -55,12 +56,21 @@ def test_the_committed_schema_is_what_the_command_prints(kind: str) -> None:
         ("fleet", "examples/fleet-500/fleet.yaml"),
         ("pack", "examples/mix.yaml"),
         ("plan", "tests/data/plan/expected/plan.json"),
+        ("report", "tests/data/report/sweep-gpu/report.json"),
+        ("report", "tests/data/report/mix-gpu/report.json"),
+        ("report", "tests/data/plan/profiles/tiny/sequential/report.json"),
+        ("report", "tests/data/plan/profiles/vision/parallel/report.json"),
     ],
 )
 def test_the_shipped_files_meet_their_schema_and_their_reader(kind: str, path: str) -> None:
     data = yaml.safe_load((ROOT / path).read_text())
     jsonschema.validate(data, schema(kind))
-    read: Callable[[Path], Any] = {"fleet": load_fleet, "pack": load_spec, "plan": read_plan}[kind]
+    read: Callable[[Path], Any] = {
+        "fleet": load_fleet,
+        "pack": load_spec,
+        "plan": read_plan,
+        "report": read_report,
+    }[kind]
     assert read(ROOT / path) is not None
 
 

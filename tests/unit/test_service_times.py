@@ -12,8 +12,8 @@ import pytest
 
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
-from sharedserve.size.profile import load_profiles, profiles_of
-from sharedserve.size.queueing import ModelLoad, ServiceTimes, simulate
+from sharedserve.size.predict import ModelLoad, simulate
+from sharedserve.size.profile import ServiceTimes, load_profiles, profiles_of
 
 OLD_PROFILES = Path(__file__).parent.parent / "data" / "plan" / "profiles"
 

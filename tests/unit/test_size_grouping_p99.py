@@ -8,8 +8,8 @@ import pytest
 
 from sharedserve.size.demand import Demand
 from sharedserve.size.grouping import SharedServer, group
-from sharedserve.size.predict import Predictor
-from sharedserve.size.queueing import ServiceTimes
+from sharedserve.size.predict import LatencyForecaster
+from sharedserve.size.profile import ServiceTimes
 from tests.unit.test_size_grouping import GPU, RESERVE, TARGET, model
 
 
@@ -23,7 +23,7 @@ def timed(name: str, call_ms: float, qps: float, capacity: float, slo: float | N
 
 def grouped(demands: list[Demand]) -> dict[str, str | None]:
     grouping = group(demands, gpu_memory_mib=GPU, reserve_mib=RESERVE, target=TARGET,
-                     p99_of=Predictor(node_cores=8).server_p99)  # fmt: skip
+                     p99_of=LatencyForecaster(node_cores=8).server_p99)  # fmt: skip
     return {name: s.server for name, s in grouping.serving.items()}
 
 
@@ -54,7 +54,7 @@ def test_a_slow_model_does_not_join_fast_ones_with_tight_objectives(
 def test_a_refused_model_says_whose_p99_it_would_break() -> None:
     demands = [timed("large", 100, 1.5, 5, 1000), timed("small", 3, 20, 100, 50)]
     grouping = group(demands, gpu_memory_mib=GPU, reserve_mib=RESERVE, target=TARGET,
-                     p99_of=Predictor(node_cores=8).server_p99)  # fmt: skip
+                     p99_of=LatencyForecaster(node_cores=8).server_p99)  # fmt: skip
     assert grouping.servers == []
     why = grouping.serving["small"].reason
     assert why.startswith("dedicated: cold (20% of a replica's capacity), but beside large in a")
@@ -76,7 +76,7 @@ def test_a_model_whose_shared_process_saturates_gets_its_row_not_a_process_of_it
     # process of its own (server_p99 counts it as inf): its profile row, saying why.
     models = [timed(n, 10.0, 60.0, 100.0, None) for n in ("a", "b")]
     server = SharedServer("shared-0", 1, models)
-    predict = Predictor(node_cores=8)
+    predict = LatencyForecaster(node_cores=8)
     a = predict(models[0], 1, server)
     assert a.source == "profile row"
     assert "shared-0's one process of 1 slots saturates" in a.error

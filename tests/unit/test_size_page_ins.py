@@ -1,5 +1,5 @@
 """A paged model's requests wait for a page-in where another paged model took its room, and the
-plan's p50/p99 of a paging server count it (``size.page_ins``)."""
+plan's p50/p99 of a paging server count it (``size.predict.page_ins``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from sharedserve.size.grouping import SharedServer
-from sharedserve.size.page_ins import ready_times
-from sharedserve.size.predict import Predictor
-from sharedserve.size.queueing import ModelLoad, ServiceTimes, simulate
+from sharedserve.size.predict import LatencyForecaster, ModelLoad, ready_times, simulate
+from sharedserve.size.profile import ServiceTimes
 from tests.unit.test_size_grouping_p99 import timed
 
 PAGE = 0.1
@@ -63,10 +62,10 @@ def test_a_paging_servers_prediction_says_and_counts_its_page_ins() -> None:
         timed(n, 2.0, 1.0, 400.0, 500) for n in ("a", "b")
     ]
     server = SharedServer("shared-0", 1, models, paged=["a", "b"])
-    predict = Predictor(node_cores=8, page_in_ms=50.0)
+    predict = LatencyForecaster(node_cores=8, page_in_ms=50.0)
     a, warm = predict(models[1], 1, server), predict(models[0], 1, server)
     assert a.p99_ms >= 50.0 and "50 ms page-in" in a.error
     assert warm.p99_ms < 50.0 and "page-in" not in warm.error
     # The same server in a fleet without paging's page-in figure: no page-in.
-    unpaged = Predictor(node_cores=8)(models[1], 1, server)
+    unpaged = LatencyForecaster(node_cores=8)(models[1], 1, server)
     assert unpaged.p99_ms < 50.0 and "page-in" not in unpaged.error

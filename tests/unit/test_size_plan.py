@@ -11,13 +11,13 @@ from sharedserve.pack.spec import load_spec, write_spec
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType
 from sharedserve.size.plan import (
     Plan,
+    build_plan,
+    gpu_specs,
     read_plan,
     spec_index,
     spec_name,
     write_plan,
 )
-from sharedserve.size.plan_build import build_plan
-from sharedserve.size.plan_specs import gpu_specs
 from sharedserve.size.verify import compare, gpu_predictions
 from tests.unit.test_placement_fleet import pack
 from tests.unit.test_size_bounds import demand

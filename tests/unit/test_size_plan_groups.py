@@ -14,11 +14,7 @@ from sharedserve.placement import OpenEnded, place
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, PagingSettings
 from sharedserve.size.grouping import group
 from sharedserve.size.manifests import plan_manifests
-from sharedserve.size.plan import Plan, spec_name
-from sharedserve.size.plan_build import build_plan
-from sharedserve.size.plan_html import plan_html
-from sharedserve.size.plan_md import plan_markdown
-from sharedserve.size.plan_specs import gpu_specs
+from sharedserve.size.plan import Plan, build_plan, gpu_specs, plan_html, plan_markdown, spec_name
 from sharedserve.size.run import _pack
 from tests.unit.test_size_grouping import model
 

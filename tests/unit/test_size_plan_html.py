@@ -7,8 +7,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from sharedserve.documents import parse
-from sharedserve.size.plan import Plan
-from sharedserve.size.plan_html import plan_html
+from sharedserve.size.plan import Plan, plan_html
 
 REPLICA = {
     "model": "fraud<x>",

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sharedserve.size.demand import Demand
-from sharedserve.size.predict import _rounded_rho, calls_at_once, slots_of
+from sharedserve.size.predict import calls_at_once, slots_of
+from sharedserve.size.predict.forecast import _rounded_rho
 from sharedserve.size.profile import ProfilePoint
 from sharedserve.size.run import plan_fleet
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sharedserve.size.verify_advice import advice, conditions
+from sharedserve.size.verify import advice, conditions
 
 
 def _line(model: str, *, qps: float = 0.0, p50: float = 0.0, p99: float = 0.0) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sharedserve.size.plan import Plan, PlanModel
+from sharedserve.size.plan.document import Plan, PlanModel
 
 __all__ = ["plan_markdown"]
 

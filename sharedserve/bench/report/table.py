@@ -1,8 +1,8 @@
 """report.html's building blocks: tables of figures, embedded plots and the verdict's cards.
 
 Measurements are shown to three significant figures and counts exactly; a column with no value in
-any line is left out. Apart from ``sharedserve.bench.report_html`` so that the page's sections for
-a mix of models (``sharedserve.bench.report_html_mix``) draw theirs the same way.
+any line is left out. Apart from ``page`` so that the page's sections for
+a mix of models (``page_mix``) draw theirs the same way.
 
 Pure: standard library and ``sigfig`` only.
 """
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sharedserve.bench.sigfig import count, sig3
+from sharedserve.bench.report.sigfig import count, sig3
 
 __all__ = ["NONE", "Col", "applies", "card", "esc", "figure", "number", "over", "table"]
 

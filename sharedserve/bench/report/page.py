@@ -8,10 +8,10 @@ on a CPU run, the SLO without one) is left out. One self-contained file: CSS inl
 base64 PNG, no script and no link out, and a print stylesheet.
 
 A mix of models is led by its scale, and judged model by model against each one's own objective:
-its verdict and its per-model and per-GPU sections are ``sharedserve.bench.report_html_mix``'s.
-The tables' cells and the embedded plots are ``sharedserve.bench.report_table``'s.
+its verdict and its per-model and per-GPU sections are ``page_mix``'s.
+The tables' cells and the embedded plots are ``table``'s.
 
-Pure: it renders a report dict; ``sharedserve.bench.report`` writes it.
+Pure: it renders a report dict; ``write`` writes it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 
 from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
 from sharedserve.bench.mix import is_mix, objectives, row_label, scale_of, several_patterns
-from sharedserve.bench.report_css import CSS
-from sharedserve.bench.report_html_mix import mix_sections, mix_verdict
-from sharedserve.bench.report_table import (
+from sharedserve.bench.report.css import CSS
+from sharedserve.bench.report.page_mix import mix_sections, mix_verdict
+from sharedserve.bench.report.sigfig import count, sig3
+from sharedserve.bench.report.table import (
     NONE,
     Col,
     applies,
@@ -35,7 +36,6 @@ from sharedserve.bench.report_table import (
     over,
     table,
 )
-from sharedserve.bench.sigfig import count, sig3
 from sharedserve.bench.summary import model_p99
 
 __all__ = ["render_html"]

@@ -7,7 +7,7 @@ protocol the models' profiles were measured with (their reports' settings say it
 predictions (its ``plan.json`` beside the spec) are then set against what was measured, model by
 model: QPS, p50 and p99 (the plan's prediction for that GPU, beside its neighbours there), each
 error as ``(predicted - measured) / measured``, and whether each objective held. How far the
-measurement can be trusted is judged beside it (``size.verify_advice``): the bench row's
+measurement can be trusted is judged beside it (``verify.advice``): the bench row's
 stability and the load generator's lateness, and the host's load average before and after
 against its cores. No second measuring code: this is ``bench``.
 """
@@ -26,7 +26,7 @@ from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import load_spec
 from sharedserve.size.plan import Plan, read_plan, spec_index
-from sharedserve.size.verify_advice import advice, conditions
+from sharedserve.size.verify.advice import advice, conditions
 
 __all__ = ["compare", "gpu_predictions", "profile_protocol", "verify_gpu"]
 

@@ -2,7 +2,7 @@
 
 Where a model's profile holds its service times (``ModelProfile.service_times``: one call's time
 measured alone; with ``open_loop_delay``, what an open-loop request costs beyond it, outside the
-slots; the error text says which), the figures come from ``size.queueing.simulate`` of one
+slots; the error text says which), the figures come from ``predict.queueing.simulate`` of one
 replica: open-loop
 arrivals at its planned rate per replica, the model-call slots its CPU limit gives a ``serve``
 process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``; from a CPU profile,
@@ -14,10 +14,10 @@ the capacity point), p50 from the same row.
 
 A shared server's models are one process (``size.grouping``): they are simulated together, each
 at its planned rate per replica, taking the server's slots in the scheduler's weighted fair
-turns (a model's weight its planned rate, as ``size.plan_specs`` writes it), so a cold model's
+turns (a model's weight its planned rate, as ``size.plan.specs`` writes it), so a cold model's
 p99 has its neighbours' calls in it, not only its own. Where the server pages (``paging:``
 in the fleet), its paged models' requests wait the fleet's ``page_in_ms`` where another paged
-model took their room (``size.page_ins``).
+model took their room (``predict.page_ins``).
 
 Speed: a replica alone on its slots is a queue whose sojourn scales with its service times, so
 a rate and a slowdown meet in one figure, the load per slot (rho). Simulations are kept by
@@ -39,9 +39,10 @@ from sharedserve.server import model_call_slots
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet
 from sharedserve.size.grouping import SharedServer
-from sharedserve.size.queueing import ModelLoad, Prediction, ServiceTimes, cpu_slots, simulate
+from sharedserve.size.predict.queueing import ModelLoad, Prediction, simulate
+from sharedserve.size.profile import ServiceTimes, cpu_slots
 
-__all__ = ["REQUESTS", "PredictedLatency", "Predictor", "calls_at_once", "slots_of"]
+__all__ = ["REQUESTS", "LatencyForecaster", "PredictedLatency", "calls_at_once", "slots_of"]
 
 REQUESTS = 3000
 """Requests simulated a queue: a p99 from about 30 requests' tail, 2,700 after the warm-up."""
@@ -77,7 +78,7 @@ def slots_of(cpu_limit: float | None, node_cores: float) -> int:
 def calls_at_once(d: Demand, node_cores: float) -> int:
     """The model calls a process runs side by side, as the simulation's slots. On a GPU, the
     ``serve`` process's model-call slots (``slots_of``). From a CPU profile (busy share from
-    throughput), ``queueing.cpu_slots`` of its CPU limit, or the node's cores: a CPU profile's
+    throughput), ``profile.cpu_slots`` of its CPU limit, or the node's cores: a CPU profile's
     parallel row (several users on one core) takes that many times a call's time alone at the
     sequential row's throughput, and on a verify run (commit e7d4cc8) a small model in a
     server beside resnet50 waited whole resnet50 calls."""
@@ -144,21 +145,21 @@ def _unsimulated(d: Demand, sharing: int, why: str) -> PredictedLatency:
     return PredictedLatency(p50, p99, "profile row", f"{where} ({why}); {UNVERIFIED}")
 
 
-class Predictor:
-    """Predicts replicas' latency; keeps each simulation for the plan's other replicas."""
+class LatencyForecaster:
+    """Forecasts replicas' p50 and p99; keeps each simulation for the plan's other replicas."""
 
     def __init__(self, node_cores: float, page_in_ms: float | None = None) -> None:
         self.node_cores = node_cores
         self.page_in_ms = page_in_ms
         """The fleet's page-in (``paging.page_in_ms``): what a shared server's paged model's
-        request waits where its model was paged out (``size.page_ins``); None: no paging."""
+        request waits where its model was paged out (``predict.page_ins``); None: no paging."""
         self._runs: dict[tuple[ServiceTimes, int, float, ServiceTimes | None], Prediction] = {}
         self._done: dict[tuple[str, int], PredictedLatency] = {}
         self._groups: dict[tuple[Any, ...], list[Prediction]] = {}
 
     @classmethod
-    def for_fleet(cls, fleet: Fleet) -> Predictor:
-        """A predictor of ``fleet``'s node and paging."""
+    def for_fleet(cls, fleet: Fleet) -> LatencyForecaster:
+        """A forecaster of ``fleet``'s node and paging."""
         return cls(fleet.node.cpu_cores, None if fleet.paging is None else fleet.paging.page_in_ms)
 
     def __call__(

@@ -1,9 +1,9 @@
 """The load generator's measurement windows: what each process records, and the master's loop.
 
 Runs only in the load generator's process: it imports Locust's runners and gevent (``import
-locust`` monkey-patches the whole interpreter), so ``bench.loadgen`` is the one module that may
+locust`` monkey-patches the whole interpreter), so ``loadgen.process`` is the one module that may
 import it; ``.importlinter``'s Locust contract forbids it, even indirectly, to every other module
-it lists. Kept apart from ``loadgen`` so that the user classes and process roles there and the
+it lists. Kept apart from ``process`` so that the user classes and process roles there and the
 window protocol here each read on their own.
 
 Every process (master or worker) records the requests that complete inside the open window into
@@ -117,7 +117,7 @@ def _parts(spec: dict[str, Any], results: dict[int, list[Any]], index: int) -> l
 
 def window_s(spec: dict[str, Any]) -> float:
     """One measurement window's seconds: ``duration / stability_windows``. The open-loop
-    schedule (``bench.schedule``) lines its blocks up with these windows, so both read it here."""
+    schedule (``loadgen.schedule``) lines its blocks up with these windows, so both read it here."""
     return float(spec["duration_s"]) / int(spec["stability_windows"])
 
 

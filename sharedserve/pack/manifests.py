@@ -2,7 +2,7 @@
 own plan of the spec on one GPU.
 
 Each pod gets what ``pack --spec`` would give one replica on a GPU of the given size: its cap
-plus the context reserve, as vGPUs of the allocator's cut (``size.vgpus``), or with the DRA
+plus the context reserve, as vGPUs of the allocator's cut (``k8s.vgpus``), or with the DRA
 driver as an amount of memory its claim asks for. The plan reads each model's files for its
 size, so the models must be on disk where the spec says.
 """
@@ -13,16 +13,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sharedserve.allocator.inventory import Sizing
 from sharedserve.config import PackEntry
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.k8s.group import GroupModelFiles, GroupPods
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args
+from sharedserve.k8s.vgpus import vgpu_cut
 from sharedserve.quantity import format_cpu
 from sharedserve.server import ModelSource, find_model
-from sharedserve.size.vgpus import vgpu_cut
+from sharedserve.vgpu_sizing import Sizing
 
 __all__ = ["planned_gpu_mib", "render_spec", "spec_vgpu_size"]
 

@@ -2,7 +2,7 @@
 
 ``import locust`` monkey-patches the whole interpreter with gevent, so the sweep never imports
 this module; it runs ``python -m sharedserve.bench.loadgen master|worker ...`` and reads the
-result file the master writes. ``senders`` and ``loadgen_windows`` import gevent or Locust too and
+result file the master writes. ``senders`` and ``measure`` import gevent or Locust too and
 are imported by this module alone: they run in its process.
 
 One run: the master (or a LocalRunner when no workers are asked for) hands the run spec to its
@@ -25,7 +25,6 @@ import argparse
 import json
 import logging
 import random
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -38,9 +37,9 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import Runner, WorkerRunner
 
-from sharedserve.bench.loadgen_windows import OURS, RECORDER, WINDOW, measure_windows, window_s
-from sharedserve.bench.schedule import arrivals
-from sharedserve.bench.senders import Sender
+from sharedserve.bench.loadgen.measure import OURS, RECORDER, WINDOW, measure_windows, window_s
+from sharedserve.bench.loadgen.schedule import arrivals
+from sharedserve.bench.loadgen.senders import Sender
 from sharedserve.bench.windows import measurement_result
 
 __all__ = ["main"]
@@ -258,7 +257,3 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker(*args.master)
     spec = json.loads(args.spec.read_text())
     return run_master(spec, args.result, *args.bind)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@ scale beside the plot of each model's P99 against its own objective, and one of 
 
 The mix is judged model by model, each against its own objective, so the verdict names the
 objectives and the model that missed first rather than one SLO for the page. Pure: it renders
-parts of a report dict for ``sharedserve.bench.report_html``.
+parts of a report dict for ``page``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from sharedserve.bench.mix import (
     scale_of,
     several_patterns,
 )
-from sharedserve.bench.report_table import NONE, Col, card, figure, over, table
-from sharedserve.bench.sigfig import count, sig3
+from sharedserve.bench.report.sigfig import count, sig3
+from sharedserve.bench.report.table import NONE, Col, card, figure, over, table
 from sharedserve.bench.summary import model_p99
 
 __all__ = ["mix_sections", "mix_verdict"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sharedserve.pack.spec import PackSpecFile, ServerGroup, ServerModel, SpecEntry
 from sharedserve.size.fleet import Fleet
-from sharedserve.size.plan import Plan, PlanGpu, PlanModel, PlanServer
+from sharedserve.size.plan.document import Plan, PlanGpu, PlanModel, PlanServer
 
 __all__ = ["gpu_specs", "model_cap"]
 

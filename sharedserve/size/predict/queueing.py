@@ -12,7 +12,7 @@ whose time is one draw scaled by ``1 + row_cost * (rows - 1)`` (``row_cost`` 0 b
 batch costs what a request does, a GPU's best case; measure it to do better; with more than one
 thread, a thread's next batch waits for its own last, a slight approximation). Each request's
 sojourn (queue, batch wait and service) gives its model's p50, p99 and mean; a paged model's
-request first waits for its page-in where another paged model took its room (``size.page_ins``).
+request first waits for its page-in where another paged model took its room (``predict.page_ins``).
 What is not modelled: interference between processes on a GPU, or between calls running at once
 beyond taking a slot (a draw is a call's time as it was measured, neighbours included: the
 caller picks histograms measured beside the planned neighbours, from measured mixes, which is
@@ -27,48 +27,15 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from sharedserve.size.page_ins import ready_times
+from sharedserve.size.predict.page_ins import ready_times
+from sharedserve.size.profile import ServiceTimes
 
-__all__ = ["Batching", "ModelLoad", "Prediction", "ServiceTimes", "cpu_slots", "simulate"]
-
-
-@dataclass(frozen=True)
-class ServiceTimes:
-    """An empirical distribution of one model call's time: (value_ms, count) pairs."""
-
-    values_ms: tuple[float, ...]
-    counts: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if not self.values_ms or len(self.values_ms) != len(self.counts):
-            raise ValueError("service times need one count per value, and at least one value")
-        if any(not v >= 0 for v in self.values_ms) or any(c < 1 for c in self.counts):
-            raise ValueError("service times must be >= 0 ms with counts >= 1")
-
-    @classmethod
-    def of(cls, pairs: Sequence[tuple[float, int]]) -> ServiceTimes:
-        return cls(tuple(float(v) for v, _ in pairs), tuple(int(c) for _, c in pairs))
-
-    @classmethod
-    def from_histogram(cls, data: Mapping[str, int]) -> ServiceTimes:
-        """From ``bench.histogram.LatencyHistogram.to_dict()``'s form (keys: a bucket's lowest
-        value in microseconds; its width is under 0.1% of it, so the lowest value stands in)."""
-        pairs = [(int(k) / 1000, n) for k, n in data.items() if k.isdigit()]
-        return cls.of(sorted(pairs))
-
-    @property
-    def mean_ms(self) -> float:
-        values, counts = np.asarray(self.values_ms), np.asarray(self.counts)
-        return float(values @ counts / counts.sum())
-
-    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        counts = np.asarray(self.counts, dtype=float)
-        return rng.choice(np.asarray(self.values_ms), size=n, p=counts / counts.sum())
+__all__ = ["Batching", "ModelLoad", "Prediction", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -99,7 +66,7 @@ class ModelLoad:
     an open-loop request costs beyond its call (``ModelProfile.open_loop_delay``)."""
     page_in_ms: float | None = None
     """Paged (``paging: lru``): the page-in a request waits for, before its queue, where its
-    model is not the last paged model requested (``size.page_ins``); None: always resident."""
+    model is not the last paged model requested (``predict.page_ins``); None: always resident."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +82,6 @@ class Prediction:
     saturated: bool
     requests: int
     """Simulated requests behind p50/p99 (after the warm-up), for their own sampling error."""
-
-
-def cpu_slots(cpu_limit: float | None, default_cores: float) -> int:
-    """A CPU profile's model-call slots: the whole cores of its CPU limit (``default_cores``
-    without one), at least 1. Calls beyond the whole cores share the framework's thread pool,
-    sized to them, so such a call waits its turn as it would for a slot."""
-    return max(1, math.floor(cpu_limit or default_cores))
 
 
 def _lindley(queued: np.ndarray, service: np.ndarray) -> np.ndarray:

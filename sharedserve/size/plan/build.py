@@ -1,5 +1,5 @@
 """``build_plan``: the models' demands, their grouping and their packing made into a ``Plan``
-(``size.plan``, the one type of ``plan.json``). Pure.
+(``size.plan.document``, the one type of ``plan.json``). Pure.
 
 Each GPU's replicas with their predicted p50 and p99 beside their neighbours there, each model's
 demand, serving and where its replicas went, the cost three ways and the lower bound, and each
@@ -17,7 +17,7 @@ from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet, FleetModel, listed
 from sharedserve.size.grouping import Grouping, Serving, SharedServer
 from sharedserve.size.host import process_host_mib
-from sharedserve.size.plan import (
+from sharedserve.size.plan.document import (
     LowerBound,
     Plan,
     PlanGpu,
@@ -25,7 +25,7 @@ from sharedserve.size.plan import (
     PlannedReplica,
     PlanServer,
 )
-from sharedserve.size.predict import Predictor
+from sharedserve.size.predict import LatencyForecaster
 
 __all__ = ["build_plan"]
 
@@ -38,7 +38,7 @@ def _gpu(
     gpu: PlannedGpu,
     demands: dict[str, Demand],
     servers: dict[str, SharedServer],
-    predict: Predictor,
+    predict: LatencyForecaster,
 ) -> PlanGpu:
     sharing = len(gpu.replicas)  # processes: a shared server's replica is one
     replicas = []
@@ -66,7 +66,7 @@ def _model(
     d: Demand,
     gpus: list[int],
     sharing: int,
-    predict: Predictor,
+    predict: LatencyForecaster,
     *,
     serving: Serving | None,
     server: SharedServer | None = None,
@@ -133,12 +133,12 @@ def build_plan(
     *,
     grouping: Grouping | None = None,
     process_per_replica_gpus: int | None = None,
-    predict: Predictor | None = None,
+    predict: LatencyForecaster | None = None,
 ) -> Plan:
     """The plan, without its pack specs and manifests (``size.run`` adds them). ``grouping``:
     the shared servers ``packing`` placed (none: every model dedicated);
     ``process_per_replica_gpus``: the GPUs with every model dedicated (none: ``packing``'s);
-    ``predict``: a predictor to reuse (none: a new one)."""
+    ``predict``: a forecaster to reuse (none: a new one)."""
     price = fleet.gpu.price_per_hour
     requests = grouping.requests(demands) if grouping else [d.placed_as() for d in demands]
     bound = lower_bound(requests, fleet.gpu.memory_mib, fleet.context_reserve_mib,
@@ -157,7 +157,7 @@ def build_plan(
                 gpus_of[name].append(g.index)
                 sharing[name] = max(sharing[name], len(g.replicas))
     by_model = {d.model: d for d in demands}
-    predict = predict or Predictor.for_fleet(fleet)
+    predict = predict or LatencyForecaster.for_fleet(fleet)
     serving = grouping.serving if grouping else {}
     server_of = {d.model: s for s in servers.values() for d in s.models}
     models = [

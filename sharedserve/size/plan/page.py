@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from html import escape
 
-from sharedserve.bench.report_css import CSS
-from sharedserve.size.plan import Plan, PlanModel
+from sharedserve.bench.report import CSS
+from sharedserve.size.plan.document import Plan, PlanModel
 
 __all__ = ["plan_html"]
 

@@ -1,9 +1,9 @@
 """One prepared request per target and protocol, sent again and again by the load generator.
 
-Imported only by ``loadgen`` (its process is monkey-patched by gevent when Locust is imported):
-the HTTP client is geventhttpclient's, and gRPC is switched to gevent's I/O before a channel is
-made. The request is built once from the model's own metadata (``payload``), so sending costs the
-load generator nothing but the transport.
+Imported only by ``loadgen.process`` (its process is monkey-patched by gevent when Locust is
+imported): the HTTP client is geventhttpclient's, and gRPC is switched to gevent's I/O before a
+channel is made. The request is built once from the model's own metadata (``payload``), so
+sending costs the load generator nothing but the transport.
 """
 
 from __future__ import annotations

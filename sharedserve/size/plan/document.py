@@ -1,5 +1,5 @@
 """A fleet plan: the models' demands packed onto GPUs, its cost against the baseline, the pack
-spec of each GPU's share. Pure. ``size.plan_build`` makes one; this module is its type.
+spec of each GPU's share. Pure. ``size.plan.build`` makes one; this module is its type.
 
 ``plan.json`` is ``Plan``, written by ``write_plan`` and read back by ``read_plan`` (``size
 --verify`` holds a GPU's share to it); its JSON Schema is ``sharedserve schema plan``. A plan
@@ -7,7 +7,7 @@ has the GPU count, its lower bound (and each of the five bounds), the cost again
 of one replica per GPU (the fleet without sharing), each model's demand and where its replicas
 went, each GPU's replicas, and the ``warnings`` a reader must see (profiles from another GPU or
 a CPU, models not spread). GPU ``i``'s share is the pack spec ``spec_name(i)`` beside it
-(``size.plan_specs``). Models ``size.grouping`` gathers are placed as shared servers, a server's
+(``size.plan.specs``). Models ``size.grouping`` gathers are placed as shared servers, a server's
 replica one process: each model's ``serving`` says which it got and why, and the cost is told
 three ways (one replica per GPU, a process per replica packed, this plan).
 """

@@ -2,14 +2,15 @@
 
 ``k8s render --spec`` and ``size``'s ``k8s.yaml`` both size pods in vGPUs, so both need the
 allocator's cut of a GPU of the plan's size: made here once, by the allocator's own inventory
-arithmetic, with the same refusals whichever of them was given the cut.
+arithmetic (``sharedserve.vgpu_sizing``), with the same refusals whichever of them was given the
+cut.
 """
 
 from __future__ import annotations
 
-from sharedserve.allocator.inventory import MAX_REPLICAS, Sizing, replicas_for, vgpu_memory_for
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.mix import VgpuSize
+from sharedserve.vgpu_sizing import MAX_REPLICAS, Sizing, replicas_for, vgpu_memory_for
 
 __all__ = ["FLAG_NAMES", "vgpu_cut"]
 

@@ -2,8 +2,8 @@
 
 ``report.json`` is the contract (rows as built by ``summary.build_row``); every other file is a
 view of it, written so that a report from a sweep cut short (zero or one row, null columns)
-still reads well. The plots are drawn by ``sharedserve.bench.plots``; the HTML page, laid out
-for reading rather than as a dump, by ``sharedserve.bench.report_html``, with the Markdown's
+still reads well. The plots are drawn by ``plots``; the HTML page, laid out
+for reading rather than as a dump, by ``page``, with the Markdown's
 notes so the two say the same.
 
 A mix of models (``sharedserve.bench.mix``) is reported by scale, with a line per model per scale
@@ -32,9 +32,9 @@ from sharedserve.bench.mix import (
     scale_of,
     several_patterns,
 )
-from sharedserve.bench.plots import GPU_KEYS, PLOT_NAMES, draw_plots
-from sharedserve.bench.report_html import render_html
-from sharedserve.bench.sigfig import as_recorded, row_cell
+from sharedserve.bench.report.page import render_html
+from sharedserve.bench.report.plots import GPU_KEYS, PLOT_NAMES, draw_plots
+from sharedserve.bench.report.sigfig import as_recorded, row_cell
 from sharedserve.bench.summary import (
     LOADGEN_CPU_LIMIT,
     MODEL_KEYS,

@@ -1,0 +1,27 @@
+"""A replica's p50 and p99 at its planned rate: ``forecast`` says which figure a model gets (its
+profile's row, or a simulation) and why; ``queueing`` simulates one server process's queue;
+``page_ins`` when a paged model's request waits for its page-in. Pure.
+"""
+
+from sharedserve.size.predict.forecast import (
+    REQUESTS,
+    LatencyForecaster,
+    PredictedLatency,
+    calls_at_once,
+    slots_of,
+)
+from sharedserve.size.predict.page_ins import ready_times
+from sharedserve.size.predict.queueing import Batching, ModelLoad, Prediction, simulate
+
+__all__ = [
+    "REQUESTS",
+    "Batching",
+    "LatencyForecaster",
+    "ModelLoad",
+    "PredictedLatency",
+    "Prediction",
+    "calls_at_once",
+    "ready_times",
+    "simulate",
+    "slots_of",
+]
