@@ -71,12 +71,9 @@ def test_a_group_renders_as_one_deployment_serving_its_repository(
     subprocess.run(["sh", "-c", script], check=True, timeout=30)
     entries = {e.name: e for e in read_model_repository(root / "repository")}
     assert set(entries) == {"t", "edge"}
-    assert (entries["t"].weight, entries["t"].gpu_memory_mib, entries["t"].pinned) == (
-        3.0,
-        500,
-        True,
-    )
-    assert entries["edge"].max_inflight == 16
+    t = entries["t"].settings
+    assert (t.weight, t.gpu_memory_mib, t.pinned) == (3.0, 500, True)
+    assert entries["edge"].settings.max_inflight == 16
     text = out.read_text()
     assert "# shared: 2 pods x 2 vGPUs (4096 MiB); planned cap 3000 MiB" in text
     assert "a server group: each pod serves t, edge" in text
