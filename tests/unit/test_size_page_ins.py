@@ -10,7 +10,7 @@ from sharedserve.size.grouping import SharedServer
 from sharedserve.size.page_ins import ready_times
 from sharedserve.size.predict import Predictor
 from sharedserve.size.queueing import ModelLoad, ServiceTimes, simulate
-from tests.unit.test_size_grouping_p99 import timed
+from tests.support.sizing import timed
 
 PAGE = 0.1
 

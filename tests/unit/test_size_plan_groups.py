@@ -20,7 +20,7 @@ from sharedserve.size.plan_html import plan_html
 from sharedserve.size.plan_md import plan_markdown
 from sharedserve.size.plan_specs import gpu_specs
 from sharedserve.size.run import _pack
-from tests.unit.test_size_grouping import model
+from tests.support.sizing import model
 
 GPU, RESERVE, TARGET = 23_034, 512, 0.8
 
