@@ -23,8 +23,8 @@ import yaml
 from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
 from sharedserve.quantity import parse_cpu
 from sharedserve.server.settings import ShutdownSettings
-from tests.integration import test_readme as readme
 from tests.support import manifests as m
+from tests.support import readme_blocks as readme
 from tests.support.cli import invoke
 from tests.support.manifests import K8S, Obj
 from tests.support.servers import run_cli

@@ -24,7 +24,7 @@ import schemathesis
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from sharedserve.server.wire.tfserving.openapi import build_openapi
-from tests.integration import test_bad_input as bad_input
+from tests.support import bad_requests as bad_input
 from tests.support.servers import Server
 
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]

@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from sharedserve.cli import app
-from tests.integration.test_cli_help import COMMANDS, command_at
+from tests.support.cli_commands import COMMANDS, command_at
 
 ROOT = Path(__file__).resolve().parents[2]
 # A document named in prose or help: a path to a .md file (links' targets included), or a
