@@ -1,5 +1,5 @@
-"""What the backends measure of their own memory, and paging out and back in (issue 30, items
-3-4), on the real ``tiny`` of each framework built once per session by ``models build``.
+"""What the backends measure of their own memory, and paging out and back in, on the real
+``tiny`` of each framework built once per session by ``models build``.
 
 On a host without a GPU the budgets rest on these figures: the model's tensors' bytes
 (``weight_bytes``) and a warm-up's inputs plus outputs (``warm_up``'s result); the GPU's

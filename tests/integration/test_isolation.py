@@ -1,5 +1,5 @@
 """Isolation between models in one process: the shared scheduler's fair turns and each model's
-``max_inflight`` (issue 30 item 5).
+``max_inflight``, so that one model driven past saturation cannot starve its neighbours.
 
 One registry serves ``aggressor`` and ``victim`` (both TensorFlow ``tiny``) over REST and gRPC
 in this process, with 2 model-call threads and ``aggressor``'s ``max_inflight`` at 6.

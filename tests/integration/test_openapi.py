@@ -217,7 +217,7 @@ def test_fuzzed_requests_get_documented_answers(
     case.call_and_validate(base_url=tiny_server.base)
 
 
-# The fuzz corpus of issue 29 (tests/integration/test_bad_input.py), held to the same checks as
+# The hand-written bad-request corpus (tests/support/bad_requests.py), held to the same checks as
 # the generated requests above: a documented status, content type and body for each, no 5xx.
 def operation_of(path: str) -> tuple[str, dict[str, str]]:
     """The documented path a concrete one is an instance of, and its path parameters."""

@@ -1,8 +1,8 @@
-"""Many models in one process under a memory cap smaller than all of them (issue 30 items 3-4):
-with ``--paging lru`` the least recently used idle models move out and come back on their next
-request with the same answers; a pinned model and a model with requests in flight never move; a
-request whose model cannot come back in time gets 503 with Retry-After (gRPC UNAVAILABLE with
-the pushback trailer). In this process, with real TorchScript and TensorFlow models over REST
+"""Many models in one process under a memory cap smaller than all of them: with ``--paging
+lru`` the least recently used idle models move out and come back on their next request with the
+same answers; a pinned model and a model with requests in flight never move; a request whose
+model cannot come back in time gets 503 with Retry-After (gRPC UNAVAILABLE with the pushback
+trailer). In this process, with real TorchScript and TensorFlow models over REST
 and gRPC: the test holds two models busy through a gate on their backend, so "busy" is a state
 the test sets, not a race it hopes to win.
 

@@ -1,6 +1,6 @@
-"""Nothing a user reads sends them somewhere they cannot follow (issue 32, item 8): the README's
-and every command's help name only documents the repository holds, and the options that read a
-fake-GPU inventory say where its format is written down."""
+"""Nothing a user reads sends them somewhere they cannot follow: the README's and every
+command's help name only documents the repository holds, and the options that read a fake-GPU
+inventory say where its format is written down."""
 
 from __future__ import annotations
 
