@@ -24,7 +24,11 @@ from sharedserve.server.version.backends.torch import TorchBackend
 
 # TorchScript loads in this process, where pytest makes warnings errors; torch warns that its
 # own torch.jit is deprecated (a served process only logs it).
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+pytestmark = [
+    pytest.mark.tensorflow,
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+]
 
 # tiny: 8 features -> Dense/Linear 16 -> 4 classes (sharedserve/models/*_models.py), float32.
 FEATURES, HIDDEN, CLASSES, FLOAT = 8, 16, 4, 4

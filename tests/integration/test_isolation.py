@@ -35,6 +35,8 @@ from sharedserve.server.version.source import find_model
 from tests.support import protos
 from tests.support.in_process import serving_in_process
 
+pytestmark = [pytest.mark.tensorflow]
+
 ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
 LIMIT = 6
 SLOTS = 2

@@ -132,6 +132,7 @@ def test_render_usage_error_exits_2() -> None:
 SIZE = ["--gpu-memory-mib", "16384", "--vgpus-per-gpu", "8"]
 
 
+@pytest.mark.tensorflow
 def test_render_spec_takes_the_deprecated_replicas_per_gpu(
     models_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -148,6 +149,7 @@ def test_render_spec_takes_the_deprecated_replicas_per_gpu(
     assert "--replicas-per-gpu is deprecated: use --vgpus-per-gpu 8" in caplog.text
 
 
+@pytest.mark.tensorflow
 def test_render_spec_validates_and_sizes_pods_from_the_plan(
     models_dir: Path, tmp_path: Path
 ) -> None:
@@ -182,6 +184,7 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
     assert edge["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -217,6 +220,7 @@ def test_render_spec_usage_errors_exit_2(
     assert fragment in result.stderr
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("entry", "fragment"),
     [

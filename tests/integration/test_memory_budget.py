@@ -22,6 +22,8 @@ import pytest
 from tests.support.cli import invoke
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.torch]
+
 ROW = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]
 BUDGET = "gpu_memory_mib: 1\n"
 # Tiny's warm-up at 50,000 rows holds 48 bytes a row beside its weights: 2.3 MiB at its peak.

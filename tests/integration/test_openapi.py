@@ -27,6 +27,8 @@ from sharedserve.server.wire.tfserving.openapi import build_openapi
 from tests.support import bad_requests as bad_input
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.tensorflow]
+
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 MAX_BODY_BYTES = 65536  # tiny_server's --max-body-bytes
 PATH_PARAMETERS = {"name": "tiny", "version": 1, "label": "stable"}

@@ -17,6 +17,8 @@ import pytest
 
 from tests.support.pack import PackRun, alive, cgroups_now, write_pack_spec
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+
 # Three models of two frameworks: TensorFlow tiny (as "a") and edge, TorchScript tiny.
 MIX = (
     "cpu_limit: 0.5\nmodels:\n"

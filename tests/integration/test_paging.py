@@ -40,7 +40,11 @@ from sharedserve.server.version.footprint import MIB
 from sharedserve.server.version.source import ModelSource, find_model
 from tests.support.in_process import serving_in_process
 
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+pytestmark = [
+    pytest.mark.tensorflow,
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+]
 
 ROW = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]
 CAPACITY = 3  # MiB: the pinned model and two others, each with a budget of 1 MiB

@@ -21,6 +21,8 @@ import pytest
 
 from tests.support.readme_blocks import BLOCKS, ROOT, block, run_block, user_env
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+
 
 def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
     script = block("sharedserve serve --model models/tiny")

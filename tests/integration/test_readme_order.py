@@ -36,6 +36,8 @@ import pytest
 from tests.support.cli import invoke
 from tests.support.readme_walk import Invocation, Walk
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = frozenset({("models", "build"), ("models", "list")})
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import uvicorn
 
 from sharedserve.server.inference.path import Predictor
@@ -24,6 +25,8 @@ from sharedserve.server.version.source import find_model
 from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ByteBudget
 from tests.support.cli import invoke
 from tests.support.servers import Server, free_port
+
+pytestmark = [pytest.mark.tensorflow]
 
 
 class GatedBackend(TensorFlowBackend):
