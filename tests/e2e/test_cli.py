@@ -123,6 +123,7 @@ def test_usage_errors_reach_a_shell_as_exit_2() -> None:
     assert "(0, 1]" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.tensorflow
 def test_demo_serves_and_prints_predictions(tmp_path: Path) -> None:
     result = run_cli("demo", "--model", "tiny", "--workdir", str(tmp_path), "--requests", "3")

@@ -26,7 +26,7 @@ from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
 from tests.support.bad_requests import RAW_REQUESTS, REST_CASES, ROW, exchange, shown
 from tests.support.servers import Server
 
-pytestmark = [pytest.mark.tensorflow]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 
 @pytest.mark.parametrize(("path", "body"), REST_CASES, ids=shown)

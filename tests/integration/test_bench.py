@@ -25,6 +25,8 @@ from tests.support.pack import PackRun, alive, leaked_pack_cgroups, pack_cgroups
 from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
 
+pytestmark = [pytest.mark.slow]
+
 ROW_KEYS = {
     "density", "pattern", "requests", "errors", "dropped", "qps", "p50_ms", "p90_ms", "p99_ms",
     "p999_ms", "max_ms", "scaling_efficiency", "gpu_name", "gpu_util_mean", "gpu_util_max",

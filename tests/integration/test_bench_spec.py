@@ -15,7 +15,7 @@ import pytest
 from tests.support.pack import leaked_pack_cgroups, pack_cgroups, write_pack_spec
 from tests.support.servers import run_cli
 
-pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
 # The models of test_pack_spec's mix, one replica each at scale 1 (six at scale 2, on two
 # cores). edge's 0.001 ms is beyond any server; tiny_torch has no objective: the run's applies.

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.servers import Server, serving
 
-pytestmark = [pytest.mark.tensorflow]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 MIB = 1024 * 1024
 ARRIVING = 200_000

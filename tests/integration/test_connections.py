@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.servers import Server, serving
 
-pytestmark = [pytest.mark.tensorflow]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 LIMITS = ["--header-timeout", "1", "--body-timeout", "1", "--keep-alive-timeout", "1"]
 CAP = 8

@@ -49,6 +49,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     return out, run_kit("--dry-run", "all", str(out), env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.tensorflow
 @pytest.mark.torch
 @pytest.mark.timeout(600)
@@ -102,6 +103,7 @@ def check_profile_stage(profile: dict[str, Any]) -> None:
         assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.tensorflow
 @pytest.mark.torch
 @pytest.mark.timeout(600)
@@ -151,6 +153,7 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
     assert not any(m.endswith(".pt") for m in members)
 
 
+@pytest.mark.slow
 @pytest.mark.tensorflow
 @pytest.mark.torch
 @pytest.mark.timeout(600)

@@ -21,7 +21,7 @@ from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
 from sharedserve.server.protos.tfserving import tf_serving_pb2 as tf
 from tests.support.servers import Server, serving
 
-pytestmark = [pytest.mark.tensorflow]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 MIB = 1 << 20
 PREDICT = "/tensorflow.serving.PredictionService/Predict"

@@ -242,6 +242,7 @@ def test_render_spec_refusals_name_the_entry(
     assert fragment in result.stderr
 
 
+@pytest.mark.slow
 def test_the_readmes_render_of_the_example_mix(
     builds: dict[str, list[Obj]], tmp_path: Path
 ) -> None:

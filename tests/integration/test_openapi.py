@@ -27,7 +27,7 @@ from sharedserve.server.wire.tfserving.openapi import build_openapi
 from tests.support import bad_requests as bad_input
 from tests.support.servers import Server
 
-pytestmark = [pytest.mark.tensorflow]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 MAX_BODY_BYTES = 65536  # tiny_server's --max-body-bytes

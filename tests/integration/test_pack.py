@@ -21,7 +21,7 @@ from sharedserve.limits.cpu import read_cpu_throttling
 from tests.support.gpus import fake_gpu_file, gpu_uuid
 from tests.support.pack import PackRun, alive, cgroups_now
 
-pytestmark = [pytest.mark.tensorflow]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 GPU_UUID = gpu_uuid(0)
 LEFT_IN_THE_SHELL = {

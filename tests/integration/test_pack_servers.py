@@ -20,7 +20,7 @@ import pytest
 from tests.support.pack import PackRun, alive, leaked_pack_cgroups, pack_cgroups, write_pack_spec
 from tests.support.servers import run_cli
 
-pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
 GROUP = (
     "servers:\n"

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.pack import PackRun, alive, cgroups_now, write_pack_spec
 
-pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
 # Three models of two frameworks: TensorFlow tiny (as "a") and edge, TorchScript tiny.
 MIX = (

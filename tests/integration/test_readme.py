@@ -41,6 +41,7 @@ def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
     assert limits["gpu_memory_enforced"] is False
 
 
+@pytest.mark.slow
 def test_the_paging_example(models_dir: Path, torch_models_dir: Path, tmp_path: Path) -> None:
     script = block("--paging lru")
     shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
@@ -62,6 +63,7 @@ def test_the_paging_example(models_dir: Path, torch_models_dir: Path, tmp_path: 
     )
 
 
+@pytest.mark.slow
 def test_the_pack_example(tmp_path: Path) -> None:
     build, pack = block("sharedserve pack").strip().split("\n", 1)
     # pack keeps its replicas' logs in a new folder under TMPDIR: this test's, not /tmp.

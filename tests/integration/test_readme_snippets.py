@@ -28,6 +28,7 @@ def snippet(containing: str) -> str:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.tensorflow
 def test_the_grpc_snippet_runs_against_the_served_model(tiny_server: Server) -> None:
     assert SERVE is not None

@@ -26,7 +26,7 @@ from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ByteBudget
 from tests.support.cli import invoke
 from tests.support.servers import Server, free_port
 
-pytestmark = [pytest.mark.tensorflow]
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 
 class GatedBackend(TensorFlowBackend):
