@@ -1,4 +1,4 @@
-"""Does a model server survive the abuse of issue 29? Slow bodies, header floods, a huge typed
+"""Does a model server survive abuse from its clients? Slow bodies, header floods, a huge typed
 gRPC field and SIGTERM under load (d: clients that leave as a Service's proxies do; e: clients
 that ignore readiness), each against a fresh ``sharedserve serve`` of ``tiny``.
 
@@ -303,7 +303,7 @@ def main() -> None:
             ),
         }
         rows = [runs[name]() for name in chosen]
-    title = "Abuse of a model server (issue 29)" + (f": {args.label}" if args.label else "")
+    title = "Abuse of a model server" + (f": {args.label}" if args.label else "")
     lines = heading(title, PACKAGES)
     has = ", ".join(f"`{f}`: {'yes' if f in flags else 'no'}" for f in NEW_FLAGS)
     lines += [

@@ -1,4 +1,5 @@
-"""Isolation between models in one server process (issue 30 item 5, and item 6's evidence).
+"""Isolation between models in one server process: what sharing a process costs a light model
+beside a saturating one.
 
 ``--part isolation`` (the default) is the isolation benchmark below. ``--part memory`` is host
 memory per added model, N models in one process against N processes (``multimodel_memory.py``,
@@ -20,7 +21,8 @@ by ``sharedserve models build``, served over TF Serving's REST API, batching off
 
 Every server is pinned with ``taskset`` to the same ``--server-cpus`` and given
 ``--cpu-limit`` of their count (same thread pools in every case); the clients run on the other
-CPUs. The target (issue 30): the victim's p99 in one process at most 1.25x its p99 in two.
+CPUs. The target: the victim's p99 in one process at most 1.25x its p99 in two, so that a light
+model loses little by sharing a process with a busy one.
 p50/p99 are numpy's exact percentiles. Prints a Markdown report; ``--out`` writes it too.
 """
 

@@ -1,5 +1,5 @@
-"""Host memory per added model: N models in one server process against N processes (issue 30
-item 6, first bullet; ``multimodel_cpu.py --part memory`` runs it).
+"""Host memory per added model: N models in one server process against N processes
+(``multimodel_cpu.py --part memory`` runs it).
 
 Each model (``--models``: torch ``tiny``, TensorFlow ``tiny``, torch ``mobilenet_v2`` by
 default) is built once by ``sharedserve models build`` and copied (real copies, so that no two
@@ -19,7 +19,8 @@ PSS fell from 607 to 484 MiB while 99 models were added to it, its RSS rose from
 MiB, because other TensorFlow processes started on the machine). Both sums are shown beside.
 
 Per row: the total, the memory each added model costs, ``(total(N) - total(1)) / (N - 1)``,
-and, for one process, issue 30's target: at most 1.3x the model's tensors' bytes plus 16 MiB.
+and, for one process, the target: at most 1.3x the model's tensors' bytes plus 16 MiB (a model
+added to a process should cost little beyond its own weights).
 The tensors' bytes are counted with the framework in a child process: torch, parameters and
 buffers of ``model.pt`` (one count per storage); TensorFlow, every variable reachable from the
 loaded SavedModel. The N-processes column runs only where N times one process's RSS fits under
@@ -288,7 +289,7 @@ def run(opts: argparse.Namespace, work: Path, head: list[str]) -> str:
         "processes map, each counted once (`/proc/PID/pagemap`). Every "
         "`serve` runs with `--cpu-limit 1`; N processes are started "
         f"{opts.start_batch} at a time, each as `sharedserve pack` starts a replica. Per added "
-        "model: (total(N) - total(1)) / (N - 1). Target (issue 30): per added model in one "
+        "model: (total(N) - total(1)) / (N - 1). Target: per added model in one "
         "process <= 1.3 x the tensors' bytes + 16 MiB. N processes only where N x one "
         f"process's RSS fits in {opts.max_gib:g} GiB and the memory available.",
     ]

@@ -1,5 +1,5 @@
 """Paging by memory pressure: a repository holding 10x more models than its budget, requests
-drawn Zipf-like over them (issue 30 item 6, second bullet).
+drawn Zipf-like over them, as a long tail of rarely used models asks.
 
 For each framework (``--frameworks``: torch, then TensorFlow), ``mobilenet_v2`` is built once by
 ``sharedserve models build`` and hard-linked to ``--models`` names (``m000``..; distinct models

@@ -27,11 +27,12 @@ _USERS_PER_REPLICA = 4
 # spread), but never past a quarter of the sequential throughput: at half, mobilenet_v2's row
 # on two CPU cores (the replica busy half the time, beside the load generator) held 19 ms a
 # request beyond its call and its M/G/1 wait, and size --verify then predicted its p99 at +111%
-# (sizing_verify_cpu.md as of commit ce040e2). A fast model keeps its tenth, however many
-# requests that makes: capped at 300 requests, tiny's row in a 20 s window ran at 15/s, a server
-# idler than the 5-200 requests/s a process of the verify mixes takes (what arriving costs grows
-# with the gap: benchmarks/results/idle_gap_cpu.md, 2.2-2.6 ms a request at 10 ms gaps, 1.2-1.4
-# at 2 ms, 1.0 back to back), and its p99 stood on three requests.
+# (a verify run of the mixes in benchmarks/results/sizing_verify_cpu.md). A fast model keeps
+# its tenth, however many requests that makes: capped at 300 requests, tiny's row in a 20 s
+# window ran at 15/s, a server idler than the 5-200 requests/s a process of the verify mixes
+# takes (what arriving costs grows with the gap: benchmarks/results/idle_gap_cpu.md, 2.2-2.6 ms
+# a request at 10 ms gaps, 1.2-1.4 at 2 ms, 1.0 back to back), and its p99 stood on three
+# requests.
 _OPEN_LOOP_SHARE = 0.1
 _OPEN_LOOP_MAX_SHARE = 0.25
 _OPEN_LOOP_TARGET = 150

@@ -104,6 +104,7 @@ def test_bad_env_contract_value_is_a_usage_error(tmp_path: Path) -> None:
     assert "SHAREDSERVE_GPU_MEMORY_MIB" in result.stderr
 
 
+@pytest.mark.tensorflow
 def test_models_build_refuses_to_overwrite_a_different_model(models_dir: Path) -> None:
     # The session's tiny was built with the default seed: another seed is another model.
     result = invoke("models", "build", "tiny", "--out", str(models_dir), "--seed", "7")
@@ -122,6 +123,8 @@ def test_usage_errors_reach_a_shell_as_exit_2() -> None:
     assert "(0, 1]" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.tensorflow
 def test_demo_serves_and_prints_predictions(tmp_path: Path) -> None:
     result = run_cli("demo", "--model", "tiny", "--workdir", str(tmp_path), "--requests", "3")
     assert result.returncode == 0, result.stderr

@@ -1,5 +1,5 @@
-"""What the backends measure of their own memory, and paging out and back in (issue 30, items
-3-4), on the real ``tiny`` of each framework built once per session by ``models build``.
+"""What the backends measure of their own memory, and paging out and back in, on the real
+``tiny`` of each framework built once per session by ``models build``.
 
 On a host without a GPU the budgets rest on these figures: the model's tensors' bytes
 (``weight_bytes``) and a warm-up's inputs plus outputs (``warm_up``'s result); the GPU's
@@ -24,7 +24,11 @@ from sharedserve.server.version.backends.torch import TorchBackend
 
 # TorchScript loads in this process, where pytest makes warnings errors; torch warns that its
 # own torch.jit is deprecated (a served process only logs it).
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+pytestmark = [
+    pytest.mark.tensorflow,
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+]
 
 # tiny: 8 features -> Dense/Linear 16 -> 4 classes (sharedserve/models/*_models.py), float32.
 FEATURES, HIDDEN, CLASSES, FLOAT = 8, 16, 4, 4

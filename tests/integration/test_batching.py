@@ -17,6 +17,8 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 from tests.support.protos import predict_request
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.tensorflow]
+
 BATCHING = ["--enable-batching", "--max-batch-size", "16", "--batch-timeout-micros", "50000"]
 
 

@@ -25,6 +25,8 @@ from tests.support.pack import PackRun, alive, leaked_pack_cgroups, pack_cgroups
 from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
 
+pytestmark = [pytest.mark.slow]
+
 ROW_KEYS = {
     "density", "pattern", "requests", "errors", "dropped", "qps", "p50_ms", "p90_ms", "p99_ms",
     "p999_ms", "max_ms", "scaling_efficiency", "gpu_name", "gpu_util_mean", "gpu_util_max",
@@ -32,6 +34,7 @@ ROW_KEYS = {
 }  # fmt: skip
 
 
+@pytest.mark.tensorflow
 def test_density_sweep_writes_a_full_report_and_recommends(
     models_dir: Path, tmp_path: Path
 ) -> None:
@@ -91,6 +94,7 @@ def test_density_sweep_writes_a_full_report_and_recommends(
     assert leaked_pack_cgroups(before) == set()
 
 
+@pytest.mark.tensorflow
 def test_targets_poisson_with_two_locust_workers(models_dir: Path, tmp_path: Path) -> None:
     pack = PackRun(tmp_path / "pack", models_dir / "tiny", "--replicas", "2")
     try:
@@ -121,6 +125,7 @@ def test_targets_poisson_with_two_locust_workers(models_dir: Path, tmp_path: Pat
         assert pack.stop() == 0, pack.log()
 
 
+@pytest.mark.tensorflow
 def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     before = pack_cgroups()
@@ -156,6 +161,7 @@ def test_ctrl_c_keeps_the_rows_so_far_as_a_partial_report(models_dir: Path, tmp_
     assert leaked_pack_cgroups(before) == set()
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -224,6 +230,7 @@ def test_percentiles_match_a_known_latency_law(tmp_path: Path) -> None:
     assert 50.0 <= row["p99_ms"] < 95.0, row
 
 
+@pytest.mark.tensorflow
 def test_fake_gpus_and_batching_are_recorded_as_the_replicas_report_them(
     models_dir: Path, tmp_path: Path, fake_gpus: Path
 ) -> None:
@@ -383,6 +390,7 @@ def _descendants(pid: int) -> set[int]:
 _SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("sig", "wrapper"),
     [(signal.SIGINT, _SIGINT_IGNORED), (signal.SIGTERM, [])],
@@ -433,6 +441,7 @@ def test_a_signal_stops_bench_and_everything_it_started(
         assert not (root / f"sharedserve-pack-{process.pid}").exists()
 
 
+@pytest.mark.tensorflow
 def test_a_throttled_replica_says_its_quota_sets_its_tail(models_dir: Path, tmp_path: Path) -> None:
     # 0.3 of a core against 4 requests in flight: the CFS quota runs out in most periods, and
     # the tail is the wait for the next period.
@@ -493,6 +502,7 @@ def _served(server: Server, protocol: str) -> float:
     return 0.0
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize("protocol", ["oip-rest", "oip-grpc"])
 def test_bench_drives_the_open_inference_protocol(
     tiny_server: Server, tmp_path: Path, protocol: str

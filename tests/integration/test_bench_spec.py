@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.integration.test_pack_spec import _write
-from tests.support.pack import leaked_pack_cgroups, pack_cgroups
+import pytest
+
+from tests.support.pack import leaked_pack_cgroups, pack_cgroups, write_pack_spec
 from tests.support.servers import run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
 # The models of test_pack_spec's mix, one replica each at scale 1 (six at scale 2, on two
 # cores). edge's 0.001 ms is beyond any server; tiny_torch has no objective: the run's applies.
@@ -27,7 +30,7 @@ SPEC = (
 def test_bench_spec_measures_each_model_at_each_scale_and_names_the_one_that_missed(
     models_dir: Path, torch_models_dir: Path, tmp_path: Path
 ) -> None:
-    spec, gpus = _write(tmp_path, models_dir, SPEC, torch_models_dir)
+    spec, gpus = write_pack_spec(tmp_path, models_dir, SPEC, torch_models_dir)
     out = tmp_path / "report"
     before = pack_cgroups()
     result = run_cli(

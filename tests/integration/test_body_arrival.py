@@ -17,6 +17,8 @@ import pytest
 
 from tests.support.servers import Server, serving
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 MIB = 1024 * 1024
 ARRIVING = 200_000
 HEADERS = 8192

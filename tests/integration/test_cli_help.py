@@ -10,39 +10,20 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from sharedserve.cli import app
 from sharedserve.cli._app import ExampleModelName
 from sharedserve.models import CATALOG
 from tests.support.cli import invoke
+from tests.support.cli_commands import COMMANDS, command_at
 
 WIDTH = 80
 # What rich takes for a markup tag and drops: "[" then a letter, "#", "/" or "@", up to "]".
 RICH_TAG = re.compile(r"(?<!\\)\[[a-z#/@][^\[]*?\]")
-
-
-def commands(command: Any, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    if hasattr(command, "commands"):
-        for name, sub in command.commands.items():
-            yield from commands(sub, (*path, name))
-    else:
-        yield path
-
-
-def command_at(path: tuple[str, ...]) -> Any:
-    command = typer.main.get_command(app)
-    for name in path:
-        command = command.commands[name]  # type: ignore[attr-defined]
-    return command
-
-
-COMMANDS = sorted(p for p in commands(typer.main.get_command(app), ()) if p != ("bench-worker",))
 
 
 def render_help(path: tuple[str, ...]) -> str:

@@ -1,4 +1,5 @@
-"""Commands agree with each other and with the docs (issue 32, item 7): ``k8s render --model``
+"""Commands agree with each other and with the docs, so what works in one place works in the
+next: ``k8s render --model``
 takes a path as every other ``--model`` does, the docs' inline ``k8s render`` examples run as
 written, and ``models list`` says it lists what ``models build`` can make.
 

@@ -18,6 +18,8 @@ import pytest
 
 from tests.support.servers import Server, serving
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 LIMITS = ["--header-timeout", "1", "--body-timeout", "1", "--keep-alive-timeout", "1"]
 CAP = 8
 PREDICT = b"POST /v1/models/tiny:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from sharedserve.k8s.render import RUN_AS_USER
@@ -117,6 +118,7 @@ def _healthcheck_command() -> list[str]:
     return [sys.executable, *exec_form[1:]]
 
 
+@pytest.mark.tensorflow
 def test_healthcheck_and_probe_urls_against_a_real_server(tiny_server: Server) -> None:
     command = _healthcheck_command()
     env = {"SHAREDSERVE_REST_PORT": str(tiny_server.port), "SHAREDSERVE_MODEL_NAME": "tiny"}

@@ -243,6 +243,8 @@ def test_slots_mode_publishes_exclusive_shares() -> None:
         assert node.close() == 0, log
 
 
+@pytest.mark.slow
+@pytest.mark.tensorflow
 def test_the_cdi_env_caps_the_model_server(node: DraNode, models_dir: Path, tmp_path: Path) -> None:
     """What the runtime injects from the spec is what ``sharedserve serve`` applies."""
     ref = claim(node, 13, result("gpu-0", "6Gi", 13))

@@ -258,6 +258,7 @@ def test_render_dra_usage_errors(tmp_path: Path, args: list[str], fragment: str)
     assert fragment in result.exception.message
 
 
+@pytest.mark.tensorflow
 def test_render_spec_dra_claims_the_planned_memory(models_dir: Path, tmp_path: Path) -> None:
     spec = m.write_spec(tmp_path / "pack.yaml", models_dir)
     out = tmp_path / "mix.yaml"

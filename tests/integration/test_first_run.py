@@ -20,6 +20,8 @@ import pytest
 
 from tests.support.servers import SHAREDSERVE, Server, first_run_env, run_cli
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 # absl's and glog's line prefix (severity, MMDD, time), absl's banner before it is initialised,
 # and the start-up lines seen on CPU-only hosts.
 FRAMEWORK_LINE = re.compile(

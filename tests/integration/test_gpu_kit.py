@@ -49,6 +49,9 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     return out, run_kit("--dry-run", "all", str(out), env=env)
 
 
+@pytest.mark.slow
+@pytest.mark.tensorflow
+@pytest.mark.torch
 @pytest.mark.timeout(600)
 def test_every_stage_dry_runs_and_passes(dry_run: tuple[Path, Any]) -> None:
     out, done = dry_run
@@ -100,6 +103,9 @@ def check_profile_stage(profile: dict[str, Any]) -> None:
         assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.tensorflow
+@pytest.mark.torch
 @pytest.mark.timeout(600)
 def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
     out, _ = dry_run
@@ -147,6 +153,9 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
     assert not any(m.endswith(".pt") for m in members)
 
 
+@pytest.mark.slow
+@pytest.mark.tensorflow
+@pytest.mark.torch
 @pytest.mark.timeout(600)
 def test_a_finished_stage_is_not_run_again(dry_run: tuple[Path, Any]) -> None:
     out, _ = dry_run

@@ -20,6 +20,8 @@ from tensorflow_serving.apis import (
 from tests.support import protos
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.tensorflow]
+
 ROW = np.array([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]], dtype=np.float32)
 
 

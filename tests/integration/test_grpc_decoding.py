@@ -21,6 +21,8 @@ from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
 from sharedserve.server.protos.tfserving import tf_serving_pb2 as tf
 from tests.support.servers import Server, serving
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 MIB = 1 << 20
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -19,6 +19,8 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tests.support.cli import invoke
 from tests.support.servers import Server, serving
 
+pytestmark = [pytest.mark.tensorflow]
+
 ROW = [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]
 
 

@@ -1,5 +1,5 @@
 """Isolation between models in one process: the shared scheduler's fair turns and each model's
-``max_inflight``.
+``max_inflight``, so that one model driven past saturation cannot starve its neighbours.
 
 One registry serves ``aggressor`` and ``victim`` (both TensorFlow ``tiny``) over REST and gRPC
 in this process, with 2 model-call threads and ``aggressor``'s ``max_inflight`` at 6.
@@ -31,6 +31,8 @@ from sharedserve.server.version import ModelSettings, ModelSource, Signature, fi
 from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
 from tests.support import protos
 from tests.support.in_process import loopback_settings, serving_in_process
+
+pytestmark = [pytest.mark.tensorflow]
 
 ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
 LIMIT = 6

@@ -9,9 +9,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sharedserve.server.repository.directory import read_model_repository
 from tests.support import manifests as m
 from tests.support.servers import run_cli
+
+pytestmark = [pytest.mark.tensorflow]
 
 SPEC = """\
 servers:

@@ -23,8 +23,8 @@ import yaml
 from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
 from sharedserve.quantity import parse_cpu
 from sharedserve.server.settings import ShutdownSettings
-from tests.integration import test_readme as readme
 from tests.support import manifests as m
+from tests.support import readme_blocks as readme
 from tests.support.cli import invoke
 from tests.support.manifests import K8S, Obj
 from tests.support.servers import run_cli
@@ -132,6 +132,7 @@ def test_render_usage_error_exits_2() -> None:
 SIZE = ["--gpu-memory-mib", "16384", "--vgpus-per-gpu", "8"]
 
 
+@pytest.mark.tensorflow
 def test_render_spec_takes_the_deprecated_replicas_per_gpu(
     models_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -148,6 +149,7 @@ def test_render_spec_takes_the_deprecated_replicas_per_gpu(
     assert "--replicas-per-gpu is deprecated: use --vgpus-per-gpu 8" in caplog.text
 
 
+@pytest.mark.tensorflow
 def test_render_spec_validates_and_sizes_pods_from_the_plan(
     models_dir: Path, tmp_path: Path
 ) -> None:
@@ -182,6 +184,7 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
     assert edge["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -217,6 +220,7 @@ def test_render_spec_usage_errors_exit_2(
     assert fragment in result.stderr
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("entry", "fragment"),
     [
@@ -238,6 +242,7 @@ def test_render_spec_refusals_name_the_entry(
     assert fragment in result.stderr
 
 
+@pytest.mark.slow
 def test_the_readmes_render_of_the_example_mix(
     builds: dict[str, list[Obj]], tmp_path: Path
 ) -> None:

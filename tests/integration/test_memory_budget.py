@@ -1,5 +1,5 @@
-"""Per-model memory budgets in one `sharedserve serve --model-repository` process (issue 30 item
-3), as a user sets them: ``gpu_memory_mib`` in each model's ``sharedserve.yaml``, counted against
+"""Per-model memory budgets in one `sharedserve serve --model-repository` process, as a user sets
+them: ``gpu_memory_mib`` in each model's ``sharedserve.yaml``, counted against
 ``--gpu-memory-mib`` (recorded, not enforced, without a GPU: the same accounting runs).
 
 - A model whose measured peak (a warm-up at its largest batch) is past its budget is refused.
@@ -21,6 +21,8 @@ import pytest
 
 from tests.support.cli import invoke
 from tests.support.servers import Server
+
+pytestmark = [pytest.mark.torch]
 
 ROW = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]
 BUDGET = "gpu_memory_mib: 1\n"

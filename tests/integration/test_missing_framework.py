@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.servers import free_port, run_cli, without_tensorflow, without_torch
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
+
 TORCH_LINE = (
     "error: TorchScript models need PyTorch, which is not installed: "
     "pip install 'sharedserve[torch]'"

@@ -24,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.servers import Server
 from tests.support.triton_client import TritonClient
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+
 SCRIPT = Path(__file__).parents[1] / "support" / "triton_repository.py"
 BODY = {"instances": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]}
 # A request to `held` waits in its batcher for this long unless 64 rows arrive first.

@@ -25,6 +25,8 @@ from tensorflow_serving.apis import (
 
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 BODY = {"instances": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]}
 
 

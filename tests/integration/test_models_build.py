@@ -15,9 +15,12 @@ from tests.support.cli import invoke
 
 # torch deprecates TorchScript in favour of torch.export and warns on script and save;
 # sharedserve writes it knowingly.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:`torch\.jit\.(script|save|load)` is deprecated:DeprecationWarning"
-)
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.filterwarnings(
+        r"ignore:`torch\.jit\.(script|save|load)` is deprecated:DeprecationWarning"
+    ),
+]
 
 
 def build(out: Path, *flags: str) -> tuple[int, str, str]:

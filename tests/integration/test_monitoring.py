@@ -30,6 +30,8 @@ from tests.support.gpus import write_inventory
 from tests.support.grafana import expressions, metric_names, panels, variable_expressions
 from tests.support.servers import Server, free_port
 
+pytestmark = [pytest.mark.tensorflow]
+
 DASHBOARD = (
     Path(__file__).resolve().parents[2] / "k8s" / "monitoring" / "sharedserve-dashboard.json"
 )

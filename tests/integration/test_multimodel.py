@@ -38,7 +38,11 @@ from tests.support.triton_client import TritonClient
 
 # TorchScript loads in this process here, where pytest makes warnings errors; torch warns that
 # its own torch.jit is deprecated (a served process only logs it).
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+pytestmark = [
+    pytest.mark.tensorflow,
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+]
 
 ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]
 SCRIPT = Path(__file__).parents[1] / "support" / "triton_models.py"

@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 ROW = np.array([[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]], dtype=np.float32)
 INFER = "/v2/models/tiny/infer"
 HEADER = "Inference-Header-Content-Length"

@@ -21,6 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.servers import Server
 from tests.support.triton_client import TritonClient
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+
 CALLS = Path(__file__).parents[1] / "support" / "triton_calls.py"
 ROWS = [
     [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0],

@@ -24,8 +24,10 @@ import schemathesis
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from sharedserve.server.wire.tfserving.openapi import build_openapi
-from tests.integration import test_bad_input as bad_input
+from tests.support import bad_requests as bad_input
 from tests.support.servers import Server
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 MAX_BODY_BYTES = 65536  # tiny_server's --max-body-bytes
@@ -217,7 +219,7 @@ def test_fuzzed_requests_get_documented_answers(
     case.call_and_validate(base_url=tiny_server.base)
 
 
-# The fuzz corpus of issue 29 (tests/integration/test_bad_input.py), held to the same checks as
+# The hand-written bad-request corpus (tests/support/bad_requests.py), held to the same checks as
 # the generated requests above: a documented status, content type and body for each, no 5xx.
 def operation_of(path: str) -> tuple[str, dict[str, str]]:
     """The documented path a concrete one is an instance of, and its path parameters."""

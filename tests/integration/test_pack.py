@@ -19,7 +19,9 @@ import pytest
 from sharedserve.bench.sampler import process_cpu_seconds
 from sharedserve.limits.cpu import read_cpu_throttling
 from tests.support.gpus import fake_gpu_file, gpu_uuid
-from tests.support.pack import PackRun, alive
+from tests.support.pack import PackRun, alive, cgroups_now
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 GPU_UUID = gpu_uuid(0)
 LEFT_IN_THE_SHELL = {
@@ -28,21 +30,6 @@ LEFT_IN_THE_SHELL = {
     "SHAREDSERVE_GPU_MEMORY_MIB": "1",
     "SHAREDSERVE_VGPU_IDS": "GPU-stale::0",
 }
-
-
-def _cgroups_now(pid: int | None = None) -> set[str]:
-    """The packers' cgroups on this host, or only those of packer ``pid`` (other packs may be
-    running on a shared machine: a test judges its own)."""
-    pattern = f"sharedserve-pack-{'*' if pid is None else pid}"
-    found = set()
-    for root in (
-        Path("/sys/fs/cgroup/cpu"),
-        Path("/sys/fs/cgroup"),
-        Path("/sys/fs/cgroup/unified"),
-    ):
-        if root.is_dir():
-            found |= {str(p) for p in root.glob(pattern)}
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +144,7 @@ def test_over_subscription_is_refused_before_anything_starts(
     assert "exceeds GPU 0's 16384 MiB" in run.log()
     assert not (tmp_path / "logs").exists()  # no replica was started
     assert not run.targets_path.exists()
-    assert _cgroups_now(run.process.pid) == set()
+    assert cgroups_now(run.process.pid) == set()
 
 
 def test_a_replica_that_cannot_start_stops_the_pack_with_its_reason(
@@ -179,7 +166,7 @@ def test_a_replica_that_cannot_start_stops_the_pack_with_its_reason(
     run.stop()
     log = run.log()
     assert re.search(r"error: replica tiny-\d cannot start: --max-body-bytes must be positive", log)
-    assert _cgroups_now(run.process.pid) == set()
+    assert cgroups_now(run.process.pid) == set()
 
 
 def test_unknown_server_option_is_refused(models_dir: Path, tmp_path: Path) -> None:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sharedserve.config import CapSource, GpuCapRequest, PackEntry, PackSettings
 from sharedserve.contract import GpuShare, Grant, fraction_of, mib_of
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.limits.gpu import parse_cap_request, resolve_cap, select_visible_gpu
 from sharedserve.pack.prepare import prepare_pack
+
+pytestmark = [pytest.mark.tensorflow]
 
 FLAG = CapSource.FLAG
 

@@ -19,6 +19,8 @@ from sharedserve.pack.prepare import PreparedPack, prepare_pack
 from sharedserve.pack.replica import Replica, ReplicaState
 from tests.support.gpus import fake_gpu_file
 
+pytestmark = [pytest.mark.tensorflow]
+
 
 @pytest.fixture
 def settings(models_dir: Path, tmp_path: Path) -> PackSettings:

@@ -9,10 +9,14 @@ import math
 import os
 from pathlib import Path
 
+import pytest
+
 from sharedserve.pack.prepare import footprint_mib
 from sharedserve.placement import OpenEnded, Replicas, place
 from tests.support.cli import invoke
 from tests.support.gpus import fake_gpu_file
+
+pytestmark = [pytest.mark.tensorflow]
 
 RESERVE = 512
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_pack_spec import _write
-from tests.support.pack import PackRun, alive, leaked_pack_cgroups, pack_cgroups
+from tests.support.pack import PackRun, alive, leaked_pack_cgroups, pack_cgroups, write_pack_spec
 from tests.support.servers import run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
 GROUP = (
     "servers:\n"
@@ -42,7 +43,7 @@ def group(
     models_dir: Path, torch_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[PackRun, Path]]:
     tmp = tmp_path_factory.mktemp("group")
-    spec, gpus = _write(tmp, models_dir, GROUP, torch_models_dir)
+    spec, gpus = write_pack_spec(tmp, models_dir, GROUP, torch_models_dir)
     run = PackRun(tmp, None, "--spec", str(spec), "--fake-gpus", str(gpus))
     run.wait_targets()
     yield run, tmp
@@ -52,7 +53,7 @@ def group(
 def test_dry_run_prints_the_group_and_its_models(
     models_dir: Path, torch_models_dir: Path, tmp_path: Path
 ) -> None:
-    spec, gpus = _write(tmp_path, models_dir, GROUP, torch_models_dir)
+    spec, gpus = write_pack_spec(tmp_path, models_dir, GROUP, torch_models_dir)
     result = run_cli("pack", "--spec", str(spec), "--fake-gpus", str(gpus), "--dry-run")
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
@@ -108,7 +109,7 @@ def test_stop_removes_the_repository_and_every_process(group: tuple[PackRun, Pat
 def test_bench_spec_sends_each_models_load_to_the_processes_holding_it(
     models_dir: Path, torch_models_dir: Path, tmp_path: Path
 ) -> None:
-    spec, gpus = _write(tmp_path, models_dir, GROUP, torch_models_dir)
+    spec, gpus = write_pack_spec(tmp_path, models_dir, GROUP, torch_models_dir)
     out = tmp_path / "report"
     before = pack_cgroups()
     result = run_cli(

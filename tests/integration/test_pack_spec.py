@@ -15,22 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_pack import _cgroups_now
-from tests.support.gpus import fake_gpu_file
-from tests.support.pack import PackRun, alive
+from tests.support.pack import PackRun, alive, cgroups_now, write_pack_spec
 
-
-def _write(
-    tmp: Path, models_dir: Path, spec: str, torch_dir: Path | None = None
-) -> tuple[Path, Path]:
-    gpus = fake_gpu_file(tmp, [16384, 16384])
-    # Model paths relative to the spec file.
-    spec = spec.replace("MODELS", os.path.relpath(models_dir, tmp))
-    if torch_dir is not None:
-        spec = spec.replace("TORCH", os.path.relpath(torch_dir, tmp))
-    (tmp / "pack.yaml").write_text(spec)
-    return tmp / "pack.yaml", gpus
-
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
 # Three models of two frameworks: TensorFlow tiny (as "a") and edge, TorchScript tiny.
 MIX = (
@@ -46,7 +33,7 @@ def mix(
     models_dir: Path, torch_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PackRun]:
     tmp = tmp_path_factory.mktemp("mix")
-    spec, gpus = _write(tmp, models_dir, MIX, torch_models_dir)
+    spec, gpus = write_pack_spec(tmp, models_dir, MIX, torch_models_dir)
     run = PackRun(tmp, None, "--spec", str(spec), "--fake-gpus", str(gpus), "--policy", "spread")
     run.wait_targets()
     yield run
@@ -104,8 +91,8 @@ def test_sigterm_leaves_no_process_or_cgroup(mix: PackRun) -> None:
 
 
 def test_a_spec_that_cannot_fit_is_refused_with_a_table(models_dir: Path, tmp_path: Path) -> None:
-    before = _cgroups_now()
-    spec, gpus = _write(
+    before = cgroups_now()
+    spec, gpus = write_pack_spec(
         tmp_path,
         models_dir,
         "cpu_limit: 0.5\ngpu: 0\nmodels:\n"
@@ -119,4 +106,4 @@ def test_a_spec_that_cannot_fit_is_refused_with_a_table(models_dir: Path, tmp_pa
     assert "4 replicas do not fit" in log and "exceeds GPU 0's 16384 MiB" in log
     assert "entry" in log and "cap each MiB" in log
     assert not (tmp_path / "logs").exists()
-    assert _cgroups_now() == before
+    assert cgroups_now() == before

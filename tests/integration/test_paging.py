@@ -1,8 +1,8 @@
-"""Many models in one process under a memory cap smaller than all of them:
-with ``--paging lru`` the least recently used idle models move out and come back on their next
-request with the same answers; a pinned model and a model with requests in flight never move; a
-request whose model cannot come back in time gets 503 with Retry-After (gRPC UNAVAILABLE with
-the pushback trailer). In this process, with real TorchScript and TensorFlow models over REST
+"""Many models in one process under a memory cap smaller than all of them: with ``--paging
+lru`` the least recently used idle models move out and come back on their next request with the
+same answers; a pinned model and a model with requests in flight never move; a request whose
+model cannot come back in time gets 503 with Retry-After (gRPC UNAVAILABLE with the pushback
+trailer). In this process, with real TorchScript and TensorFlow models over REST
 and gRPC: the test holds two models busy through a gate on their backend, so "busy" is a state
 the test sets, not a race it hopes to win.
 
@@ -46,7 +46,11 @@ from sharedserve.server.version import (
 from sharedserve.server.version.backends.torch import TorchBackend
 from tests.support.in_process import loopback_settings, serving_in_process
 
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+pytestmark = [
+    pytest.mark.tensorflow,
+    pytest.mark.torch,
+    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+]
 
 ROW = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]
 CAPACITY = 3  # MiB: the pinned model and two others, each with a budget of 1 MiB

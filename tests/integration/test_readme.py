@@ -10,51 +10,18 @@ only help given is ``models/tiny``, copied from the session's build instead of b
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.servers import clean_env
+from tests.support.readme_blocks import BLOCKS, ROOT, block, run_block, user_env
 
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
-BLOCKS = re.findall(r"^```sh\n(.*?)^```", README, flags=re.S | re.M)
-
-
-def block(containing: str) -> str:
-    (found,) = [b for b in BLOCKS if containing in b]
-    return found
-
-
-def user_env() -> dict[str, str]:
-    """A shell with the checkout's environment active: its bin directory first on the PATH."""
-    env = clean_env()
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
-
-
-def run_block(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``script`` run by bash in ``cwd`` as a reader would, failing on its first failing line;
-    the trap is the test's own: a failing line must not leave a server running."""
-    trap = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n"
-    result = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", trap + script],
-        cwd=cwd,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
 
 
 def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
@@ -74,6 +41,7 @@ def test_the_serving_example(models_dir: Path, tmp_path: Path) -> None:
     assert limits["gpu_memory_enforced"] is False
 
 
+@pytest.mark.slow
 def test_the_paging_example(models_dir: Path, torch_models_dir: Path, tmp_path: Path) -> None:
     script = block("--paging lru")
     shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
@@ -95,6 +63,7 @@ def test_the_paging_example(models_dir: Path, torch_models_dir: Path, tmp_path: 
     )
 
 
+@pytest.mark.slow
 def test_the_pack_example(tmp_path: Path) -> None:
     build, pack = block("sharedserve pack").strip().split("\n", 1)
     # pack keeps its replicas' logs in a new folder under TMPDIR: this test's, not /tmp.

@@ -3,7 +3,7 @@
 Run as written: every ``sharedserve models build`` and ``models list`` (in process, in the walk's
 directory). Each section starts by building what it needs, so the walk builds ``tiny`` five times
 and ``resnet50`` (torch) three times into the same ``models/`` and ``torch-models/``: every build
-after the first must succeed on what is there (issue 32, item 2). The first build of each model
+after the first must succeed on what is there, as a reader's does. The first build of each model
 is stood in for, at the line that builds it and not before: ``tiny`` is the session's real build;
 any other name is ``tiny``'s files and build stamp under that name (building mobilenet_v2,
 resnet50 and inception_v3 for both frameworks would take minutes). ``models build`` then finds
@@ -35,6 +35,8 @@ import pytest
 
 from tests.support.cli import invoke
 from tests.support.readme_walk import Invocation, Walk
+
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = frozenset({("models", "build"), ("models", "list")})

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.servers import Server, clean_env
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -26,6 +28,8 @@ def snippet(containing: str) -> str:
     return found
 
 
+@pytest.mark.slow
+@pytest.mark.tensorflow
 def test_the_grpc_snippet_runs_against_the_served_model(tiny_server: Server) -> None:
     assert SERVE is not None
     code = snippet("PredictionServiceStub")

@@ -1,6 +1,6 @@
-"""Nothing a user reads sends them somewhere they cannot follow (issue 32, item 8): the README's
-and every command's help name only documents the repository holds, and the options that read a
-fake-GPU inventory say where its format is written down."""
+"""Nothing a user reads sends them somewhere they cannot follow: the README's and every
+command's help name only documents the repository holds, and the options that read a fake-GPU
+inventory say where its format is written down."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from sharedserve.cli import app
-from tests.integration.test_cli_help import COMMANDS, command_at
+from tests.support.cli_commands import COMMANDS, command_at
 
 ROOT = Path(__file__).resolve().parents[2]
 # A document named in prose or help: a path to a .md file (links' targets included), or a

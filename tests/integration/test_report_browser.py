@@ -13,6 +13,8 @@ from tests.support.bench_mix import mix_report
 from tests.support.bench_reports import REPORTS, SLO
 from tests.support.browser import HEIGHT, WIDTH, layout
 
+pytestmark = [pytest.mark.browser]
+
 
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_report_fits_1280_px_and_opens_on_the_verdict(name: str, tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.tensorflow]
+
 ROW = [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], [1, 2, 3, 4, 5, 6, 7, 8]]
 
 

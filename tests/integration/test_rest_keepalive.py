@@ -19,6 +19,8 @@ import pytest
 from sharedserve.server.process.start_up import bind as _bind
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.tensorflow]
+
 
 def test_listening_socket_is_tcp_so_asyncio_sets_nodelay() -> None:
     sock = _bind("127.0.0.1", 0)

@@ -17,6 +17,8 @@ import pytest
 from tests.support.cli import invoke
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
+
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 
 

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from sharedserve.server.repository import VersionToServe
 from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
@@ -17,6 +18,8 @@ from sharedserve.server.version.source import find_model
 from tests.support.cli import invoke
 from tests.support.in_process import serving_in_process
 from tests.support.servers import Server
+
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
 
 class GatedBackend(TensorFlowBackend):

@@ -17,6 +17,8 @@ from sharedserve.limits.cgroups import create_cpu_cgroup, remove_cgroup
 from tests.support.gpus import fake_gpu_file, gpu_uuid
 from tests.support.servers import Server, clean_env
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 LIMIT_FIELDS = {
     "device",
     "gpu_memory_fraction",

@@ -30,6 +30,8 @@ from sharedserve.server.protos.oip import MODEL_INFER_METHOD, SERVICE
 from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 DRAIN_S, GRACE_S = 4.0, 10.0
 ROW = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 PREDICT = "/v1/models/tiny:predict"

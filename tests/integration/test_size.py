@@ -28,6 +28,8 @@ from tests.support.gpus import fake_gpu_file
 from tests.support.pack import PackRun, alive
 from tests.support.servers import SHAREDSERVE, clean_env, run_cli
 
+pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
+
 GPU = {"name": "NVIDIA L4", "memory_mib": 23034}
 
 

@@ -18,6 +18,8 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 from tests.support.protos import predict_request
 from tests.support.servers import Server
 
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+
 X = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]
 
 

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.support.gpus import fake_gpu_file
 from tests.support.servers import SHAREDSERVE, clean_env
 
 
@@ -29,6 +30,27 @@ CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup"), Path("/sys/f
 def pack_cgroups() -> set[Path]:
     """Every packer's cgroup on this host, running or left behind."""
     return {p for root in CGROUP_ROOTS if root.is_dir() for p in root.glob("sharedserve-pack-*")}
+
+
+def cgroups_now(pid: int | None = None) -> set[str]:
+    """The packers' cgroups on this host, or only those of packer ``pid`` (other packs may be
+    running on a shared machine: a test judges its own)."""
+    pattern = f"sharedserve-pack-{'*' if pid is None else pid}"
+    return {str(p) for root in CGROUP_ROOTS if root.is_dir() for p in root.glob(pattern)}
+
+
+def write_pack_spec(
+    tmp: Path, models_dir: Path, spec: str, torch_dir: Path | None = None
+) -> tuple[Path, Path]:
+    """``spec`` written to ``tmp/pack.yaml`` with MODELS and TORCH replaced by the paths of
+    ``models_dir`` and ``torch_dir`` relative to it, and a file of two simulated 16 GiB GPUs:
+    (spec, GPUs file)."""
+    gpus = fake_gpu_file(tmp, [16384, 16384])
+    spec = spec.replace("MODELS", os.path.relpath(models_dir, tmp))
+    if torch_dir is not None:
+        spec = spec.replace("TORCH", os.path.relpath(torch_dir, tmp))
+    (tmp / "pack.yaml").write_text(spec)
+    return tmp / "pack.yaml", gpus
 
 
 def _packer_alive(cgroup: Path) -> bool:

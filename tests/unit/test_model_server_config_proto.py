@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from google.protobuf import descriptor, text_format
 from tensorflow_serving.config import model_server_config_pb2 as upstream
 
 from sharedserve.server.protos.tfserving import model_server_config_pb2 as ours
+
+pytestmark = [pytest.mark.tensorflow]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tfserving_config"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sharedserve.errors import ConfigError
-from sharedserve.placement import OpenEnded, Placement, place
+from sharedserve.placement import Placement
 from sharedserve.size.bounds import lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.profile import ProfilePoint
+from tests.support.sizing import pack
 
 POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None, None)
 MEMORY, RESERVE, TARGET = 81_559, 512, 0.8
@@ -33,24 +33,6 @@ def demand(
                               "predicted_p99_ms": 1.0, "cpu_cores": None, "cpu_limit": None,
                               "point": POINT}  # fmt: skip
     return Demand(**values)
-
-
-def pack(
-    demands: Sequence[Demand],
-    *,
-    gpu_memory_mib: float,
-    reserve_mib: float,
-    target: float,
-    gpus_per_node: int,
-    max_gpus: int | None = None,
-) -> Placement:
-    """``size``'s packing: its demands onto GPUs of one size, opened as needed."""
-    return place(
-        [d.placed_as() for d in demands],
-        OpenEnded(gpu_memory_mib, gpus_per_node, max_gpus),
-        reserve_mib=reserve_mib,
-        target=target,
-    )
 
 
 def packed(demands: list[Demand], **kw: Any) -> Placement:

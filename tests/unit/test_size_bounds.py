@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
 from sharedserve.size.bounds import HOURS_PER_MONTH, cost, lower_bound
 from sharedserve.size.demand import Demand
-from sharedserve.size.profile import ProfilePoint
-
-POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None, None)
-
-
-def demand(replicas: int, memory: float, busy: float, densest: int) -> Demand:
-    values: dict[str, Any] = {"model": "m", "replicas": replicas, "rate_per_replica": 1.0,
-                              "capacity_qps": 1.0, "memory_mib": memory, "memory_source": "nvml",
-                              "busy_share": busy, "busy_source": "gpu utilisation",
-                              "max_density": densest, "spread": 1, "predicted_p99_ms": 1.0,
-                              "cpu_cores": None, "cpu_limit": None,
-                              "point": POINT}  # fmt: skip
-    return Demand(**values)
+from tests.support.sizing import demand
 
 
 @pytest.mark.parametrize(

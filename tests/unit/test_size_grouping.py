@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from sharedserve.size.bounds import lower_bound
 from sharedserve.size.demand import Demand
 from sharedserve.size.grouping import COLD_LOAD, MAX_GROUP_MODELS, group
-from tests.unit.test_size_bounds import demand
-
-GPU, RESERVE, TARGET = 40_000, 512, 0.8
-
-
-def model(name: str, load: float, memory: float = 1000, busy: float = 0.05,
-          replicas: int = 1, densest: int = 8) -> Demand:  # fmt: skip
-    """A model whose replicas each carry ``load`` of one replica's 100 QPS capacity."""
-    d = replace(demand(replicas, memory, busy, densest), model=name)
-    return replace(d, rate_per_replica=100 * load, capacity_qps=100.0, spread=replicas)
+from tests.support.sizing import GPU, RESERVE, TARGET, model
 
 
 def servers_of(demands: list[Demand]) -> dict[str, str | None]:

@@ -9,16 +9,7 @@ import pytest
 from sharedserve.size.demand import Demand
 from sharedserve.size.grouping import SharedServer, group
 from sharedserve.size.predict import LatencyForecaster
-from sharedserve.size.profile import ServiceTimes
-from tests.unit.test_size_grouping import GPU, RESERVE, TARGET, model
-
-
-def timed(name: str, call_ms: float, qps: float, capacity: float, slo: float | None) -> Demand:
-    """A model of one CPU core (one call at a time in its process) whose every call takes
-    ``call_ms``, at ``qps`` a replica of ``capacity``."""
-    d = replace(model(name, qps / capacity), rate_per_replica=qps, capacity_qps=capacity)
-    return replace(d, service_times=ServiceTimes.of([(call_ms, 1)]), busy_source="throughput",
-                   cpu_limit=1.0, slo_p99_ms=slo, service_times_source="a test")  # fmt: skip
+from tests.support.sizing import GPU, RESERVE, TARGET, timed
 
 
 def grouped(demands: list[Demand]) -> dict[str, str | None]:

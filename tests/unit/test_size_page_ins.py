@@ -9,7 +9,7 @@ import pytest
 from sharedserve.size.grouping import SharedServer
 from sharedserve.size.predict import LatencyForecaster, ModelLoad, ready_times, simulate
 from sharedserve.size.profile import ServiceTimes
-from tests.unit.test_size_grouping_p99 import timed
+from tests.support.sizing import timed
 
 PAGE = 0.1
 

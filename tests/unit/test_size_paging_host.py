@@ -14,7 +14,7 @@ from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType, PagingS
 from sharedserve.size.grouping import group
 from sharedserve.size.host import HOST_PER_FILE_MIB, process_host_mib
 from sharedserve.size.plan import build_plan
-from tests.unit.test_size_grouping import GPU, RESERVE, TARGET, model
+from tests.support.sizing import GPU, RESERVE, TARGET, model
 
 LRU = PagingSettings(page_in_ms=50)
 

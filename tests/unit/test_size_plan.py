@@ -19,8 +19,7 @@ from sharedserve.size.plan import (
     write_plan,
 )
 from sharedserve.size.verify import compare, gpu_predictions
-from tests.unit.test_placement_fleet import pack
-from tests.unit.test_size_bounds import demand
+from tests.support.sizing import demand, pack
 
 
 def test_a_node_whose_replicas_need_more_cpu_than_it_has_is_a_warning() -> None:

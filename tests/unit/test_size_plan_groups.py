@@ -16,7 +16,7 @@ from sharedserve.size.grouping import group
 from sharedserve.size.manifests import plan_manifests
 from sharedserve.size.plan import Plan, build_plan, gpu_specs, plan_html, plan_markdown, spec_name
 from sharedserve.size.run import _pack
-from tests.unit.test_size_grouping import model
+from tests.support.sizing import model
 
 GPU, RESERVE, TARGET = 23_034, 512, 0.8
 

@@ -1,4 +1,4 @@
-"""What ``size --verify`` says about its own measurement and what to do next (issue 32 item 4):
+"""What ``size --verify`` says about its own measurement and what to do next, because without it
 a run printed ``-97% ... NO`` with no word on the sign, that the run was unstable (only
 report.json said so), or that the host was busy."""
 

@@ -23,6 +23,8 @@ from tensorflow_serving.apis import (  # noqa: F401
 
 from sharedserve.server.protos.tfserving import tf_serving_pb2 as ours
 
+pytestmark = [pytest.mark.tensorflow]
+
 OURS = "sharedserve.tfserving."
 UPSTREAM = {
     "DataType": "tensorflow.DataType",

@@ -40,9 +40,12 @@ from sharedserve.server.version.source import find_model
 
 # torch deprecates TorchScript in favour of torch.export and warns on script, save and load;
 # sharedserve writes and serves it knowingly.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:`torch\.jit\.(script|save|load)` is deprecated:DeprecationWarning"
-)
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.filterwarnings(
+        r"ignore:`torch\.jit\.(script|save|load)` is deprecated:DeprecationWarning"
+    ),
+]
 
 NO_CAP = GpuCap(GpuShare(None), CapSource.NONE, None)
 TINY_SIGNATURE = {

@@ -15,7 +15,8 @@
    time, so each one pages its model in (a device copy from host memory) and another out. The
    page-in is each such request's latency minus a resident request's (p50), beside the
    server's own ``sharedserve_model_page_in_seconds``; ``/sharedserve/v1/limits`` gives each
-   model's state. The target (issue 30): a page-in under 50 ms.
+   model's state. The target: a page-in under 50 ms, the most a fleet file's
+   ``page_in_ms`` allows.
 
 A dry run serves ``tiny`` only (``mobilenet_v2`` takes seconds a request on a CPU running the test
 suite): at 1 and 4 models, and 4 copies paged of which 2 fit. Every NVML figure is null and

@@ -53,9 +53,7 @@ _STEP = 0.02
 SHARED = "queueing simulation (shared server)"
 """The ``source`` of a model simulated in its shared server's process."""
 
-UNVERIFIED = (
-    "model error unmeasured: size --verify will compare it with a measured run (issue 31 item 4)"
-)
+UNVERIFIED = "model error unmeasured: size --verify compares it with a measured run"
 
 
 @dataclass(frozen=True)
@@ -80,8 +78,8 @@ def calls_at_once(d: Demand, node_cores: float) -> int:
     ``serve`` process's model-call slots (``slots_of``). From a CPU profile (busy share from
     throughput), ``profile.cpu_slots`` of its CPU limit, or the node's cores: a CPU profile's
     parallel row (several users on one core) takes that many times a call's time alone at the
-    sequential row's throughput, and on a verify run (commit e7d4cc8) a small model in a
-    server beside resnet50 waited whole resnet50 calls."""
+    sequential row's throughput, and on a verify run a small model in a server beside resnet50
+    waited whole resnet50 calls."""
     if d.busy_source != "throughput":
         return slots_of(d.cpu_limit, node_cores)
     return cpu_slots(d.cpu_limit, node_cores)

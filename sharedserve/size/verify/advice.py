@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 TARGETS = {"qps": 0.05, "p50": 0.15, "p99": 0.25}
-"""The most |error| each figure may show for the plan to count as predicted (issue 31)."""
+"""The most |error| each figure may show for the plan to count as predicted."""
 LATE_SHARE = 0.01
 """Requests sent late (over 1 ms after schedule) above this share: the load generator lagged."""
 BUSY_BEFORE = 0.35
