@@ -10,36 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from sharedserve.errors import NvmlUnavailable
-from sharedserve.gpu.info import GpuInfo
+from sharedserve.gpu.info import GpuInfo, XidEvent, XidWatch
 
 __all__ = ["GpuBackend", "GpuInfo", "XidEvent", "XidWatch", "open_gpu_backend"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    """A critical XID error the driver reported."""
-
-    gpu_uuid: str | None
-    """The GPU it happened on; None when the driver could not say which."""
-    xid: int
-    """The XID code (NVIDIA's XID error catalogue)."""
-
-
-class XidWatch(Protocol):
-    """A subscription to the critical XID events of some GPUs."""
-
-    def wait(self, timeout_s: float) -> XidEvent | None:
-        """The next event, or None when ``timeout_s`` passes first. Raises GpuError."""
-        ...
-
-    def close(self) -> None: ...
 
 
 class GpuBackend(Protocol):

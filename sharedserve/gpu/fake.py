@@ -20,7 +20,7 @@ from typing import Any
 
 from sharedserve.documents import read_document
 from sharedserve.errors import ConfigError, GpuError
-from sharedserve.gpu.backend import GpuInfo, XidWatch
+from sharedserve.gpu.info import GpuInfo, XidWatch
 
 __all__ = [
     "MAX_GPUS",

@@ -1,10 +1,12 @@
-"""``GpuInfo``: one physical GPU as discovered. Pure, so planning code can use it without NVML."""
+"""``GpuInfo``: one physical GPU as discovered, and the XID events the driver reports of it.
+Pure, so planning code can use it without NVML, and each backend without the others."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["GpuInfo"]
+__all__ = ["GpuInfo", "XidEvent", "XidWatch"]
 
 
 @dataclass(frozen=True)
@@ -22,3 +24,23 @@ class GpuInfo:
     numa_node: int | None = None
     """NUMA node of the GPU's PCI bus, or None where unknown."""
     healthy: bool = True
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """A critical XID error the driver reported."""
+
+    gpu_uuid: str | None
+    """The GPU it happened on; None when the driver could not say which."""
+    xid: int
+    """The XID code (NVIDIA's XID error catalogue)."""
+
+
+class XidWatch(Protocol):
+    """A subscription to the critical XID events of some GPUs."""
+
+    def wait(self, timeout_s: float) -> XidEvent | None:
+        """The next event, or None when ``timeout_s`` passes first. Raises GpuError."""
+        ...
+
+    def close(self) -> None: ...

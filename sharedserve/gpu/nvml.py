@@ -15,7 +15,7 @@ from typing import Any
 import pynvml
 
 from sharedserve.errors import GpuError, NvmlUnavailable
-from sharedserve.gpu.backend import GpuInfo, XidEvent
+from sharedserve.gpu.info import GpuInfo, XidEvent
 
 __all__ = ["NvmlBackend"]
 

@@ -18,25 +18,11 @@ from typing import Protocol
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 from sharedserve.framework_output import framework_needed, framework_startup
+from sharedserve.models.spec import ExampleModelSpec
 
 __all__ = ["CATALOG", "Built", "ExampleModelSpec", "build", "build_models"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ExampleModelSpec:
-    """One example model of the catalog: its architecture, its tensors' names and the frameworks
-    it builds for (the CLI's ``ExampleModelName`` is the choice of one by name)."""
-
-    name: str
-    description: str
-    input_shape: tuple[int, ...]
-    """Shape of one instance (no batch dimension)."""
-    input_name: str
-    output_name: str
-    frameworks: tuple[Framework, ...] = (Framework.TENSORFLOW, Framework.TORCH)
-    """The frameworks this architecture can be built for."""
 
 
 CATALOG: dict[str, ExampleModelSpec] = {

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sharedserve.framework_output import framework_needed, framework_startup
-from sharedserve.models.catalog import ExampleModelSpec
+from sharedserve.models.spec import ExampleModelSpec
 
 __all__ = ["save_saved_model"]
 

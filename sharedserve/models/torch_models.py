@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from sharedserve.models.catalog import ExampleModelSpec
+from sharedserve.models.spec import ExampleModelSpec
 
 __all__ = ["MODEL_FILE", "SIGNATURE_FILE", "save_torchscript"]
 

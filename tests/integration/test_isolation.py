@@ -156,7 +156,7 @@ def test_a_victim_runs_before_an_aggressors_backlog_and_the_limit_refuses(served
     assert sorted(started) == ["aggressor"] * (LIMIT - SLOTS) + ["victim"]
     assert served.inflight("aggressor") == 0
     assert _predict(served, "aggressor").status_code == 200  # room again
-    aggressor_report = server.manager.report()["models"]["aggressor"]
+    aggressor_report = server.report()["models"]["aggressor"]
     assert (aggressor_report["weight"], aggressor_report["max_inflight"]) == (1.0, LIMIT)
 
 

@@ -20,6 +20,7 @@ import gc
 import logging
 import socket
 import threading
+from typing import Any
 
 import uvicorn
 
@@ -96,7 +97,7 @@ class ModelServer:
             self.registry,
             self.path,
             self.manager,
-            limits=lambda: {**self.limits, **self.manager.report()},
+            limits=lambda: {**self.limits, **self.report()},
             rest=settings.rest,
             connections=settings.connections,
             decoding=self.decoding,
@@ -111,6 +112,26 @@ class ModelServer:
         """``--model``'s one model failed to load: the server stopped (exit 1)."""
         self._server: GracefulServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def report(self) -> dict[str, Any]:
+        """For ``/sharedserve/v1/limits``, beside the limits: the scheduler's threads, the
+        process's memory, and each routed model's share and versions (state, budget,
+        footprint, last use)."""
+        shares = self.path.shares()
+        models: dict[str, Any] = {}
+        for name, numbers in sorted(self.registry.served().items()):
+            share = shares.get(name, self.path.defaults)
+            versions = self.registry.versions_by_number(name)
+            models[name] = {
+                "weight": share.weight,
+                "max_inflight": share.max_inflight,
+                "versions": {str(n): versions[n].report() for n in numbers},
+            }
+        return {
+            "model_call_slots": self.path.scheduler.slots,
+            "memory": self.memory.report(),
+            "models": models,
+        }
 
     def run(self, sock: socket.socket) -> int:
         """Serve on ``sock`` (REST, bound) until a stop signal; -> the exit code."""

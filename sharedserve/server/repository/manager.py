@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from anyio import to_thread
 
@@ -368,7 +368,7 @@ class ModelManager:
         if gone:
             await to_thread.run_sync(_unload, gone)
 
-    # -- the end and reports --------------------------------------------------------------------
+    # -- the end --------------------------------------------------------------------
 
     def close(self) -> None:
         """After the listeners closed: every version that is not loading or moving unloaded
@@ -381,25 +381,6 @@ class ModelManager:
                     version.held = 0
                     settled.append(version)
         _unload(settled)
-
-    def report(self) -> dict[str, Any]:
-        """For ``/sharedserve/v1/limits``: the scheduler's threads, the process's memory, and
-        each routed model's share and versions (state, budget, footprint, last use)."""
-        shares = self.path.shares()
-        models: dict[str, Any] = {}
-        for name, numbers in sorted(self.registry.served().items()):
-            share = shares.get(name, self.path.defaults)
-            versions = self.registry.versions_by_number(name)
-            models[name] = {
-                "weight": share.weight,
-                "max_inflight": share.max_inflight,
-                "versions": {str(n): versions[n].report() for n in numbers},
-            }
-        return {
-            "model_call_slots": self.path.scheduler.slots,
-            "memory": self.memory.report(),
-            "models": models,
-        }
 
 
 def _same(old: ModelVersion, entry: VersionToServe) -> bool:
