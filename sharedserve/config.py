@@ -24,10 +24,10 @@ __all__ = [
     "CapSource",
     "GpuCapRequest",
     "GpuSettings",
-    "GroupModel",
     "LoadPattern",
     "PackEntry",
     "PackSettings",
+    "SharedServerModel",
 ]
 
 #: 64 MiB: a batch of 12 Inception v3 images in TF Serving's row JSON format (~5 MB each) fits.
@@ -231,12 +231,12 @@ override the share it was granted); fake GPUs are for tests."""
 
 
 @dataclass(frozen=True)
-class GroupModel:
-    """One model of a server group: what its ``sharedserve.yaml`` in the group's model
+class SharedServerModel:
+    """One model of a shared server: what its ``sharedserve.yaml`` in the shared server's model
     repository says (``server.model_repository.ModelFile``), and what bench holds it to."""
 
     model_dir: Path
-    """The model's base path; the group's repository links to its files."""
+    """The model's base path; the shared server's repository links to its files."""
     name: str | None = None
     """Its name in URLs and the repository; None: the directory's name."""
     slo_p99_ms: float | None = None
@@ -244,17 +244,17 @@ class GroupModel:
     weight: float = 1.0
     """Its share of the mix's traffic (``bench``), and of the server's model-call threads."""
     gpu_memory_mib: int | None = None
-    """Its memory budget inside the group's cap, in MiB; None: its measured peak."""
+    """Its memory budget inside the shared server's cap, in MiB; None: its measured peak."""
     pinned: bool = False
-    """Never paged out (the group's ``paging: lru``)."""
+    """Never paged out (the shared server's ``paging: lru``)."""
     max_inflight: int | None = None
-    """Its requests queued or running at most in each server of the group."""
+    """Its requests queued or running at most in each process of the shared server."""
 
 
 @dataclass(frozen=True)
 class PackEntry:
     """One model of a pack: its replicas and what each of them gets (an entry of a pack spec).
-    With ``models``, a server group: each replica is one process serving all of them."""
+    With ``models``, a shared server: each replica is one process serving all of them."""
 
     model_dir: Path
     """Model base path handed to each replica's ``sharedserve serve --model``."""
@@ -275,16 +275,16 @@ class PackEntry:
     """Latency objective of the model, P99 in milliseconds; for ``bench``. None: none given."""
     weight: float = 1.0
     """The model's relative share of traffic (split across its replicas); for ``bench``."""
-    models: tuple[GroupModel, ...] = ()
-    """A server group's models (``servers:`` in a pack spec), served by each replica from one
-    model repository; then ``name`` is the group's, ``cap`` and ``cpu_limit_cores`` each
+    models: tuple[SharedServerModel, ...] = ()
+    """A shared server's models (``servers:`` in a pack spec), served by each replica from one
+    model repository; then ``name`` is the shared server's, ``cap`` and ``cpu_limit_cores`` each
     process's, and ``model_dir`` its first model's. Empty: the entry is one model."""
     paging: bool = False
-    """A server group's processes page models out by LRU under the cap (``serve --paging lru``)."""
+    """A shared server's processes page models out by LRU under the cap (``serve --paging lru``)."""
 
     @property
-    def is_group(self) -> bool:
-        """Whether this is a server group (a process per replica holding several models)."""
+    def is_shared_server(self) -> bool:
+        """Whether this is a shared server (a process per replica holding several models)."""
         return bool(self.models)
 
 

@@ -174,7 +174,7 @@ def _measure(
             )
         )
     return build_row(
-        # Server processes: a server group's process is one target per model it holds.
+        # Server processes: a shared server's process is one target per model it holds.
         density=len({t.rest for t in targets}),
         scale=scale,
         pattern=settings.pattern,

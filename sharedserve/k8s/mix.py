@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 
 from sharedserve.contract import DRA_DRIVER
 from sharedserve.errors import ConfigError
-from sharedserve.k8s.group import GroupPods, group_objects
 from sharedserve.k8s.render import ModelDeployment, dump_all, render_model
+from sharedserve.k8s.shared_server import SharedServerPods, shared_server_objects
 from sharedserve.quantity import parse_memory
 
 __all__ = ["ClaimSize", "MixModel", "VgpuSize", "render_mix", "render_mix_yaml"]
@@ -118,8 +118,9 @@ class MixModel:
     """The GPU memory cap ``pack`` gives each replica on one GPU, in MiB."""
     where: str
     """The entry, for errors: ``mix.yaml: models[2] (resnet50)``."""
-    group: GroupPods | None = None
-    """A server group's models, which each pod serves from one repository (``k8s.group``)."""
+    shared_server: SharedServerPods | None = None
+    """A shared server's models, which each pod serves from one repository
+    (``k8s.shared_server``)."""
 
 
 def render_mix(
@@ -183,9 +184,9 @@ def render_mix_yaml(
             f"planned cap {model.cap_mib} MiB + {context_reserve_mib} MiB reserve"
         )
         objects_of = render_model(deployment)
-        if model.group is not None:
-            objects_of = group_objects(objects_of, model.group)
-            names = ", ".join(m.name for m in model.group.models)
-            note += f"; a server group: each pod serves {names}"
+        if model.shared_server is not None:
+            objects_of = shared_server_objects(objects_of, model.shared_server)
+            names = ", ".join(m.name for m in model.shared_server.models)
+            note += f"; a shared server: each pod serves {names}"
         parts.append(f"---\n{note}\n" + dump_all(objects_of))
     return "".join(parts)

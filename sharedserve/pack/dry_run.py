@@ -8,7 +8,7 @@ from sharedserve.config import PackSettings
 from sharedserve.pack.display import placement_lines, placement_table
 from sharedserve.pack.prepare import PreparedPack, prepare_pack
 
-__all__ = ["dry_run", "group_lines"]
+__all__ = ["dry_run", "shared_server_lines"]
 
 
 def dry_run(settings: PackSettings, console: Console | None = None) -> int:
@@ -17,24 +17,24 @@ def dry_run(settings: PackSettings, console: Console | None = None) -> int:
     plan = prepare_pack(settings, dry_run=True)
     console = console or Console()  # the terminal's width: the table fits 80 columns
     console.print(placement_table(plan))
-    for line in [*placement_lines(plan), *group_lines(plan)]:
+    for line in [*placement_lines(plan), *shared_server_lines(plan)]:
         console.print(line, highlight=False, soft_wrap=True)
     console.print("dry run: nothing was started", highlight=False)
     return 0
 
 
-def group_lines(plan: PreparedPack) -> list[str]:
-    """A line for each server group, then one for each of its models: what every one of its
+def shared_server_lines(plan: PreparedPack) -> list[str]:
+    """A line for each shared server, then one for each of its models: what every one of its
     processes holds, with the settings its model file will say."""
     lines = []
     seen: set[str] = set()
     for spec, entry in zip(plan.specs, plan.entries, strict=True):
-        if not entry.is_group or spec.model in seen:
+        if not entry.is_shared_server or spec.model in seen:
             continue
         seen.add(spec.model)
         paging = ", paging lru" if entry.paging else ""
         lines.append(
-            f"server group {spec.model}: {entry.replicas} process"
+            f"shared server {spec.model}: {entry.replicas} process"
             f"{'' if entry.replicas == 1 else 'es'} (serve --model-repository), each holding "
             f"{len(entry.models)} models{paging}:"
         )

@@ -16,9 +16,9 @@ from typing import Any
 from sharedserve.config import PackEntry
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
-from sharedserve.k8s.group import GroupModelFiles, GroupPods
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args
+from sharedserve.k8s.shared_server import SharedServerModelFiles, SharedServerPods
 from sharedserve.k8s.vgpus import vgpu_cut
 from sharedserve.quantity import format_cpu
 from sharedserve.server import ModelSource, find_model
@@ -88,18 +88,18 @@ def render_spec(
         raise ConfigError(f"--context-reserve-mib must be 0 or more, got {reserve}")
     items, models = [], []
     entries = load_spec(path).entries
-    groups = sum(e.is_group for e in entries)
+    shared = sum(e.is_shared_server for e in entries)
     for i, entry in enumerate(entries):
-        if entry.is_group:
+        if entry.is_shared_server:
             where = f"{path}: servers[{i}] ({entry.name})"
         else:
-            where = f"{path}: models[{i - groups}] ({entry.name or entry.model_dir.name})"
+            where = f"{path}: models[{i - shared}] ({entry.name or entry.model_dir.name})"
         if entry.gpu is not None:
             raise ConfigError(
                 f"{where}: gpu pins replicas to a GPU of one host; on Kubernetes the scheduler "
                 "and the allocator place pods: leave it out for k8s render"
             )
-        dirs = [m.model_dir for m in entry.models] if entry.is_group else [entry.model_dir]
+        dirs = [m.model_dir for m in entry.models] if entry.is_shared_server else [entry.model_dir]
         try:
             sources = [find_model(d) for d in dirs]
         except ConfigError as e:
@@ -109,8 +109,8 @@ def render_spec(
             ) from e
         source = sources[0]
         name = entry.name or source.name
-        if not entry.is_group:
-            where = f"{path}: models[{i - groups}] ({name})"
+        if not entry.is_shared_server:
+            where = f"{path}: models[{i - shared}] ({name})"
         footprint = sum(footprint_mib(s.path) for s in sources)
         items.append(EntryOnGpu(name, entry.replicas, entry.cap, footprint))
         cpu = ModelDeployment.cpu
@@ -129,7 +129,7 @@ def render_spec(
             serve_args=entry.server_args,
             **common,
         )
-        models.append((deployment, where, _group_pods(entry, sources, common, where)))
+        models.append((deployment, where, _shared_server_pods(entry, sources, common, where)))
     try:
         shares = caps_on_gpu(_planned_gpu(size.gpu_memory_mib), items, context_reserve_mib=reserve)
     except ConfigError as e:
@@ -138,21 +138,21 @@ def render_spec(
             f"{e.message}"
         ) from e
     mix = []
-    for (deployment, where, group), share in zip(models, shares, strict=True):
+    for (deployment, where, server), share in zip(models, shares, strict=True):
         assert share.mib is not None  # planned on a GPU of known size
-        mix.append(MixModel(deployment, share.mib, where, group))
+        mix.append(MixModel(deployment, share.mib, where, server))
     command = "sharedserve k8s render --dra --spec" if dra else "sharedserve k8s render --spec"
     return render_mix_yaml(
         mix, size, context_reserve_mib=reserve, source=str(path), command=command
     )
 
 
-def _group_pods(
+def _shared_server_pods(
     entry: PackEntry, sources: list[ModelSource], common: Mapping[str, Any], where: str
-) -> GroupPods | None:
-    """A server group's models in its pods: each one's directory on the claim (its directory's
+) -> SharedServerPods | None:
+    """A shared server's models in its pods: each one's directory on the claim (its directory's
     name, as a one-model pod's) and its model file, as ``pack`` writes it."""
-    if not entry.is_group:
+    if not entry.is_shared_server:
         return None
     from sharedserve.pack.repository import merged_model_file
 
@@ -164,5 +164,5 @@ def _group_pods(
             ModelDeployment(model=name, model_dir=source.name, **common).validate()
         except ConfigError as e:
             raise ConfigError(f"{where}: models[{j}] ({name}): {e.message}") from e
-        files.append(GroupModelFiles(name, source.name, merged_model_file(model)))
-    return GroupPods(tuple(files), paging=entry.paging)
+        files.append(SharedServerModelFiles(name, source.name, merged_model_file(model)))
+    return SharedServerPods(tuple(files), paging=entry.paging)

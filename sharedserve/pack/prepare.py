@@ -184,15 +184,15 @@ def _contract_env(settings: PackSettings, share: ReplicaShare, slot: int) -> dic
 
 
 def _sources(entries: tuple[PackEntry, ...]) -> list[list[ModelSource]]:
-    """Each entry's models: its one, or a server group's, each found on disk."""
+    """Each entry's models: its one, or a shared server's, each found on disk."""
     sources = [
         [find_model(m.model_dir, m.name) for m in e.models]
-        if e.is_group
+        if e.is_shared_server
         else [find_model(e.model_dir, e.name)]
         for e in entries
     ]
     for entry, row in zip(entries, sources, strict=True):
-        if not entry.is_group:  # a group's server serves the models it can, as serve does
+        if not entry.is_shared_server:  # a shared server serves the models it can, as serve does
             require_installed(row[0].framework)  # before the GPU lookup says anything
     names = [s.name for row in sources for s in row]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -203,10 +203,10 @@ def _sources(entries: tuple[PackEntry, ...]) -> list[list[ModelSource]]:
     return sources
 
 
-def _group_command(
+def _shared_server_command(
     settings: PackSettings, entry: PackEntry, repository: Path, ports: tuple[int, int]
 ) -> list[str]:
-    """A server group's process: one ``serve --model-repository`` holding all its models."""
+    """A shared server's process: one ``serve --model-repository`` holding all its models."""
     command = [sys.executable, "-m", "sharedserve", "serve"]
     command += ["--model-repository", str(repository), "--host", settings.host]
     command += ["--rest-port", str(ports[0]), "--grpc-port", str(ports[1])]
@@ -219,7 +219,7 @@ def _group_command(
 
 
 def _held(sources: list[ModelSource], entry: PackEntry) -> tuple[HeldModel, ...]:
-    if not entry.is_group:
+    if not entry.is_shared_server:
         return ()
     return tuple(
         HeldModel(s.name, m.weight, m.slo_p99_ms)
@@ -230,12 +230,12 @@ def _held(sources: list[ModelSource], entry: PackEntry) -> tuple[HeldModel, ...]
 def _repositories(
     entries: tuple[PackEntry, ...], sources: list[list[ModelSource]], log_dir: Path, make: bool
 ) -> dict[int, Path]:
-    """Each server group's model repository by entry index, written unless ``make`` is False."""
+    """Each shared server's model repository by entry index, written unless ``make`` is False."""
     out: dict[int, Path] = {}
     for i, (entry, row) in enumerate(zip(entries, sources, strict=True)):
-        if not entry.is_group:
+        if not entry.is_shared_server:
             continue
-        assert entry.name is not None  # a group always has one
+        assert entry.name is not None  # a shared server always has one
         if not make:
             out[i] = log_dir / f"{entry.name}-repository"
             continue
@@ -255,7 +255,7 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
     entries = settings.entries
     sources = _sources(entries)
     names = [
-        e.name if e.is_group and e.name else row[0].name
+        e.name if e.is_shared_server and e.name else row[0].name
         for e, row in zip(entries, sources, strict=True)
     ]
     footprints = [sum(footprint_mib(s.path) for s in row) for row in sources]
@@ -300,7 +300,7 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
         if repository is None:
             command = _server_command(settings, entry, model, ports[i])
         else:
-            command = _group_command(settings, entry, repository, ports[i])
+            command = _shared_server_command(settings, entry, repository, ports[i])
         if cgroups is None and entry.cpu_limit_cores is not None:
             # Fallback: no quota, but the server still sizes its threads to the limit.
             command += ["--cpu-limit", f"{entry.cpu_limit_cores:g}"]

@@ -37,7 +37,7 @@ class ReplicaState(str, Enum):
 
 @dataclass(frozen=True)
 class HeldModel:
-    """One model of a server group's process, as the targets file names it."""
+    """One model of a shared server's process, as the targets file names it."""
 
     name: str
     weight: float = 1.0
@@ -68,10 +68,10 @@ class ReplicaSpec:
     slo_p99_ms: float | None = None
     """The model's P99 latency objective in ms; None when its entry gives none."""
     models: tuple[HeldModel, ...] = ()
-    """A server group's models, all served by this one process (then ``model`` is the
-    group's name); empty: the replica serves ``model`` alone."""
+    """A shared server's models, all served by this one process (then ``model`` is the
+    shared server's name); empty: the replica serves ``model`` alone."""
     repository: Path | None = None
-    """A server group's model repository, which pack wrote and removes on stop."""
+    """A shared server's model repository, which pack wrote and removes on stop."""
 
     @property
     def served(self) -> tuple[str, ...]:
@@ -172,7 +172,7 @@ class Replica:
         return b"".join(tail).decode(errors="replace").rstrip()
 
     def targets(self) -> list[Target]:
-        """Its endpoint; a server group's process has one per model (``NAME-i/MODEL``), all
+        """Its endpoint; a shared server's process has one per model (``NAME-i/MODEL``), all
         with its own addresses, process, cgroup and GPU share."""
         spec = self.spec
         held = spec.models or (HeldModel(spec.model, spec.weight, spec.slo_p99_ms),)

@@ -18,8 +18,8 @@ Entry keys: ``model`` (required, here or at the top), ``name``, ``replicas``, ``
 ``gpu_memory_mib`` or ``gpu_memory_fraction``, ``slo_p99_ms``, ``weight``, ``cpu_limit``,
 ``serve_args``.
 
-Server groups (``servers:``, beside or instead of ``models:``): each replica of a group is one
-``sharedserve serve --model-repository`` process holding all its models::
+Shared servers (``servers:``, beside or instead of ``models:``): each replica of a shared server
+is one ``sharedserve serve --model-repository`` process holding all its models::
 
     servers:
       - name: shared-a
@@ -32,7 +32,7 @@ Server groups (``servers:``, beside or instead of ``models:``): each replica of 
           - {model: models/mobilenet_v2, slo_p99_ms: 500, weight: 2, max_inflight: 64}
 
 The top level's defaults apply to ``models:`` entries only. Model names (``name``, else the
-directory's) are unique across the whole spec, groups included.
+directory's) are unique across the whole spec, shared servers' models included.
 
 ``PackSpecFile`` is the file, read by ``load_spec`` and written by ``write_spec``
 (``size`` writes each planned GPU's share with it); ``PackSpec`` is what pack runs: defaults
@@ -49,7 +49,7 @@ import yaml
 from pydantic import Field, model_validator
 from pydantic.dataclasses import dataclass
 
-from sharedserve.config import NO_CAP, CapSource, GpuCapRequest, GroupModel, PackEntry
+from sharedserve.config import NO_CAP, CapSource, GpuCapRequest, PackEntry, SharedServerModel
 from sharedserve.documents import (
     DOCUMENT,
     Must,
@@ -144,8 +144,8 @@ def _nonempty(v: Any) -> bool:
 
 @dataclass(frozen=True, config=DOCUMENT)
 class ServerModel:
-    """One model of a server group; its keys but ``model``, ``name`` and ``slo_p99_ms`` are
-    written to its ``sharedserve.yaml`` in the group's model repository."""
+    """One model of a shared server; its keys but ``model``, ``name`` and ``slo_p99_ms`` are
+    written to its ``sharedserve.yaml`` in the shared server's model repository."""
 
     model: Text
     """The model's base path, relative to the spec file."""
@@ -156,7 +156,8 @@ class ServerModel:
     weight: Positive | None = None
     """Its share of the mix's traffic, and of its server's model-call threads; none: 1."""
     gpu_memory_mib: _WholeMib = None
-    """Its memory budget inside the group's cap, in MiB; none: its peak measured at load."""
+    """Its memory budget inside the shared server's cap, in MiB; none: its peak measured at
+    load."""
     pinned: bool = False
     """Never paged out (``paging: lru``)."""
     max_inflight: PositiveWhole | None = None
@@ -169,7 +170,7 @@ class ServerGroup:
     process holding all of them."""
 
     name: Text
-    """The group's name: its replicas are NAME-0, NAME-1..."""
+    """The shared server's name: its replicas are NAME-0, NAME-1..."""
     models: Annotated[
         tuple[ServerModel, ...],
         Field(min_length=1),
@@ -177,7 +178,7 @@ class ServerGroup:
     ]
     """The models each of its servers holds."""
     replicas: PositiveWhole | None = None
-    """Server processes of the group; none: 1."""
+    """Server processes of the shared server; none: 1."""
     gpu: Annotated[
         int | str | None,
         Must("an index or a UUID (prefix)", lambda v: _plain(v) and not isinstance(v, float)),
@@ -208,8 +209,8 @@ class ServerGroup:
             what = "the pinned models' budgets and the largest other's sum to"
         if self.gpu_memory_mib is not None and need > self.gpu_memory_mib:
             raise refuse(
-                f"gpu_memory_mib: {what} {need} MiB, more than the "
-                f"group's cap of {self.gpu_memory_mib} MiB; raise the cap or lower the budgets"
+                f"gpu_memory_mib: {what} {need} MiB, more than the shared server's cap of "
+                f"{self.gpu_memory_mib} MiB; raise the cap or lower the budgets"
             )
         return self
 
@@ -221,7 +222,7 @@ def _model_name(model: str | None, name: str | None) -> str:
 @dataclass(frozen=True, config=DOCUMENT, kw_only=True)
 class PackSpecFile(SpecEntry):
     """A pack spec (``sharedserve pack --spec``): models for one host. A key of an entry given
-    here, beside ``models``, is every entry's default (not a server group's)."""
+    here, beside ``models``, is every entry's default (not a shared server's)."""
 
     models: Annotated[
         tuple[SpecEntry, ...] | None,
@@ -230,9 +231,9 @@ class PackSpecFile(SpecEntry):
     """The entries: a process per replica of each."""
     servers: Annotated[
         tuple[ServerGroup, ...] | None,
-        Must("a non-empty list of server groups", _nonempty),
+        Must("a non-empty list of shared servers", _nonempty),
     ] = None
-    """Server groups: a process per replica holding all of a group's models."""
+    """Shared servers: a process per replica holding all of a shared server's models."""
 
     @model_validator(mode="before")
     @classmethod
@@ -249,7 +250,7 @@ class PackSpecFile(SpecEntry):
     @model_validator(mode="after")
     def _whole(self) -> PackSpecFile:
         if not self.models and not self.servers:
-            raise refuse("give 'models' (a list of entries), 'servers' (server groups) or both")
+            raise refuse("give 'models' (a list of entries), 'servers' (shared servers) or both")
         for i, entry in enumerate(self.models or ()):
             if entry.model is None:
                 raise refuse(f"models[{i}]: 'model' (the model's base path) is required")
@@ -257,21 +258,23 @@ class PackSpecFile(SpecEntry):
         if twice:
             raise refuse(f"entry names must be unique; repeated: {', '.join(twice)}")
         if self.servers:
-            self._unique_across_groups(self.servers)
+            self._unique_across_servers(self.servers)
         return self
 
-    def _unique_across_groups(self, servers: tuple[ServerGroup, ...]) -> None:
-        twice = repeated(g.name for g in servers)
+    def _unique_across_servers(self, servers: tuple[ServerGroup, ...]) -> None:
+        twice = repeated(s.name for s in servers)
         if twice:
-            raise refuse(f"servers: group names must be unique; repeated: {', '.join(twice)}")
+            raise refuse(
+                f"servers: shared server names must be unique; repeated: {', '.join(twice)}"
+            )
         # Every model is one name in the targets and URLs, whichever process serves it.
         named = [_model_name(e.model, e.name) for e in self.models or ()]
-        clash = sorted({g.name for g in servers} & set(named))
+        clash = sorted({s.name for s in servers} & set(named))
         if clash:
-            # Replicas and their logs are NAME-i, a group's or an entry's alike.
-            raise refuse(f"servers: a group and an entry are both named {', '.join(clash)}")
-        for i, group in enumerate(servers):
-            for j, m in enumerate(group.models):
+            # Replicas and their logs are NAME-i, a shared server's or an entry's alike.
+            raise refuse(f"servers: a shared server and an entry are both named {', '.join(clash)}")
+        for i, server in enumerate(servers):
+            for j, m in enumerate(server.models):
                 name = _model_name(m.model, m.name)
                 if name in named:
                     raise refuse(
@@ -299,9 +302,9 @@ def load_spec(path: Path) -> PackSpec:
 def parse_spec(data: Any, *, base_dir: Path, where: str = "pack spec") -> PackSpec:
     """Check parsed spec data; model paths are taken relative to ``base_dir``."""
     spec = parse(PackSpecFile, data, where=where)
-    groups = tuple(_group(g, base_dir) for g in spec.servers or ())
+    servers = tuple(_shared_server(s, base_dir) for s in spec.servers or ())
     return PackSpec(
-        groups + tuple(_entry(e, base_dir) for e in spec.models or ()),
+        servers + tuple(_entry(e, base_dir) for e in spec.models or ()),
         None if where == "pack spec" else Path(where),
     )
 
@@ -344,9 +347,9 @@ def _entry(entry: SpecEntry, base_dir: Path) -> PackEntry:
     )
 
 
-def _group(group: ServerGroup, base_dir: Path) -> PackEntry:
+def _shared_server(server: ServerGroup, base_dir: Path) -> PackEntry:
     models = tuple(
-        GroupModel(
+        SharedServerModel(
             model_dir=base_dir / Path(m.model).expanduser(),
             name=m.name,
             slo_p99_ms=m.slo_p99_ms,
@@ -355,19 +358,19 @@ def _group(group: ServerGroup, base_dir: Path) -> PackEntry:
             pinned=m.pinned,
             max_inflight=m.max_inflight,
         )
-        for m in group.models
+        for m in server.models
     )
     cap = NO_CAP
-    if group.gpu_memory_mib is not None:
-        cap = GpuCapRequest.of(CapSource.FLAG, mib=group.gpu_memory_mib)
+    if server.gpu_memory_mib is not None:
+        cap = GpuCapRequest.of(CapSource.FLAG, mib=server.gpu_memory_mib)
     return PackEntry(
         model_dir=models[0].model_dir,
-        replicas=group.replicas or 1,
-        name=group.name,
-        gpu=None if group.gpu is None else str(group.gpu),
+        replicas=server.replicas or 1,
+        name=server.name,
+        gpu=None if server.gpu is None else str(server.gpu),
         cap=cap,
-        cpu_limit_cores=group.cpu_limit,
-        server_args=tuple(str(a) for a in group.serve_args or ()),
+        cpu_limit_cores=server.cpu_limit,
+        server_args=tuple(str(a) for a in server.serve_args or ()),
         models=models,
-        paging=group.paging == "lru",
+        paging=server.paging == "lru",
     )

@@ -126,7 +126,7 @@ class Pack:
 
     @staticmethod
     def _available(replica: Replica) -> bool:
-        # A server group's process is up once every model it holds is.
+        # A shared server's process is up once every model it holds is.
         url = replica.spec.rest_url
         return all(model_state(url, m, timeout=1.0) == "AVAILABLE" for m in replica.spec.served)
 

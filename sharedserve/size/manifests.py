@@ -3,7 +3,7 @@
 One Deployment and Service per dedicated model: its planned replicas as pods, the CPU limit its
 profile was measured under (``k8s render``'s default where it had none), and the vGPUs holding
 its planned GPU memory plus the context reserve (``sharedserve.k8s.mix``). One per shared server,
-by the renderer ``k8s render --spec`` gives a server group (``sharedserve.k8s.group``): its
+as ``k8s render --spec`` renders a pack spec's (``sharedserve.k8s.shared_server``): its
 replicas as pods, each one process serving the server's models from a repository its init
 container builds, their model files (weight, budget, pinned) in a ConfigMap, ``--paging lru``
 where it pages, and vGPUs holding the server's memory plus ONE reserve. Reads a model's own
@@ -25,11 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharedserve.config import GroupModel
+from sharedserve.config import SharedServerModel
 from sharedserve.errors import ConfigError
-from sharedserve.k8s.group import GroupModelFiles, GroupPods
 from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment
+from sharedserve.k8s.shared_server import SharedServerModelFiles, SharedServerPods
 from sharedserve.k8s.vgpus import vgpu_cut
 from sharedserve.pack.repository import merged_model_file, model_file
 from sharedserve.quantity import format_cpu
@@ -103,7 +103,7 @@ def _server_pods(
     models: Mapping[str, PlanModel],
     directories: Mapping[str, str],
     files: Mapping[str, Path],
-) -> GroupPods:
+) -> SharedServerPods:
     """A shared server's models in its pods, each with the model file its pack spec gives it
     (``size.plan.specs``): its weight (its rate in one replica), its budget, pinned or not."""
     out = []
@@ -114,7 +114,7 @@ def _server_pods(
             _deployment(fleet, name, 1, None, directory).validate()  # safe in the pod's script
         except ConfigError as e:
             raise ConfigError(f"shared server {server.name}: model {name}: {e.message}") from e
-        model = GroupModel(
+        model = SharedServerModel(
             files.get(name, Path(directory)),
             name=name,
             weight=round(m.rate_per_replica, 3),
@@ -123,8 +123,8 @@ def _server_pods(
         )
         # The model's own sharedserve.yaml, where its files are here, under the plan's keys.
         settings = merged_model_file(model) if name in files else model_file(model)
-        out.append(GroupModelFiles(name, directory, settings))
-    return GroupPods(tuple(out), paging=server.paging == "lru")
+        out.append(SharedServerModelFiles(name, directory, settings))
+    return SharedServerPods(tuple(out), paging=server.paging == "lru")
 
 
 def plan_manifests(
@@ -134,7 +134,7 @@ def plan_manifests(
     files: Mapping[str, Path] | None = None,
 ) -> PlanManifests:
     """The plan's models as manifests: a Deployment a dedicated model, one a shared server
-    (``k8s.group``: its pods serve its models from one repository). ``directories``: each
+    (``k8s.shared_server``: its pods serve its models from one repository). ``directories``: each
     model's directory on the models' volume, by name, where its files are known (else its
     name); ``files``: their paths here, whose ``sharedserve.yaml`` a server's model file keeps.
     ConfigError names a model whose name Kubernetes would refuse."""
@@ -171,8 +171,8 @@ def plan_manifests(
         first = s.models[0]
         deployment = _deployment(fleet, s.name, s.replicas, s.cpu_limit,
                                  directories.get(first, first))  # fmt: skip
-        group = _server_pods(fleet, s, models, directories, files)
-        mix.append(MixModel(deployment, need[s.name], f"shared server {s.name}", group))
+        pods_of = _server_pods(fleet, s, models, directories, files)
+        mix.append(MixModel(deployment, need[s.name], f"shared server {s.name}", pods_of))
         pods[s.name] = s.replicas
     source = "the fleet plan" if fleet.source is None else f"the plan of {fleet.source}"
     text = render_mix_yaml(

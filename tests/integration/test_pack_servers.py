@@ -1,5 +1,5 @@
-"""Server groups (``servers:`` in a pack spec), end to end on simulated GPUs: ``pack --dry-run``
-prints a group, ``pack --spec`` runs each replica of it as one ``serve --model-repository``
+"""Shared servers (``servers:`` in a pack spec), end to end on simulated GPUs: ``pack --dry-run``
+prints a shared server, ``pack --spec`` runs each replica of it as one ``serve --model-repository``
 process holding its models, and ``bench --spec`` sends each model's load to the processes that
 hold it and judges each model against its own objective.
 
@@ -22,7 +22,7 @@ from tests.support.servers import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
-GROUP = (
+SPEC = (
     "servers:\n"
     "  - name: shared\n"
     "    replicas: 2\n"
@@ -39,36 +39,36 @@ GROUP = (
 
 
 @pytest.fixture(scope="module")
-def group(
+def shared(
     models_dir: Path, torch_models_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[PackRun, Path]]:
-    tmp = tmp_path_factory.mktemp("group")
-    spec, gpus = write_pack_spec(tmp, models_dir, GROUP, torch_models_dir)
+    tmp = tmp_path_factory.mktemp("shared")
+    spec, gpus = write_pack_spec(tmp, models_dir, SPEC, torch_models_dir)
     run = PackRun(tmp, None, "--spec", str(spec), "--fake-gpus", str(gpus))
     run.wait_targets()
     yield run, tmp
     run.stop()
 
 
-def test_dry_run_prints_the_group_and_its_models(
+def test_dry_run_prints_the_shared_server_and_its_models(
     models_dir: Path, torch_models_dir: Path, tmp_path: Path
 ) -> None:
-    spec, gpus = write_pack_spec(tmp_path, models_dir, GROUP, torch_models_dir)
+    spec, gpus = write_pack_spec(tmp_path, models_dir, SPEC, torch_models_dir)
     result = run_cli("pack", "--spec", str(spec), "--fake-gpus", str(gpus), "--dry-run")
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
     assert "shared-0" in out and "shared-1" in out and "solo-0" in out
-    head = "server group shared: 2 processes (serve --model-repository), each holding 2 models"
+    head = "shared server shared: 2 processes (serve --model-repository), each holding 2 models"
     assert f"{head}, paging lru:" in out
     assert "t1 (" in out and "weight 3, P99 objective 5000 ms, budget 100 MiB, pinned" in out
     assert "max_inflight 64" in out and "t2 (" in out and "budget peak at load" in out
     assert "dry run: nothing was started" in out
 
 
-def test_each_group_process_serves_every_model_with_the_groups_settings(
-    group: tuple[PackRun, Path],
+def test_each_shared_server_process_serves_every_model_with_its_settings(
+    shared: tuple[PackRun, Path],
 ) -> None:
-    run, tmp = group
+    run, tmp = shared
     targets = run.targets()["targets"]
     got = [(t["name"], t["model"], t["weight"], t["slo_p99_ms"]) for t in targets]
     assert got == [
@@ -78,7 +78,7 @@ def test_each_group_process_serves_every_model_with_the_groups_settings(
         ("shared-1/t2", "t2", 1.0, 0.001),
         ("solo-0", "solo", 2.0, None),
     ]
-    # One process (addresses, pid, cgroup) per replica of the group, holding both models.
+    # One process (addresses, pid, cgroup) per replica of the shared server, holding both models.
     for replica in ("shared-0", "shared-1"):
         pair = [t for t in targets if t["name"].startswith(f"{replica}/")]
         assert len({(t["rest"], t["grpc"], t["pid"], t["cgroup"]) for t in pair}) == 1
@@ -86,7 +86,7 @@ def test_each_group_process_serves_every_model_with_the_groups_settings(
     for t in targets:
         status = httpx.get(f"{t['rest']}/v1/models/{t['model']}", timeout=10).json()
         assert status["model_version_status"][0]["state"] == "AVAILABLE"
-    # The group's settings reached each process through its models' files.
+    # The shared server's settings reached each process through its models' files.
     limits = httpx.get(f"{targets[0]['rest']}/sharedserve/v1/limits", timeout=10).json()
     assert limits["memory"]["paging"] == "lru" and limits["memory"]["capacity_mib"] == 4000
     t1, t2 = limits["models"]["t1"], limits["models"]["t2"]
@@ -97,8 +97,8 @@ def test_each_group_process_serves_every_model_with_the_groups_settings(
     assert sorted(p.name for p in repository.iterdir()) == ["t1", "t2"]
 
 
-def test_stop_removes_the_repository_and_every_process(group: tuple[PackRun, Path]) -> None:
-    run, tmp = group
+def test_stop_removes_the_repository_and_every_process(shared: tuple[PackRun, Path]) -> None:
+    run, tmp = shared
     pids = {t["pid"] for t in run.targets()["targets"]}
     assert run.stop() == 0
     assert not any(alive(pid) for pid in pids)
@@ -109,7 +109,7 @@ def test_stop_removes_the_repository_and_every_process(group: tuple[PackRun, Pat
 def test_bench_spec_sends_each_models_load_to_the_processes_holding_it(
     models_dir: Path, torch_models_dir: Path, tmp_path: Path
 ) -> None:
-    spec, gpus = write_pack_spec(tmp_path, models_dir, GROUP, torch_models_dir)
+    spec, gpus = write_pack_spec(tmp_path, models_dir, SPEC, torch_models_dir)
     out = tmp_path / "report"
     before = pack_cgroups()
     result = run_cli(
@@ -119,7 +119,7 @@ def test_bench_spec_sends_each_models_load_to_the_processes_holding_it(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (row,) = json.loads((out / "report.json").read_text())["rows"]
-    # Three processes: the group's two and solo's one.
+    # Three processes: the shared server's two and solo's one.
     assert row["density"] == 3 and row["errors"] == 0
     models = row["models"]
     assert list(models) == ["t1", "t2", "solo"]

@@ -131,7 +131,7 @@ def _parse(kind: str, data: Any) -> Any:
         ("fleet", FLEET, _set("gpu.memory_mib", _DELETE),
          "gpu: memory_mib must be a positive whole number (required)"),
         ("pack", PACK, _set("models", _DELETE),
-         "give 'models' (a list of entries), 'servers' (server groups) or both"),
+         "give 'models' (a list of entries), 'servers' (shared servers) or both"),
         ("plan", PLAN, _set("gpu_count", _DELETE), "plan.json: gpu_count is required"),
     ],
 )  # fmt: skip

@@ -198,7 +198,7 @@ class ModelFile:
 
     @classmethod
     def of(cls, settings: ModelSettings) -> ModelFile:
-        """The file that says ``settings`` (a server group's, written by ``pack``)."""
+        """The file that says ``settings`` (a shared server's, written by ``pack``)."""
         batching = None if settings.batching is None else BatchingFile(**asdict(settings.batching))
         return cls(
             batching=batching,

@@ -1,5 +1,5 @@
 """One model's settings, the same type from its file to run time: a model repository's
-``sharedserve.yaml`` (``repository/directory.py``) and a server group's (``pack``) are read and
+``sharedserve.yaml`` (``repository/directory.py``) and a shared server's (``pack``) are read and
 written through it, every version of the model carries it, and the scheduler, the batcher and
 the memory read their part of it. Pure."""
 

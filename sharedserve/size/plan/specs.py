@@ -1,7 +1,7 @@
 """Each planned GPU's share as a pack spec (``pack --spec``), shared servers included. Pure.
 
 A dedicated model's replicas on the GPU are an entry of ``models:``, a shared server's replicas
-a group of ``servers:``: each model with its planned memory as its cap or budget (when measured:
+an entry of ``servers:``: each model with its planned memory as its cap or budget (when measured:
 a model's files are not a cap), the CPU limit its profile was measured under, its objective and
 its share of the GPU's traffic as its weight. A server that pages writes ``paging: lru``, its
 cap room for its pinned models and its largest paged one.
@@ -33,7 +33,7 @@ def model_cap(model: PlanModel) -> int | None:
     return max(1, math.floor(model.gpu_memory_mib))
 
 
-def _group_cap(
+def _shared_server_cap(
     server: PlanServer, members: list[PlanModel], budgets: list[int | None]
 ) -> int | None:
     """The models' budgets summed, when every one was measured (the reserve is kept beside the
@@ -82,7 +82,7 @@ def _spec(
                 cpu_limit=model.cpu_limit or None,  # as its profile was measured
             )
         )
-    groups = []
+    shared = []
     # Each server's replica lists its models once each: a server's replicas here are its first
     # model's count.
     held = Counter(r.server for r in gpu.replicas if r.server is not None)
@@ -91,7 +91,7 @@ def _spec(
         count = listed // len(server.models)
         members = [models[m] for m in server.models]
         budgets = [model_cap(m) for m in members]
-        groups.append(
+        shared.append(
             ServerGroup(
                 name=name,
                 models=tuple(
@@ -107,11 +107,11 @@ def _spec(
                     for m, budget in zip(members, budgets, strict=True)
                 ),
                 replicas=count,
-                gpu_memory_mib=_group_cap(server, members, budgets),
+                gpu_memory_mib=_shared_server_cap(server, members, budgets),
                 cpu_limit=server.cpu_limit or None,
                 paging=server.paging,
             )
         )
     # No `gpu:`: pack packs the share on the host's first GPU it fits (bundle), and runs it
     # without one too, caps recorded as not enforced, so a plan can be checked on a laptop.
-    return PackSpecFile(models=tuple(entries) or None, servers=tuple(groups) or None)
+    return PackSpecFile(models=tuple(entries) or None, servers=tuple(shared) or None)

@@ -153,7 +153,7 @@ class LatencyForecaster:
         request waits where its model was paged out (``predict.page_ins``); None: no paging."""
         self._runs: dict[tuple[ServiceTimes, int, float, ServiceTimes | None], Prediction] = {}
         self._done: dict[tuple[str, int], PredictedLatency] = {}
-        self._groups: dict[tuple[Any, ...], list[Prediction]] = {}
+        self._simulations: dict[tuple[Any, ...], list[Prediction]] = {}
 
     @classmethod
     def for_fleet(cls, fleet: Fleet) -> LatencyForecaster:
@@ -169,7 +169,7 @@ class LatencyForecaster:
         found = self._done.get(key)
         if found is None:
             if server is not None and all(m.service_times for m in server.models):
-                self._done.update(self._group(server, sharing))
+                self._done.update(self._shared_server(server, sharing))
                 return self._done[key]
             found = self._done[key] = self._predict(d, sharing)
         return found
@@ -184,11 +184,13 @@ class LatencyForecaster:
             return None
         server = SharedServer("a shared server", 1, list(models))
         out = {}
-        for (name, _), p in self._group(server, sharing).items():
+        for (name, _), p in self._shared_server(server, sharing).items():
             out[name] = p.p99_ms if p.source == SHARED else math.inf  # not simulated: it saturated
         return out
 
-    def _group(self, server: SharedServer, sharing: int) -> dict[tuple[str, int], PredictedLatency]:
+    def _shared_server(
+        self, server: SharedServer, sharing: int
+    ) -> dict[tuple[str, int], PredictedLatency]:
         """Every model of ``server`` simulated in one process of its slots. Each model's rate is
         rounded up as a replica's is (its own rho on the grid), so that servers of like models
         at like rates share a simulation."""
@@ -211,11 +213,11 @@ class LatencyForecaster:
             )
             key.append((scaled, rho, d.open_loop_delay, page_in))
         cached = (slots, tuple(key))
-        runs = self._groups.get(cached)
+        runs = self._simulations.get(cached)
         if runs is None:
             # A few requests a model at the least, for each model's own p99.
             requests = max(REQUESTS, 300 * len(loads))
-            runs = self._groups[cached] = simulate(loads, slots, requests=requests)
+            runs = self._simulations[cached] = simulate(loads, slots, requests=requests)
         out = {}
         for d, run, slowdown in zip(server.models, runs, slowdowns, strict=True):
             if run.saturated or run.p99_ms is None or run.p50_ms is None:

@@ -1,5 +1,5 @@
-"""``sharedserve k8s render --spec`` of a server group: one Deployment per group whose pods each
-serve the group's models from one repository, built by an init container from the model claim
+"""``sharedserve k8s render --spec`` of a shared server: one Deployment per shared server whose
+pods each serve its models from one repository, built by an init container from the model claim
 and a ConfigMap of the models' files. The stream passes ``kubernetes-validate --strict``, and the
 init container's script, run for real against a copy of the claim, builds a repository the
 server reads."""
@@ -33,7 +33,7 @@ models:
 SIZE = ["--gpu-memory-mib", "16384", "--vgpus-per-gpu", "8"]
 
 
-def test_a_group_renders_as_one_deployment_serving_its_repository(
+def test_a_shared_server_renders_as_one_deployment_serving_its_repository(
     models_dir: Path, tmp_path: Path
 ) -> None:
     spec = m.write_spec(tmp_path / "pack.yaml", models_dir, SPEC)
@@ -47,11 +47,11 @@ def test_a_group_renders_as_one_deployment_serving_its_repository(
     objects = m.load(out.read_text())
     deployments = m.deployments_by_name(objects)
     assert set(deployments) == {"shared", "solo"}
-    group = deployments["shared"]
-    assert group["spec"]["replicas"] == 2
-    pod = m.pod_spec(group)
+    shared = deployments["shared"]
+    assert shared["spec"]["replicas"] == 2
+    pod = m.pod_spec(shared)
     (server,) = pod["containers"]
-    # The group's cap, 3000 MiB, plus the reserve: 2 vGPUs of 2048 MiB per pod.
+    # The shared server's cap, 3000 MiB, plus the reserve: 2 vGPUs of 2048 MiB per pod.
     limits = {"cpu": "1", "memory": "2Gi", "sharedserve.io/vgpu": "2"}
     assert server["resources"] == {"requests": limits, "limits": limits}
     assert m.flag(server["args"], "--model-repository") == "/repository"
@@ -80,10 +80,10 @@ def test_a_group_renders_as_one_deployment_serving_its_repository(
     assert entries["edge"].settings.max_inflight == 16
     text = out.read_text()
     assert "# shared: 2 pods x 2 vGPUs (4096 MiB); planned cap 3000 MiB" in text
-    assert "a server group: each pod serves t, edge" in text
+    assert "a shared server: each pod serves t, edge" in text
 
 
-def test_a_group_model_name_kubernetes_cannot_take_names_its_place(
+def test_a_shared_server_model_name_kubernetes_cannot_take_names_its_place(
     models_dir: Path, tmp_path: Path
 ) -> None:
     spec = m.write_spec(

@@ -1,12 +1,13 @@
-"""A server group's pods (``servers:`` in a pack spec) for ``k8s render --spec``. Pure.
+"""A shared server's pods (``servers:`` in a pack spec) for ``k8s render --spec``. Pure.
 
-One Deployment per group: each pod is one ``sharedserve serve --model-repository`` process
-holding the group's models, as each replica of the group is under ``pack``. The repository is
-built in the pod, not on the model claim: an init container makes ``/repository/NAME`` in an
-``emptyDir`` for each model, links the model's directory on the claim into it (``/models/DIR``,
-where a one-model pod finds the same model), and copies in the model's ``sharedserve.yaml`` from
-a ConfigMap that holds every model file of the group. So the claim stays read-only and shared by
-every Deployment, and a model's settings are the ConfigMap's (change it, then restart the pods).
+One Deployment per shared server: each pod is one ``sharedserve serve --model-repository``
+process holding the shared server's models, as each of its replicas is under ``pack``. The
+repository is built in the pod, not on the model claim: an init container makes
+``/repository/NAME`` in an ``emptyDir`` for each model, links the model's directory on the claim
+into it (``/models/DIR``, where a one-model pod finds the same model), and copies in the model's
+``sharedserve.yaml`` from a ConfigMap that holds every model file of the shared server. So the
+claim stays read-only and shared by every Deployment, and a model's settings are the ConfigMap's
+(change it, then restart the pods).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["REPOSITORY", "GroupModelFiles", "GroupPods", "group_objects"]
+__all__ = ["REPOSITORY", "SharedServerModelFiles", "SharedServerPods", "shared_server_objects"]
 
 REPOSITORY = "/repository"
 """Where each pod's model repository is built and read."""
@@ -26,8 +27,9 @@ _MODEL_FILES = "/etc/sharedserve/model-files"
 
 
 @dataclass(frozen=True)
-class GroupModelFiles:
-    """One model of a group in a pod: its name, its directory on the claim, its model file."""
+class SharedServerModelFiles:
+    """One model of a shared server in a pod: its name, its directory on the claim, its model
+    file."""
 
     name: str
     directory: str
@@ -35,15 +37,15 @@ class GroupModelFiles:
 
 
 @dataclass(frozen=True)
-class GroupPods:
-    """What makes a model's Deployment a server group's."""
+class SharedServerPods:
+    """What makes a model's Deployment a shared server's."""
 
-    models: tuple[GroupModelFiles, ...]
+    models: tuple[SharedServerModelFiles, ...]
     paging: bool = False
     """``serve --paging lru``."""
 
 
-def _script(models: Sequence[GroupModelFiles], mount: str) -> str:
+def _script(models: Sequence[SharedServerModelFiles], mount: str) -> str:
     # Names and directories are checked as model names (letters, digits, '.', '_', '-'): safe
     # unquoted. The model's own sharedserve.yaml, linked in with its files, is replaced.
     lines = ["set -eu"]
@@ -57,8 +59,10 @@ def _script(models: Sequence[GroupModelFiles], mount: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def group_objects(objects: list[dict[str, Any]], group: GroupPods) -> list[dict[str, Any]]:
-    """``render_model``'s objects of the group's Deployment made a server group's: the
+def shared_server_objects(
+    objects: list[dict[str, Any]], server: SharedServerPods
+) -> list[dict[str, Any]]:
+    """``render_model``'s objects of the shared server's Deployment made a shared server's: the
     ConfigMap of its model files first (it must exist when the pods start), then the objects
     with the pod serving the repository its init container builds."""
     deployment = next(o for o in objects if o["kind"] == "Deployment")
@@ -73,7 +77,7 @@ def group_objects(objects: list[dict[str, Any]], group: GroupPods) -> list[dict[
             "labels": json.loads(json.dumps(meta["labels"])),
         },
         "data": {
-            f"{m.name}.yaml": yaml.safe_dump(m.model_file, sort_keys=False) for m in group.models
+            f"{m.name}.yaml": yaml.safe_dump(m.model_file, sort_keys=False) for m in server.models
         },
     }
     pod = deployment["spec"]["template"]["spec"]
@@ -83,7 +87,7 @@ def group_objects(objects: list[dict[str, Any]], group: GroupPods) -> list[dict[
         at = args.index(flag)
         del args[at : at + 2]
     serve = args.index("serve") + 1
-    paging = ["--paging", "lru"] if group.paging else []
+    paging = ["--paging", "lru"] if server.paging else []
     args[serve:serve] = ["--model-repository", REPOSITORY, *paging]
     mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "models")
     container["volumeMounts"].append(
@@ -96,7 +100,7 @@ def group_objects(objects: list[dict[str, Any]], group: GroupPods) -> list[dict[
             "name": "model-repository",
             "image": container["image"],
             "imagePullPolicy": container.get("imagePullPolicy", "IfNotPresent"),
-            "command": ["sh", "-c", _script(group.models, mount)],
+            "command": ["sh", "-c", _script(server.models, mount)],
             "resources": {"requests": dict(small), "limits": dict(small)},
             "securityContext": json.loads(json.dumps(container["securityContext"])),
             "volumeMounts": [

@@ -1,5 +1,5 @@
 """A plan with a shared server: each model's serving, the three costs, and the GPU's pack spec
-with the server as a group of ``servers:``, read back by pack's own reader."""
+with the server as an entry of ``servers:``, read back by pack's own reader."""
 
 from __future__ import annotations
 
@@ -62,18 +62,18 @@ def test_cold_models_share_a_server_and_the_plan_says_so_and_what_it_saves(
     assert plan.lower_bound_gpus == 1
 
 
-def test_a_gpus_pack_spec_has_the_server_as_a_group(tmp_path: Path) -> None:
+def test_a_gpus_pack_spec_has_the_server_under_servers(tmp_path: Path) -> None:
     plan, fleet = plan_of(tmp_path)
     out = tmp_path / "plan"
     out.mkdir()
     (spec,) = gpu_specs(plan, fleet, out)
     path = write_spec(spec, out / spec_name(0))
     read = load_spec(path).entries
-    group_entry, hot = read
+    server_entry, hot = read
     assert hot.name == "hot" and hot.models == ()
-    assert group_entry.name == "shared-0" and group_entry.replicas == 1
-    assert group_entry.cap.share.mib == 9000  # its models' budgets, summed: the reserve kept once
-    assert [(m.name, m.gpu_memory_mib, m.weight) for m in group_entry.models] == [
+    assert server_entry.name == "shared-0" and server_entry.replicas == 1
+    assert server_entry.cap.share.mib == 9000  # its models' budgets, summed: the reserve kept once
+    assert [(m.name, m.gpu_memory_mib, m.weight) for m in server_entry.models] == [
         ("a", 3000, 10.0), ("b", 3000, 10.0), ("c", 3000, 10.0)]  # fmt: skip
 
 
