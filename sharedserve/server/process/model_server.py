@@ -24,6 +24,7 @@ from typing import Any
 
 import uvicorn
 
+from sharedserve.errors import ConfigError
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
 from sharedserve.server.inference import InferencePath, Share, model_call_slots
 from sharedserve.server.metrics import EVERY_MODEL, Metrics
@@ -66,6 +67,8 @@ class ModelServer:
         cpu = cpu or resolve_cpu_limit(settings.cpu_limit_cores)
         self.one_model = isinstance(catalog, FixedCatalog)
         sources = [v.source for name in catalog.names() for v in catalog.versions(name)]
+        if not sources:
+            raise ConfigError("no model to serve: the model config file or repository names none")
         self._sources = sources
         gpu_backend, gpu_cap = size_gpu_cap(settings)
         names = {source.name for source in sources}

@@ -8,7 +8,6 @@ start-up; the REST socket is bound for good (connections made meanwhile wait in 
 
 from __future__ import annotations
 
-from sharedserve.errors import ConfigError
 from sharedserve.framework_output import require_installed
 from sharedserve.limits.cpu import resolve_cpu_limit
 from sharedserve.server.process.model_server import ModelServer
@@ -50,16 +49,11 @@ def catalog_of(settings: ServerSettings) -> Catalog:
     batching = settings.batching
     if settings.model_config_file is not None:
         entries = read_model_config_file(settings.model_config_file)
-        _some(versions_of(entries, batching))
+        versions_of(entries, batching)  # every model's versions on disk, or a ConfigError now
         return ConfigCatalog(entries, batching)
     if settings.model_repository is not None:
-        _some(versions_of(read_model_repository(settings.model_repository), batching))
+        versions_of(read_model_repository(settings.model_repository), batching)
         return RepositoryCatalog(settings.model_repository, batching)
     assert settings.model_dir is not None  # ServerSettings.validate: exactly one is given
     source = find_model(settings.model_dir, settings.model_name)
     return FixedCatalog([VersionToServe(source, ModelSettings(batching=batching))])
-
-
-def _some(versions: list[VersionToServe]) -> None:
-    if not versions:
-        raise ConfigError("no model to serve: the model config file or repository names none")
