@@ -35,13 +35,13 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile
 
-# tests/integration/test_report_browser.py renders report.html in headless Chromium, which is not
+# tests/integration/bench/test_report_browser.py renders report.html in headless Chromium, which is not
 # on PyPI: a Debian package. Where none is found and apt-get can install it, it does; where it
 # cannot, that test fails and says how to install it.
 browser:
 	@for b in chromium chromium-browser google-chrome; do command -v $$b >/dev/null && exit 0; done; \
 	command -v apt-get >/dev/null || { echo "no chromium and no apt-get: install Chromium" >&2; exit 0; }; \
-	echo "make: Chromium is missing: tests/integration/test_report_browser.py renders the HTML" \
+	echo "make: Chromium is missing: tests/integration/bench/test_report_browser.py renders the HTML" \
 		"report in it, and it is a Debian package, not on PyPI. Installing it now with"; \
 	echo "  $(strip $(APT_GET)) install -y chromium"; \
 	echo "(install Chromium yourself first to skip this step)"; \

@@ -3,7 +3,7 @@ bound does its packing land?
 
 For each size it writes, into a temp dir, a fleet file (YAML, as a user would) and a few dozen
 synthetic profiles in bench's own report.json format (rows built by bench's ``build_row``, as
-tests/integration/test_size.py builds them): each profile a model of its own memory footprint,
+tests/integration/size/test_size.py builds them): each profile a model of its own memory footprint,
 QPS per replica, GPU utilisation and p99, measured at densities 1, 2, 4, ... up to its own
 densest. Every fleet model draws a profile, a peak QPS (log-normal: few big models, many small),
 an objective above its profile's p99 alone and a ``min_replicas``; a few cap replicas per GPU.

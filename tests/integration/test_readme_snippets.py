@@ -3,8 +3,8 @@
 The gRPC snippet once asked for ``mobilenet_v2`` right after the serving block started ``tiny``:
 a reader following the README got NOT_FOUND. TF Serving's client snippet is run as written
 against the session's ``tiny`` server (only its address changed); the Triton one, whose client
-needs an environment of its own (tests/integration/test_oip_tritonclient.py drives it), is held
-to the same model and port.
+needs an environment of its own (tests/integration/server/test_oip_tritonclient.py drives
+it), is held to the same model and port.
 """
 
 from __future__ import annotations

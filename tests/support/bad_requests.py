@@ -1,6 +1,6 @@
 """A corpus of requests no client library would send: REST bodies with a field of the wrong JSON
 type, and raw bytes the HTTP parser or a route must refuse. Each is the client's fault, so none
-may get a 5xx (tests/integration/test_bad_input.py, and the fuzzing's checks in
+may get a 5xx (tests/integration/server/test_bad_input.py, and the fuzzing's checks in
 test_openapi.py)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Bench reports as the sweep builds them, with figures as wide as real ones get, for the tests
-of report.html (tests/unit/test_bench_report_html.py, tests/integration/test_report_browser.py).
+of report.html (tests/unit/bench/test_bench_report_html.py,
+tests/integration/bench/test_report_browser.py).
 """
 
 from __future__ import annotations

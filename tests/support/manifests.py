@@ -38,7 +38,7 @@ KUSTOMIZATIONS = [
 # (DRA_KUBERNETES_VERSION: consumable capacity is beta there).
 DRA_KUSTOMIZATIONS = ["overlays/dra", "overlays/dra/driver", "overlays/dra/model"]
 # Custom resources (KServe's, the Prometheus Operator's): no Kubernetes schema knows their kinds,
-# so tests/integration/test_kserve_manifests.py validates them against their CRDs' schemas.
+# so tests/integration/k8s/test_kserve_manifests.py validates them against their CRDs' schemas.
 CRD_KUSTOMIZATIONS = ["kserve", "monitoring"]
 DRA_OVERLAY = K8S / "overlays" / "dra"
 # `sharedserve k8s render`'s templates: the one source of the model's Deployment and Service, and

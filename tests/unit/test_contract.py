@@ -267,7 +267,7 @@ def test_mib_of_takes_the_share_as_written(steps: int, total: int) -> None:
 
 
 # --- every writer, read back by the one reader -------------------------------------------------
-# The packer's grant is read back the same way in tests/integration/test_pack_contract.py (it
+# The packer's grant is read back the same way in tests/integration/pack/test_pack_contract.py (it
 # needs a model on disk).
 
 CARD_MIB = st.integers(min_value=1024, max_value=200_000)  # a 1 GiB to a ~195 GiB card

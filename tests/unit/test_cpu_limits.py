@@ -2,7 +2,7 @@
 
 The fake trees are plain directories under tmp_path laid out like cgroupfs, with a fake
 /proc/self/cgroup and a mountinfo that points into them, so the walk-up and mount mapping run
-exactly as on a host; the real kernel path is in tests/integration/test_cgroup_v1_quota.py.
+exactly as on a host; the real kernel path is in tests/integration/pack/test_cgroup_v1_quota.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ generated document would show one ``{path}`` parameter and no bodies. This one l
 real paths, built from data: each way of naming a version (latest, ``/versions/N``,
 ``/labels/L``) times each verb, with exactly the statuses the server can answer. Every error is
 one ``Error`` body. 500 is never documented: it is a bug, and the fuzz test
-(``tests/integration/test_openapi.py``) fails on it.
+(``tests/integration/server/test_openapi.py``) fails on it.
 
 The predict body is TF Serving's generic shape, not the model's own tensors: the document is
 built with the app, before the model has loaded, and TF Serving's way to learn the tensors is

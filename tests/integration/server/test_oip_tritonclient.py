@@ -23,7 +23,7 @@ from tests.support.triton_client import TritonClient
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
 
-CALLS = Path(__file__).parents[1] / "support" / "triton_calls.py"
+CALLS = Path(__file__).parents[2] / "support" / "triton_calls.py"
 ROWS = [
     [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0],
     [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8],

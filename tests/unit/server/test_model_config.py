@@ -19,7 +19,7 @@ from sharedserve.server.repository.config_file import (
     versions_to_serve,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "tfserving_config"
+DATA = Path(__file__).resolve().parents[2] / "data" / "tfserving_config"
 
 
 def config(*models: str) -> str:

@@ -30,7 +30,7 @@ def fleet(**kubernetes: Any) -> Any:
 
 def plan_of(data: dict[str, Any]) -> Plan:
     """A plan with the figures the manifests read (``data``), the rest the golden plan's."""
-    golden = read_plan(Path(__file__).parents[1] / "data" / "plan" / "expected" / "plan.json")
+    golden = read_plan(Path(__file__).parents[2] / "data" / "plan" / "expected" / "plan.json")
     model, gpu = golden.models[0], golden.gpus[0]
     return replace(
         golden,

@@ -33,7 +33,7 @@ from tests.support.servers import Server, free_port
 pytestmark = [pytest.mark.tensorflow]
 
 DASHBOARD = (
-    Path(__file__).resolve().parents[2] / "k8s" / "monitoring" / "sharedserve-dashboard.json"
+    Path(__file__).resolve().parents[3] / "k8s" / "monitoring" / "sharedserve-dashboard.json"
 )
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 ROW = [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]

@@ -21,7 +21,7 @@ from sharedserve.documents import dump
 from sharedserve.size.plan import read_plan
 from sharedserve.size.run import plan_fleet
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = Path("tests/data/plan")
 FILES = ("plan.json", "plan.md", "k8s.yaml")  # not plan.html: its styles are report.html's
 

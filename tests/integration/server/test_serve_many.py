@@ -2,8 +2,8 @@
 writes it, naming a TensorFlow and a TorchScript model served by one process; and what `serve`
 refuses before it starts when the models are named wrongly.
 
-Routing by name, version and label on every wire format is tests/integration/test_multimodel.py's
-(in process); this is the command a user runs.
+Routing by name, version and label on every wire format is
+tests/integration/server/test_multimodel.py's (in process); this is the command a user runs.
 """
 
 from __future__ import annotations

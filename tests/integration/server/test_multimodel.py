@@ -45,7 +45,7 @@ pytestmark = [
 ]
 
 ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]
-SCRIPT = Path(__file__).parents[1] / "support" / "triton_models.py"
+SCRIPT = Path(__file__).parents[2] / "support" / "triton_models.py"
 
 
 class GatedBackend(TensorFlowBackend):

@@ -112,7 +112,7 @@ def test_unreadable_and_bad_yaml(tmp_path: Path) -> None:
 
 
 def test_the_example_mix_loads_and_points_at_the_readmes_models() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     spec = load_spec(root / "examples" / "mix.yaml")
     models = {e.model_dir.resolve(): e for e in spec.entries}
     assert set(models) == {

@@ -15,7 +15,7 @@ from sharedserve.size.predict.forecast import _rounded_rho
 from sharedserve.size.profile import ProfilePoint
 from sharedserve.size.run import plan_fleet
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "plan"
+DATA = Path(__file__).resolve().parents[2] / "data" / "plan"
 
 
 def _plan(tmp_path: Path, histogram: list[list[float]] | None) -> dict[str, dict]:

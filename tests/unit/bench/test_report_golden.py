@@ -21,7 +21,7 @@ import pytest
 
 from sharedserve.bench.report import write_report
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "report"
+DATA = Path(__file__).resolve().parents[2] / "data" / "report"
 CASES = sorted(d.name for d in DATA.iterdir() if d.is_dir())
 
 

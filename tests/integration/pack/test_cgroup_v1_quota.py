@@ -20,7 +20,7 @@ from sharedserve.errors import ConfigError
 from sharedserve.limits.cgroups import add_pid_to_cgroup, create_cpu_cgroup, remove_cgroup
 from sharedserve.limits.cpu import CpuLimitSource, parse_mountinfo
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # The child blocks on stdin so the test can move it into the cgroup before it reads anything.
 REPORT_LIMIT = """

@@ -251,7 +251,7 @@ def test_the_500_model_example_plans_from_its_committed_profiles(
 ) -> None:
     # The example as committed, its profiles read where they are; only the models' files are
     # the session's tiny for all three kinds (their size on disk is all a CPU profile lacks).
-    example = Path(__file__).resolve().parents[2] / "examples" / "fleet-500"
+    example = Path(__file__).resolve().parents[3] / "examples" / "fleet-500"
     text = (example / "fleet.yaml").read_text()
     text = text.replace("profile: profiles/", f"profile: {example}/profiles/")
     for kind in ("tiny", "mobilenet_v2", "resnet50"):

@@ -1,5 +1,6 @@
 """report.html's content: the verdict first, three significant figures, only the columns that
-apply, a print stylesheet. Its layout in a real browser is tests/integration/test_report_browser.py.
+apply, a print stylesheet. Its layout in a real browser is
+tests/integration/bench/test_report_browser.py.
 """
 
 from __future__ import annotations

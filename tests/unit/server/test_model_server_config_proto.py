@@ -15,7 +15,7 @@ from sharedserve.server.protos.tfserving import model_server_config_pb2 as ours
 
 pytestmark = [pytest.mark.tensorflow]
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "tfserving_config"
+DATA = Path(__file__).resolve().parents[2] / "data" / "tfserving_config"
 
 
 def shape(message: descriptor.Descriptor) -> dict[str, object]:

@@ -15,7 +15,7 @@ from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.size.predict import ModelLoad, simulate
 from sharedserve.size.profile import ServiceTimes, load_profiles, profiles_of
 
-OLD_PROFILES = Path(__file__).parent.parent / "data" / "plan" / "profiles"
+OLD_PROFILES = Path(__file__).parents[2] / "data" / "plan" / "profiles"
 
 
 def latencies_us(seed: int, n: int, sigma: float = 0.4, median_ms: float = 12.0) -> np.ndarray:

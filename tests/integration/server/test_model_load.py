@@ -26,7 +26,7 @@ from tests.support.triton_client import TritonClient
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
 
-SCRIPT = Path(__file__).parents[1] / "support" / "triton_repository.py"
+SCRIPT = Path(__file__).parents[2] / "support" / "triton_repository.py"
 BODY = {"instances": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]}
 # A request to `held` waits in its batcher for this long unless 64 rows arrive first.
 HELD_BATCHING = "batching:\n  max_batch_size: 64\n  batch_timeout_micros: 1500000\n"

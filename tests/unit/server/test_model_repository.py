@@ -22,7 +22,7 @@ from sharedserve.server.repository.directory import (
     read_model_repository,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def model(root: Path, name: str, *numbers: int, file: str = "saved_model.pb") -> Path:

@@ -3,7 +3,7 @@ prints a shared server, ``pack --spec`` runs each replica of it as one ``serve -
 process holding its models, and ``bench --spec`` sends each model's load to the processes that
 hold it and judges each model against its own objective.
 
-Real processes and cgroups, as tests/integration/test_pack_spec.py: needs root and a writable
+Real processes and cgroups, as tests/integration/pack/test_pack_spec.py: needs root and a writable
 cgroup hierarchy with the cpu controller. Two TorchScript ``tiny`` models under two names: the
 cheapest models to start, so the tests take a few seconds beyond the servers' start.
 """

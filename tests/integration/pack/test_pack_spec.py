@@ -1,6 +1,6 @@
 """``sharedserve pack --spec``: a mix of models on simulated GPUs, supervised per replica.
 
-Real processes and cgroups, as tests/integration/test_pack.py; needs root and a writable cgroup
+Real processes and cgroups, as tests/integration/pack/test_pack.py; needs root and a writable cgroup
 hierarchy with the cpu controller.
 """
 
