@@ -16,7 +16,6 @@ A failure is cleaned up in one place, ``_fail``.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from sharedserve.server.inference import InferencePath
 from sharedserve.server.memory import Memory
 from sharedserve.server.repository.config_file import ModelEntry, read_model_config_file
 from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.repository.threads import in_loader_thread, unload_versions
 from sharedserve.server.repository.versions import (
     Catalog,
     ConfigCatalog,
@@ -49,7 +49,6 @@ from sharedserve.server.version import (
     Frameworks,
     ModelVersion,
     VersionState,
-    unfrozen,
 )
 
 __all__ = ["DRAIN_S", "IndexEntry", "ModelEvents", "ModelManager"]
@@ -285,7 +284,7 @@ class ModelManager:
         keeps, and what the model no longer routes retired."""
         name = change.name
         try:
-            error = await to_thread.run_sync(self._load_versions, change.fresh)
+            error = await in_loader_thread(self._load_versions, change.fresh)
             if error is not None:
                 await self._fail(change, error)
             for version in change.fresh:
@@ -366,7 +365,7 @@ class ModelManager:
                 )
             await self.path.remove(version)
         if gone:
-            await to_thread.run_sync(_unload, gone)
+            await to_thread.run_sync(unload_versions, gone)
 
     # -- the end --------------------------------------------------------------------
 
@@ -380,17 +379,8 @@ class ModelManager:
                     version.to(VersionState.RETIRING)
                     version.held = 0
                     settled.append(version)
-        _unload(settled)
+        unload_versions(settled)
 
 
 def _same(old: ModelVersion, entry: VersionToServe) -> bool:
     return old.source == entry.source and old.settings == entry.settings
-
-
-def _unload(versions: Sequence[ModelVersion]) -> None:
-    """In a worker thread: each version unloaded, then a full collection, what was frozen at
-    start included (``version.unfrozen``), so the frameworks' objects are freed now."""
-    with unfrozen():
-        for version in versions:
-            version.unload()
-        gc.collect()

@@ -1,0 +1,53 @@
+"""The load path's work off the event loop: loads in a daemon thread of their own, unloads with
+the collection that frees a framework's objects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import threading
+from collections.abc import Callable, Sequence
+
+from sharedserve.server.version import ModelVersion, unfrozen
+
+__all__ = ["in_loader_thread", "unload_versions"]
+
+
+async def in_loader_thread(
+    load: Callable[[Sequence[ModelVersion]], Exception | None], versions: Sequence[ModelVersion]
+) -> Exception | None:
+    """``load(versions)`` in a daemon thread of its own: a stop while a model loads (seconds,
+    for a large one) neither waits for it nor keeps the process from exiting."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Exception | None] = loop.create_future()
+
+    def settle(outcome: Exception | None, failed: BaseException | None) -> None:
+        if done.done():  # the waiter was cancelled: a stop
+            return
+        if failed is not None:
+            done.set_exception(failed)
+        else:
+            done.set_result(outcome)
+
+    def work() -> None:
+        outcome: Exception | None = None
+        failed: BaseException | None = None
+        try:
+            outcome = load(versions)
+        except BaseException as e:  # handed to the loop, which raises it to the waiter
+            failed = e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+            loop.call_soon_threadsafe(settle, outcome, failed)
+
+    threading.Thread(target=work, name="model-loader", daemon=True).start()
+    return await done
+
+
+def unload_versions(versions: Sequence[ModelVersion]) -> None:
+    """In a worker thread: each version unloaded, then a full collection, what was frozen at
+    start included (``version.unfrozen``), so the frameworks' objects are freed now."""
+    with unfrozen():
+        for version in versions:
+            version.unload()
+        gc.collect()
