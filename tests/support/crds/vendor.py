@@ -7,7 +7,7 @@ CRD, ``<group>_<plural>.json`` beside this script (``.json.gz`` past 256 KiB): t
 CRD is kept. The output is deterministic: the same input gives the same bytes.
 
     python tests/support/crds/vendor.py --repository kserve/kserve --ref v0.20.0 \\
-        --commit 1fb781055dd1567164358233e1125142ca6ef1fe --root CLONE \\
+        --commit SHA --root CLONE \\
         CLONE/config/crd/full/serving.kserve.io_inferenceservices.yaml ...
 
 ``--root`` is the checkout the paths are in, so the recorded path is the one in the repository.
