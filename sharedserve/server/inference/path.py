@@ -76,6 +76,7 @@ class InferencePath:
         self.metrics, self.memory, self.defaults = metrics, memory, defaults
         self.max_elements = max_elements
         self.scheduler = Scheduler(slots)
+        self._lanes: dict[str, ModelLane] = {}  # by model: a request's is a dict lookup
         self._versions: dict[str, list[ModelVersion]] = {}
         self._batchers: dict[ModelVersion, Batcher] = {}
         self._depths: dict[ModelVersion, Callable[[], float]] = {}
@@ -130,14 +131,14 @@ class InferencePath:
         """The model's lane, its share as its settings say (else as before, else the
         defaults); its series read the lane once, whatever its versions."""
         name, settings = version.name, version.settings
-        known = name in self.scheduler.shares()
-        old = self.scheduler.shares().get(name, self.defaults)
+        known = self._lanes.get(name)
+        old = self.defaults if known is None else known.share
         share = Share(
             old.weight if settings.weight is None else settings.weight,
             old.max_inflight if settings.max_inflight is None else settings.max_inflight,
         )
-        lane = self.scheduler.lane(name, share)
-        if not known:
+        lane = self._lanes[name] = self.scheduler.lane(name, share)
+        if known is None:
             series = self.metrics.for_model(name)
             series.track_queue_depth(lambda: lane.depth)
             lane.on_wait(series.observe_queue_wait)
@@ -155,8 +156,7 @@ class InferencePath:
             return await self._infer(version, call)
 
     def _admit(self, version: ModelVersion) -> None:
-        lane = self.scheduler.lane(version.name)
-        limit = lane.share.max_inflight
+        limit = self._lanes[version.name].share.max_inflight
         inflight = sum(v.inflight for v in self._versions.get(version.name, ()))
         if inflight >= limit:
             raise ResourceExhausted(
@@ -165,7 +165,7 @@ class InferencePath:
             )
 
     async def _infer(self, version: ModelVersion, call: Call[R]) -> R:
-        lane, batcher = self.scheduler.lane(version.name), self._batchers.get(version)
+        lane, batcher = self._lanes[version.name], self._batchers.get(version)
         if call.heavy and batcher is None:
             # Decoding a heavy body is the model's work too: it takes its turn with the call.
             return await lane.call(self._whole, version, call)

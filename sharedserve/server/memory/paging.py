@@ -136,8 +136,11 @@ class Memory:
                     version.held = 0
                     self._versions = [v for v in self._versions if v is not version]
                     return version.inflight == 0
-            version.wait_idle(_POLL_S)
-            time.sleep(0 if version.inflight else _POLL_S)
+            left = deadline - time.monotonic()
+            if version.inflight and left > 0:  # woken as its last request ends
+                version.wait_idle(left)
+            else:  # still moving in or out
+                time.sleep(_POLL_S)
 
     # -- requests (the event loop) ----------------------------------------------------------------
 

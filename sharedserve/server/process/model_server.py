@@ -66,19 +66,20 @@ class ModelServer:
         self.settings, self.catalog = settings, catalog
         cpu = cpu or resolve_cpu_limit(settings.cpu_limit_cores)
         self.one_model = isinstance(catalog, FixedCatalog)
-        sources = [v.source for name in catalog.names() for v in catalog.versions(name)]
-        if not sources:
+        # The names, and the first model's versions for its framework: the manager reads
+        # every model's as it loads them, once the listeners answer.
+        names = catalog.names()
+        if not names:
             raise ConfigError("no model to serve: the model config file or repository names none")
-        self._sources = sources
+        first_source = catalog.versions(names[0])[0].source
         gpu_backend, gpu_cap = size_gpu_cap(settings)
-        names = {source.name for source in sources}
-        self.metrics = Metrics(names.pop() if len(names) == 1 else EVERY_MODEL)
+        self.metrics = Metrics(names[0] if len(names) == 1 else EVERY_MODEL)
         self.memory = model_memory(settings, gpu_cap, self.metrics)  # paging needs a cap
         # Many models: TorchScript's per-model specialised plans cost more than they bring.
         runtime = RuntimeConfig(gpu_cap, *thread_pool_sizes(cpu), self.one_model)
         self.frameworks = Frameworks(runtime, backends)
-        first = self.frameworks.backend(sources[0])  # its framework configured, as the cap says
-        applied = self.frameworks.applied[sources[0].framework]
+        first = self.frameworks.backend(first_source)  # its framework configured, as the cap says
+        applied = self.frameworks.applied[first_source.framework]
         threads = (applied.intra_op_threads, applied.inter_op_threads)
         self.limits = report_limits(settings, applied.gpu_cap, cpu, threads)
         track_gpu_memory(self.metrics, gpu_backend, applied.gpu_cap, first)
@@ -90,7 +91,7 @@ class ModelServer:
             settings.request_element_limit,
         )
         self.registry = ModelRegistry(self.metrics)
-        self.health = GrpcHealth(sorted({source.name for source in sources}))
+        self.health = GrpcHealth(sorted(names))
         self.manager = ModelManager(
             self.registry, self.path, self.memory, self.frameworks, catalog, events=self.health
         )
@@ -177,14 +178,6 @@ class ModelServer:
         self.grpc_port = bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
         await grpc_server.start()
         self.rest_address = sock.getsockname()[:2]
-        for source in self._sources:
-            log.info(
-                "serving model %r version %d (%s) from %s",
-                source.name,
-                source.version,
-                source.framework.value,
-                source.path,
-            )
         log.info(
             "REST API on http://%s:%d, gRPC on %s:%d",
             *self.rest_address,
@@ -210,12 +203,12 @@ class ModelServer:
     async def _load(self, server: GracefulServer, routed: asyncio.Event) -> None:
         try:
             try:
-                failures = await self.manager.start(routed)
+                failed = bool(await self.manager.start(routed))
             except Exception:
                 log.exception("loading the models named at start failed")
-                failures = {"": "start-up"}
                 routed.set()
-            if failures and self.one_model:
+                failed = True
+            if failed and self.one_model:
                 self.failed = True
                 server.should_exit = True
                 return

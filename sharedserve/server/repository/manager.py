@@ -277,7 +277,15 @@ class ModelManager:
         return change
 
     def _version(self, entry: VersionToServe) -> ModelVersion:
-        return ModelVersion(entry.source, entry.settings, self.frameworks.backend(entry.source))
+        source = entry.source
+        log.info(
+            "serving model %r version %d (%s) from %s",
+            source.name,
+            source.version,
+            source.framework.value,
+            source.path,
+        )
+        return ModelVersion(source, entry.settings, self.frameworks.backend(source))
 
     async def _complete(self, change: _Change) -> None:
         """``change``'s new versions loaded (in a worker thread), then routed with what it
