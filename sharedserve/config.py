@@ -176,6 +176,12 @@ class BenchSettings:
     """Port the Locust master listens on for workers."""
     seed: int = 0
     """Seed of the request data and the Poisson arrivals."""
+    server_cpus: tuple[int, ...] | None = None
+    """The CPUs the servers bench starts may run on; None: not pinned (``limits.affinity``)."""
+    loadgen_cpus: tuple[int, ...] | None = None
+    """The CPUs the load generator's processes may run on; None: not pinned."""
+    cpu_pinning: str = "not pinned"
+    """How the two were decided, in words, for the report."""
     command: tuple[str, ...] = ()
     """The command line, recorded in the report."""
 
@@ -320,6 +326,9 @@ class PackSettings:
     """Seconds between SIGTERM and SIGKILL when stopping replicas."""
     max_restarts: int = 5
     """Restarts in a row (without a stable minute between) after which a replica is given up."""
+    cpus: tuple[int, ...] | None = None
+    """The CPUs every replica may run on (its affinity, ``limits.affinity``); None: not pinned.
+    Bench sets it so that its load generator has CPUs of its own."""
 
     @property
     def total_replicas(self) -> int:

@@ -20,9 +20,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sharedserve.bench.mix import is_mix, model_lines, row_label
+from sharedserve.bench.mix import is_mix, model_lines, row_label, several_patterns
 from sharedserve.bench.report import as_recorded, row_cell
-from sharedserve.bench.summary import LOADGEN_CPU_LIMIT
+from sharedserve.bench.summary import loadgen_trouble
 from sharedserve.bench.verdict import throttle_notes
 
 __all__ = [
@@ -162,13 +162,17 @@ def print_summary(
     mix = is_mix(list(report.get("rows") or []))
     if mix:
         _table(console, "per model", list(MODEL_COLUMNS.values()), model_cells(report))
-    if any(row.get("unreliable") for row in report.get("rows") or []):
-        _line(
-            console,
-            f"(!) the load generator used more than {LOADGEN_CPU_LIMIT * 100:.0f}% of a core: it, "
-            "not the servers, may have been the limit; such rows are never recommended",
-            prose=True,
-        )
+    rows = list(report.get("rows") or [])
+    for row in rows:
+        trouble = loadgen_trouble(row)
+        if trouble is not None:
+            label = row_label(row, mix=mix, pattern=several_patterns(rows))
+            _line(
+                console,
+                f"(!) NOT TRUSTWORTHY, {label}: {trouble}; its "
+                "own delay is in the latencies, so the row is never recommended",
+                prose=True,
+            )
     for row in report.get("rows") or []:
         if row.get("stable") is False:
             _line(

@@ -20,6 +20,7 @@ from typing import Any
 from sharedserve.bench.offered import Offered
 from sharedserve.config import BenchSettings
 from sharedserve.errors import SharedServeError
+from sharedserve.limits.affinity import on_cpus
 from sharedserve.pack import Target
 from sharedserve.pack.probe import free_port
 
@@ -44,7 +45,8 @@ def loadgen_processes(settings: BenchSettings, offered: dict[str, Offered]) -> i
     users = sum(o.users for o in offered.values())
     rate = sum(o.rate or 0.0 for o in offered.values())
     needed = max(math.ceil(users / _USERS_PER_PROCESS), math.ceil(rate / _RPS_PER_PROCESS))
-    return 0 if needed <= 1 else min(needed, os.cpu_count() or 1)
+    cpus = len(settings.loadgen_cpus) if settings.loadgen_cpus else os.cpu_count() or 1
+    return 0 if needed <= 1 else min(needed, cpus)
 
 
 def _spec(
@@ -83,6 +85,7 @@ class Loadgen:
     ) -> None:
         directory = settings.out_dir / "loadgen"
         directory.mkdir(parents=True, exist_ok=True)
+        self._cpus = settings.loadgen_cpus
         local = loadgen_processes(settings, offered)
         workers = local + settings.external_workers
         self.result_path = directory / f"{tag}-result.json"
@@ -108,6 +111,9 @@ class Loadgen:
             )
 
     def _spawn(self, command: list[str]) -> subprocess.Popen[bytes]:
+        # On its own CPUs where bench gave it some: it then neither waits for the servers' CPU
+        # to send on time nor takes it from them.
+        command = on_cpus(command, self._cpus)
         # Own session, as pack's replicas: a Ctrl-C in the terminal reaches the sweep alone,
         # which stops the load generator in order (``stop``) rather than see it die mid-run.
         return subprocess.Popen(

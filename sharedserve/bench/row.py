@@ -138,7 +138,8 @@ class ReportRow:
     loadgen_cpu_util: float | None = None
     """The load generator's busiest process, in cores."""
     unreliable: bool = False
-    """The load generator was likely the bottleneck."""
+    """Not trustworthy: the load generator was likely the bottleneck (over 80% of a core) or
+    sent over 5% of its requests more than 1 ms late (``bench.summary.loadgen_trouble``)."""
     stable: bool | None = None
     """Whether the last windows agreed; null when not judged."""
     late_share: float | None = None

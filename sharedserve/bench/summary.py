@@ -13,7 +13,7 @@ Pure: standard library and the histogram only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sharedserve.bench.row import ModelFigures
 
 __all__ = [
+    "LATE_LIMIT",
     "LOADGEN_CPU_LIMIT",
     "MODEL_KEYS",
     "PER_MODEL_KEYS",
@@ -34,6 +35,7 @@ __all__ = [
     "TargetResult",
     "build_row",
     "finalize_rows",
+    "loadgen_trouble",
     "model_miss",
     "model_p99",
     "pct",
@@ -44,6 +46,11 @@ __all__ = [
 #: likely the bottleneck, and the latencies measure it as much as the servers. Locust itself
 #: warns at 90%; we stop trusting a row a little earlier.
 LOADGEN_CPU_LIMIT = 0.8
+#: Above this share of requests sent over 1 ms after their schedule (open loop), the load
+#: generator's own delay is in the latencies and two runs of the same load disagree: the row is
+#: not trustworthy, whatever its figures say. Kept off the servers' CPUs (``limits.affinity``)
+#: it sends well under this.
+LATE_LIMIT = 0.05
 
 ROW_KEYS = (
     "density",
@@ -400,7 +407,7 @@ def build_row(
         "gpu_mem_used_mib": _r3(samples.gpu_mem_used_mib),
         "cpu_util_mean": _r3(samples.cpu_util_mean),
         "loadgen_cpu_util": _r3(loadgen_cpu_util),
-        "unreliable": loadgen_cpu_util is not None and loadgen_cpu_util > LOADGEN_CPU_LIMIT,
+        "unreliable": False,
         "stable": stable,
         "late_share": (
             round(sum(t.late for t in targets) / requests, 6)
@@ -413,7 +420,21 @@ def build_row(
         "models": models,
         "per_model": [_per_replica(t, window_s) for t in targets],
     }
+    row["unreliable"] = loadgen_trouble(row) is not None
     return {key: row[key] for key in ROW_KEYS}
+
+
+def loadgen_trouble(row: Mapping[str, Any]) -> str | None:
+    """Why a row's load generator is not to be trusted, in words; None when it is: it used
+    more than ``LOADGEN_CPU_LIMIT`` of a core, or sent more than ``LATE_LIMIT`` of its requests
+    over 1 ms late. Either way its own delay is in the latencies (the row's ``unreliable``)."""
+    why = []
+    cpu, late = row.get("loadgen_cpu_util"), row.get("late_share")
+    if cpu is not None and cpu > LOADGEN_CPU_LIMIT:
+        why.append(f"the load generator used {pct(cpu)} of a core (over {pct(LOADGEN_CPU_LIMIT)})")
+    if late is not None and late > LATE_LIMIT:
+        why.append(f"{pct(late)} of requests were sent over 1 ms late (over {pct(LATE_LIMIT)})")
+    return " and ".join(why) or None
 
 
 def finalize_rows(rows: list[dict[str, Any]]) -> None:

@@ -41,6 +41,7 @@ from sharedserve.bench.verdict import recommend
 from sharedserve.config import BenchSettings, LoadPattern
 from sharedserve.errors import GpuError, SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
+from sharedserve.limits.affinity import format_cpus
 from sharedserve.pack import Pack, PackInterrupted, Target, read_targets
 
 __all__ = ["BenchInterrupted", "run_bench"]
@@ -215,6 +216,10 @@ def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, 
             "densities": [] if scale_one is None else [s * scale_one for s in settings.scales],
             "spec": None if settings.spec_file is None else str(settings.spec_file),
             "targets_file": None if settings.targets_file is None else str(settings.targets_file),
+            # Where each side ran: a load generator on the servers' CPUs delays what it sends.
+            "server_cpus": format_cpus(settings.server_cpus),
+            "loadgen_cpus": format_cpus(settings.loadgen_cpus),
+            "cpu_pinning": settings.cpu_pinning,
             # What each server reported it got, which the flags alone do not say (limits.py).
             "replica_limits": run.limits,
         },
@@ -230,6 +235,7 @@ def _measure_scale(run: _Run, scale: int) -> None:
         entries=tuple(replace(e, replicas=e.replicas * scale) for e in settings.pack.entries),
         targets_out=settings.out_dir / f"targets-scale-{scale}.json",
         log_dir=settings.out_dir / "logs" / f"scale-{scale}",
+        cpus=settings.server_cpus,
     )
     pack = Pack(pack_settings)
     try:

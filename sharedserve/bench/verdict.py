@@ -1,9 +1,10 @@
 """The verdict on a report's rows: the scale to run, why, and which tails a CPU quota sets. Pure.
 
 The recommendation is the largest scale whose every row met every model's own objective and can
-be trusted (not unstable, load generator not the limit); its reason names the scale above that
-missed and its models, worst first. Rows are ``bench.summary``'s, as ``report.json`` has them;
-each is read through its type (``bench.row.ReportRow``) before it is judged.
+be trusted (not unstable, load generator neither the limit nor late); its reason names the
+scale above that missed and its models, worst first. Rows are ``bench.summary``'s, as
+``report.json`` has them; each is read through its type (``bench.row.ReportRow``) before it is
+judged.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from sharedserve.bench.mix import typed_is_mix, typed_row_label, typed_several_patterns
 from sharedserve.bench.row import ModelFigures, ReportRow, parse_row
-from sharedserve.bench.summary import LOADGEN_CPU_LIMIT, pct, typed_model_miss
+from sharedserve.bench.summary import loadgen_trouble, pct, typed_model_miss
 from sharedserve.bench.windows import STABILITY_TOLERANCE
 
 __all__ = ["TAIL_RATIO_NOTE", "THROTTLED_SHARE_NOTE", "recommend", "throttle_notes"]
@@ -160,11 +161,15 @@ def _recommend(
             notes.append(f"though smaller {why(below[0])}, so the runs may be noisy")
     for row in unreliable:
         if best is None or row.scale_or_density > best:
-            cpu = pct(row.loadgen_cpu_util) if row.loadgen_cpu_util is not None else "?"
+            trouble = (
+                loadgen_trouble(
+                    {"loadgen_cpu_util": row.loadgen_cpu_util, "late_share": row.late_share}
+                )
+                or "the load generator lagged"
+            )
             notes.append(
-                f"{_label(rows, row)} is not recommended: the load generator used {cpu} of a core "
-                f"(over {pct(LOADGEN_CPU_LIMIT)}), so it, not the servers, may have been the "
-                "bottleneck"
+                f"{_label(rows, row)} is not trustworthy, so not recommended: {trouble}; the "
+                "load generator's own delay is in its latencies"
             )
     for row in unstable:
         if best is None or row.scale_or_density > best:

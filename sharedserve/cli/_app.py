@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -138,6 +138,38 @@ ProtocolOption = Annotated[
         case_sensitive=False,
     ),
 ]
+
+ServerCpus = Annotated[
+    str,
+    typer.Option(
+        help="CPUs the model servers may run on: auto, all (not pinned) or a list such as 0-2. "
+        "auto, on 2 or more CPUs: every CPU but the load generator's. Recorded in the report.",
+    ),
+]
+LoadgenCpus = Annotated[
+    str,
+    typer.Option(
+        help="CPUs the load generator may run on: auto, all or a list such as 3. auto: the last "
+        "quarter of the CPUs (at least one) on 2 or more, so that it neither lags behind nor "
+        "slows the servers it measures; the rest when --server-cpus is a list.",
+    ),
+]
+
+
+def cpu_settings(servers: str, loadgen: str, *, servers_started: bool = True) -> dict[str, Any]:
+    """``BenchSettings``' CPU fields from --server-cpus and --loadgen-cpus, on this host's CPUs
+    (``limits.affinity.split_cpus``); the split is logged, since it changes what is measured."""
+    from sharedserve.limits.affinity import split_cpus, usable_cpus
+
+    split = split_cpus(servers, loadgen, usable_cpus(), servers_started=servers_started)
+    described = split.describe()
+    logging.getLogger(__name__).info(
+        "servers on CPUs %s, load generator on %s (%s)",
+        described["server_cpus"] or "any",
+        described["loadgen_cpus"] or "any",
+        split.note,
+    )
+    return {"server_cpus": split.servers, "loadgen_cpus": split.loadgen, "cpu_pinning": split.note}
 
 
 @contextmanager

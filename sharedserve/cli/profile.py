@@ -10,9 +10,18 @@ from typing import Annotated, Any
 
 import typer
 
-from sharedserve.cli._app import FakeGpus, ProtocolOption, app, exit_when_stopped
+from sharedserve.cli._app import (
+    FakeGpus,
+    LoadgenCpus,
+    ProtocolOption,
+    ServerCpus,
+    app,
+    cpu_settings,
+    exit_when_stopped,
+)
 from sharedserve.cli._replicas import replica_environment
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
+from sharedserve.limits.affinity import AUTO
 
 __all__ = ["OpenLoopRow", "open_loop_row"]
 
@@ -80,6 +89,8 @@ def profile(
     gpu: _Gpu = PackEntry.gpu,
     protocol: ProtocolOption = BenchSettings.protocol,
     fake_gpus: FakeGpus = PackSettings.fake_gpus,
+    server_cpus: ServerCpus = AUTO,
+    loadgen_cpus: LoadgenCpus = AUTO,
 ) -> None:
     """Profile one model for `size`: a sequential and a parallel density sweep with `bench`,
     then an open-loop row of one replica.
@@ -93,7 +104,8 @@ def profile(
     beyond a call to each simulated request. Its rate: a tenth of the first sequential row's QPS
     per replica (an idle-ish server, not a queue), raised until the row expects 150 requests in
     --duration (size trusts a row of 100 or more) but never past a quarter of that QPS; a line
-    says when even a quarter gives under 100, and what --duration would do. For other patterns or
+    says when even a quarter gives under 100, and what --duration would do. The load generator
+    runs on CPUs of its own, as in `bench` (--server-cpus, --loadgen-cpus). For other patterns or
     settings, run `bench` and point the fleet file at its report.json.
     """
     from rich.console import Console
@@ -108,6 +120,7 @@ def profile(
     console = Console()
     progress = Console(stderr=True)
     patterns = (LoadPattern.SEQUENTIAL, LoadPattern.PARALLEL)
+    cpus = cpu_settings(server_cpus, loadgen_cpus)
     sweeps = [
         BenchSettings(
             out_dir=out / pattern.value,
@@ -120,6 +133,7 @@ def profile(
             stability_windows=stability_windows,
             warmup_s=warmup,
             command=("sharedserve", *sys.argv[1:]),
+            **cpus,
         )
         for pattern in patterns
     ]

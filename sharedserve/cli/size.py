@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sharedserve.cli._app import app, exit_when_stopped, refuse_flags
+from sharedserve.cli._app import app, cpu_settings, exit_when_stopped, refuse_flags
 from sharedserve.config import BenchSettings
 from sharedserve.errors import ConfigError
+from sharedserve.limits.affinity import AUTO
 
 if TYPE_CHECKING:  # the plan's module loads pydantic's types: only once a plan is made
     from sharedserve.size.plan import Plan
@@ -125,6 +126,21 @@ _FakeGpus = Annotated[
     ),
 ]
 
+_ServerCpus = Annotated[
+    str | None,
+    typer.Option(
+        help="--verify: the servers' CPUs, as for bench (auto, all or a list such as 0-2).",
+        show_default="auto: all but the load generator's",
+    ),
+]
+_LoadgenCpus = Annotated[
+    str | None,
+    typer.Option(
+        help="--verify: the load generator's CPUs, as for bench (auto, all or a list).",
+        show_default="auto: the last quarter, at least one, on 2 or more CPUs",
+    ),
+]
+
 
 @app.command()
 def size(
@@ -134,6 +150,12 @@ def size(
     duration: _Duration = None,
     warmup: _Warmup = None,
     fake_gpus: _FakeGpus = None,
+    server_cpus: Annotated[
+        str | None, typer.Option(help="--verify: as for bench.", show_default="auto")
+    ] = None,
+    loadgen_cpus: Annotated[
+        str | None, typer.Option(help="--verify: as for bench.", show_default="auto")
+    ] = None,
 ) -> None:
     """Plan how many GPUs a fleet of models needs, which models share which GPU, and what it
     costs against one model replica per GPU; or check one GPU's share of a plan by running it.
@@ -160,13 +182,20 @@ def size(
     each error (predicted - measured) / measured (negative: the plan was optimistic), whether
     each objective held, whether the measurement can be trusted (the run's stability, the load
     generator's lateness, the host's load average), and what to do next; exit 1 when an
-    objective did not hold.
+    objective did not hold. As in `bench`, the load generator runs on CPUs of its own
+    (--loadgen-cpus) and the servers on the rest (--server-cpus).
     """
     if (fleet is None) == (verify is None):
         raise ConfigError("give --fleet (plan a fleet) or --verify (check a GPU's share)")
     if fleet is not None:
         refuse_flags(
-            {"--duration": duration, "--warmup": warmup, "--fake-gpus": fake_gpus},
+            {
+                "--duration": duration,
+                "--warmup": warmup,
+                "--fake-gpus": fake_gpus,
+                "--server-cpus": server_cpus,
+                "--loadgen-cpus": loadgen_cpus,
+            },
             "for --verify only",
             beside="--fleet",
         )
@@ -177,7 +206,8 @@ def size(
         _print_plan(plan_fleet(fleet, out), out)
         return
     assert verify is not None
-    _verify(verify, out, duration, warmup, fake_gpus)
+    cpus = cpu_settings(server_cpus or AUTO, loadgen_cpus or AUTO)
+    _verify(verify, out, duration, warmup, fake_gpus, cpus)
 
 
 def _verify(
@@ -186,6 +216,7 @@ def _verify(
     duration: float | None,
     warmup: float | None,
     fake_gpus: Path | None,
+    cpus: dict[str, Any],
 ) -> None:
     """--verify: run the GPU's share here, print planned against measured; exit 1 when an
     objective did not hold."""
@@ -205,6 +236,7 @@ def _verify(
             environment=replica_environment(),
             command=("sharedserve", *sys.argv[1:]),
             run=lambda settings: run_stoppable(settings, Console(stderr=True)),
+            cpus=cpus,
         )
     _print_verify(result)
     if not result["held"]:

@@ -20,6 +20,7 @@ from sharedserve.errors import ConfigError
 from sharedserve.framework_output import require_installed
 from sharedserve.gpu.backend import open_gpu_backend
 from sharedserve.gpu.info import GpuInfo
+from sharedserve.limits.affinity import on_cpus
 from sharedserve.limits.cgroups import create_cpu_cgroup, remove_cgroup
 from sharedserve.pack.caps import EntryOnGpu, ReplicaShare, caps_on_gpu, place_entries
 from sharedserve.pack.probe import free_port, port_is_free
@@ -304,6 +305,7 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
         if cgroups is None and entry.cpu_limit_cores is not None:
             # Fallback: no quota, but the server still sizes its threads to the limit.
             command += ["--cpu-limit", f"{entry.cpu_limit_cores:g}"]
+        command = on_cpus(command, settings.cpus)
         specs.append(
             ReplicaSpec(
                 name=name,

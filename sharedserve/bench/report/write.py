@@ -36,10 +36,12 @@ from sharedserve.bench.report.page import render_html
 from sharedserve.bench.report.plots import GPU_KEYS, PLOT_NAMES, draw_plots
 from sharedserve.bench.report.sigfig import as_recorded, row_cell
 from sharedserve.bench.summary import (
+    LATE_LIMIT,
     LOADGEN_CPU_LIMIT,
     MODEL_KEYS,
     PER_MODEL_KEYS,
     ROW_KEYS,
+    loadgen_trouble,
 )
 from sharedserve.bench.verdict import throttle_notes
 from sharedserve.files import write_atomic
@@ -164,14 +166,22 @@ def _notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     notes = []
     mix = is_mix(rows)
     limit = f"{LOADGEN_CPU_LIMIT * 100:.0f}% of a core"
-    bad = [row_label(r, mix=mix, pattern=True) for r in rows if r.get("unreliable")]
+    bad = [
+        f"{row_label(r, mix=mix, pattern=True)} ({loadgen_trouble(r)})"
+        for r in rows
+        if loadgen_trouble(r)
+    ]
     if bad:
         notes.append(
-            f"Unreliable rows (the load generator used more than {limit}, so it, not the "
-            f"servers, may have been the bottleneck; never recommended): {', '.join(bad)}."
+            "Not trustworthy (the load generator's own delay is in these rows' latencies; "
+            f"never recommended): {'; '.join(bad)}."
         )
     elif any(r.get("loadgen_cpu_util") is not None for r in rows):
-        notes.append(f"No row was limited by the load generator (all under {limit}).")
+        late = f"; at most {LATE_LIMIT:.0%} of requests sent over 1 ms late"
+        opened = any(r.get("late_share") is not None for r in rows)
+        notes.append(
+            f"No row was limited by the load generator (all under {limit}{late if opened else ''})."
+        )
     unstable = [row_label(r, mix=mix, pattern=True) for r in rows
                 if r.get("stable") is False]  # fmt: skip
     if unstable:

@@ -136,9 +136,11 @@ def verify_gpu(
     environment: dict[str, str],
     command: tuple[str, ...],
     run: Callable[[BenchSettings], dict[str, Any]] = run_bench,
+    cpus: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the spec's share at its planned rates; write ``verify.json`` and the bench report in
-    ``out_dir``; return ``{"spec", "models": [compare's lines], "held"}``."""
+    ``out_dir``; return ``{"spec", "models": [compare's lines], "held"}``. ``cpus``: the
+    servers' and the load generator's CPUs, ``BenchSettings``' fields (``cli.cpu_settings``)."""
     plan = _plan_beside(spec_path)
     spec = load_spec(spec_path)
     rates: dict[str, float] = {}
@@ -159,6 +161,7 @@ def verify_gpu(
         duration_s=duration_s,
         warmup_s=warmup_s,
         command=command,
+        **(cpus or {}),
     )
     before = load_average()
     report = run(settings)  # the CLI's stops in order on SIGINT and SIGTERM

@@ -301,14 +301,24 @@ OK = [model("tiny-0", 20.0)]
             2,
             [
                 "density 2 is the largest",
-                "density 4 is not recommended: the load generator used 93% of a core (over 80%)",
+                "density 4 is not trustworthy, so not recommended: the load generator used 93% of "
+                "a core (over 80%)",
             ],
         ),
         (
             [fake_row(1, 1.0, unreliable=True, loadgen_cpu_util=0.95)],
             50.0,
             None,
-            ["no density can be recommended: every one that met", "density 1 is not recommended"],
+            ["no density can be recommended: every one that met", "density 1 is not trustworthy"],
+        ),
+        (  # an open-loop row whose load generator sent late is set aside alike
+            [fake_row(1, 1.0), fake_row(2, 1.0, unreliable=True, late_share=0.123)],
+            50.0,
+            1,
+            [
+                "density 2 is not trustworthy, so not recommended: 12.3% of requests were sent "
+                "over 1 ms late (over 5%)"
+            ],
         ),
         (  # largest, even above a density that missed; the miss is reported as noise
             [
