@@ -107,6 +107,18 @@ _Verify = Annotated[
         show_default="none",
     ),
 ]
+_Corrections = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="--fleet: a verify.json of `size --verify` (repeat for several GPUs): multiply each "
+        "verified model's predicted p50 and p99 by measured over predicted there (the largest "
+        "factor where several GPUs ran it), and re-plan a model whose corrected p99 is over its "
+        "objective (out of its shared server, more replicas, fewer processes a GPU). A file "
+        "whose run was not trustworthy is refused.",
+        show_default="none: predictions as modelled",
+        metavar="VERIFY.json",
+    ),
+]
 _Duration = Annotated[
     float | None,
     typer.Option(help="--verify: seconds measured.", show_default=f"{BenchSettings.duration_s:g}"),
@@ -131,6 +143,7 @@ def size(
     fleet: _Fleet = None,
     out: _Out = None,
     verify: _Verify = None,
+    corrections: _Corrections = None,
     duration: _Duration = None,
     warmup: _Warmup = None,
     fake_gpus: _FakeGpus = None,
@@ -161,9 +174,16 @@ def size(
     each objective held, whether the measurement can be trusted (the run's stability, the load
     generator's lateness, the host's load average), and what to do next; exit 1 when an
     objective did not hold.
+
+    --corrections OUT/verify-gpu-NNN/verify.json (with --fleet) plans again with each verified
+    model's predictions corrected by what that run measured: the loop is size, size --verify,
+    size --corrections, size --verify. plan.json's correction and plan.md's Corrections table
+    say by how much, from which file, and what was re-planned.
     """
     if (fleet is None) == (verify is None):
         raise ConfigError("give --fleet (plan a fleet) or --verify (check a GPU's share)")
+    if verify is not None:
+        refuse_flags({"--corrections": corrections or None}, "for --fleet only", beside="--verify")
     if fleet is not None:
         refuse_flags(
             {"--duration": duration, "--warmup": warmup, "--fake-gpus": fake_gpus},
@@ -174,7 +194,7 @@ def size(
             raise ConfigError("--fleet needs --out, the plan's directory")
         from sharedserve.size.run import plan_fleet
 
-        _print_plan(plan_fleet(fleet, out), out)
+        _print_plan(plan_fleet(fleet, out, corrections or []), out)
         return
     assert verify is not None
     _verify(verify, out, duration, warmup, fake_gpus)
