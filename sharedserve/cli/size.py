@@ -108,6 +108,18 @@ _Verify = Annotated[
         show_default="none",
     ),
 ]
+_Corrections = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="--fleet: a verify.json of `size --verify` (repeat for several GPUs): multiply each "
+        "verified model's predicted p50 and p99 by measured over predicted there (the largest "
+        "factor where several GPUs ran it), and re-plan a model whose corrected p99 is over its "
+        "objective (out of its shared server, more replicas, fewer processes a GPU). A file "
+        "whose run was not trustworthy is refused.",
+        show_default="none: predictions as modelled",
+        metavar="VERIFY.json",
+    ),
+]
 _Duration = Annotated[
     float | None,
     typer.Option(help="--verify: seconds measured.", show_default=f"{BenchSettings.duration_s:g}"),
@@ -147,15 +159,12 @@ def size(
     fleet: _Fleet = None,
     out: _Out = None,
     verify: _Verify = None,
+    corrections: _Corrections = None,
     duration: _Duration = None,
     warmup: _Warmup = None,
     fake_gpus: _FakeGpus = None,
-    server_cpus: Annotated[
-        str | None, typer.Option(help="--verify: as for bench.", show_default="auto")
-    ] = None,
-    loadgen_cpus: Annotated[
-        str | None, typer.Option(help="--verify: as for bench.", show_default="auto")
-    ] = None,
+    server_cpus: _ServerCpus = None,
+    loadgen_cpus: _LoadgenCpus = None,
 ) -> None:
     """Plan how many GPUs a fleet of models needs, which models share which GPU, and what it
     costs against one model replica per GPU; or check one GPU's share of a plan by running it.
@@ -184,9 +193,16 @@ def size(
     generator's lateness, the host's load average), and what to do next; exit 1 when an
     objective did not hold. As in `bench`, the load generator runs on CPUs of its own
     (--loadgen-cpus) and the servers on the rest (--server-cpus).
+
+    --corrections OUT/verify-gpu-NNN/verify.json (with --fleet) plans again with each verified
+    model's predictions corrected by what that run measured: the loop is size, size --verify,
+    size --corrections, size --verify. plan.json's correction and plan.md's Corrections table
+    say by how much, from which file, and what was re-planned.
     """
     if (fleet is None) == (verify is None):
         raise ConfigError("give --fleet (plan a fleet) or --verify (check a GPU's share)")
+    if verify is not None:
+        refuse_flags({"--corrections": corrections or None}, "for --fleet only", beside="--verify")
     if fleet is not None:
         refuse_flags(
             {
@@ -203,7 +219,7 @@ def size(
             raise ConfigError("--fleet needs --out, the plan's directory")
         from sharedserve.size.run import plan_fleet
 
-        _print_plan(plan_fleet(fleet, out), out)
+        _print_plan(plan_fleet(fleet, out, corrections or []), out)
         return
     assert verify is not None
     cpus = cpu_settings(server_cpus or AUTO, loadgen_cpus or AUTO)

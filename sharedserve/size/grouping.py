@@ -10,6 +10,8 @@ The rule, from each model's demand (``size.demand``):
   and a neighbour in its process would queue behind it.
 - **Measured only alone** (densest 1): dedicated. Its profile never saw a neighbour, and a shared
   server is one.
+- **Kept dedicated** (``kept_dedicated``): a model the plan re-planned out of a shared server,
+  its p99 as corrected by a verify run over its objective there (``size.run``).
 - **Cold** (the rest): gathered into shared servers, first fit in decreasing load, with models of
   as many replicas and the same densest (a shared server's replica holds one replica of each of
   its models; the least densest would bind the others), while the server holds: its models'
@@ -41,7 +43,7 @@ keeps a process per replica where that takes fewer GPUs (``dedicated``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sharedserve.placement import Replicas
@@ -164,12 +166,14 @@ def load(d: Demand) -> float:
     return d.rate_per_replica / d.capacity_qps if d.capacity_qps > 0 else 1.0
 
 
-def pageable(d: Demand, paging: PagingSettings | None) -> bool:
+def pageable(d: Demand, paging: PagingSettings | None, p99_factor: float = 1.0) -> bool:
     """Whether ``d`` may be paged: the fleet allows it, it is among the coldest, and its
-    objective has room for a page-in over its p99."""
+    objective has room for a page-in over its p99 (times ``p99_factor``, its correction by a
+    verify run: ``size.predict.corrections``)."""
     if paging is None or load(d) > PAGE_LOAD:
         return False
-    return d.slo_p99_ms is None or d.predicted_p99_ms + paging.page_in_ms <= d.slo_p99_ms
+    p99 = d.predicted_p99_ms * p99_factor
+    return d.slo_p99_ms is None or p99 + paging.page_in_ms <= d.slo_p99_ms
 
 
 def group(
@@ -181,15 +185,23 @@ def group(
     paging: PagingSettings | None = None,
     runtime_mib: float = 0.0,
     p99_of: ServerP99 | None = None,
+    p99_factors: Mapping[str, float] | None = None,
+    kept_dedicated: Mapping[str, str] | None = None,
 ) -> Grouping:
     """Each model dedicated or in a shared server, by the rule of the module's docstring;
     ``runtime_mib``: a process's host memory base (``size.host``); ``p99_of``: the plan's
-    prediction of a server's models (None: objectives are not checked)."""
+    prediction of a server's models (None: objectives are not checked); ``p99_factors``: the
+    corrections of verified models' p99s (``size.predict.corrections``; ``p99_of`` applies them
+    already); ``kept_dedicated``: models kept out of shared servers, with why (a corrected p99
+    over its objective in one: ``size.run``)."""
     serving: dict[str, Serving] = {}
     cold: list[Demand] = []
+    factors, kept = p99_factors or {}, kept_dedicated or {}
     for d in demands:
         share = load(d)
-        if share > COLD_LOAD:
+        if d.model in kept:
+            serving[d.model] = Serving(d.model, None, kept[d.model])
+        elif share > COLD_LOAD:
             serving[d.model] = Serving(
                 d.model,
                 None,
@@ -210,7 +222,7 @@ def group(
     refused: dict[str, str] = {}  # why the last server checked would not take a model
     for d in sorted(cold, key=lambda d: (d.replicas, d.max_density, -load(d), d.model)):
         candidates = open_.setdefault((d.replicas, d.max_density), [])
-        paged = pageable(d, paging)
+        paged = pageable(d, paging, factors.get(d.model, 1.0))
         home = _home(candidates[-_WINDOW:], d, paged=paged, room=room, target=target,
                      p99_of=p99_of, refused=refused)  # fmt: skip
         if home is None:

@@ -1,8 +1,16 @@
-"""``sharedserve size --fleet``: read the fleet and its profiles, plan, write the plan's files."""
+"""``sharedserve size --fleet``: read the fleet and its profiles, plan, write the plan's files.
+
+With ``--corrections``, verify runs' factors (``predict.corrections``) correct each verified
+model's predictions, and a plan that was optimistic is re-planned to meet its objectives: a
+corrected model over its objective leaves its shared server, then gets more replicas or fewer
+processes on its GPUs (``predict.corrections.meet_objective``), and the fleet is grouped and
+packed again; where nothing meets it, the plan warns.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from sharedserve.errors import ConfigError
@@ -26,10 +34,21 @@ from sharedserve.size.plan import (
     spec_name,
     write_plan,
 )
-from sharedserve.size.predict import LatencyForecaster
+from sharedserve.size.predict import (
+    Correction,
+    LatencyForecaster,
+    load_corrections,
+    meet_objective,
+    replanned,
+)
 from sharedserve.size.profile import ModelProfile, load_profiles
 
-__all__ = ["plan_fleet"]
+__all__ = ["REPLANS", "plan_fleet"]
+
+REPLANS = 3
+"""Times at most the fleet is re-planned for corrected models over their objectives: each round
+moves a model out of its server, or gives it more replicas or fewer neighbours, and a new
+packing may crowd another corrected model's GPU."""
 
 
 def _files(fleet: Fleet) -> tuple[dict[str, float], dict[str, str]]:
@@ -82,14 +101,18 @@ def _pack(
     paging: PagingSettings | None = None,
     runtime_mib: float = 0.0,
     predict: LatencyForecaster | None = None,
+    kept_dedicated: dict[str, str] | None = None,
 ) -> tuple[Grouping, Placement, int]:
     """The grouping, its packing, and the GPUs a process per replica takes. Packed both ways
     without the GPU limit (only the plan chosen must keep to it); shared servers are dropped
     where a process per replica takes fewer GPUs. ``predict``: the plan's forecaster, by which a
-    server's models must keep within their objectives."""
+    server's models must keep within their objectives; ``kept_dedicated``: models re-planned
+    out of shared servers, with why."""
+    factors = {} if predict is None else {m: c.p99_factor for m, c in predict.corrections.items()}
     grouping = group(wanted, gpu_memory_mib=gpus.memory_mib, reserve_mib=reserve, target=target,
                      paging=paging, runtime_mib=runtime_mib,
-                     p99_of=None if predict is None else predict.server_p99)  # fmt: skip
+                     p99_of=None if predict is None else predict.server_p99,
+                     p99_factors=factors, kept_dedicated=kept_dedicated)  # fmt: skip
     unlimited = OpenEnded(gpus.memory_mib, gpus.gpus_per_node)
     packing = place(grouping.requests(wanted), unlimited, reserve_mib=reserve, target=target)
     alone = packing
@@ -110,24 +133,86 @@ def _pack(
     return grouping, packing, len(alone.gpus)
 
 
-def plan_fleet(fleet_path: Path, out_dir: Path) -> Plan:
+def _replan(
+    wanted: list[Demand],
+    over: set[str],
+    grouping: Grouping,
+    predict: LatencyForecaster,
+    *,
+    kept: dict[str, str],
+    changed: dict[str, str],
+) -> tuple[list[Demand], bool]:
+    """``wanted`` with each model of ``over`` re-planned to meet its objective as corrected:
+    out of its shared server (into ``kept``, with why), with the replicas and density
+    ``meet_objective`` finds; what changed, in words, into ``changed``. Whether anything did. A
+    model nothing makes meet it is left as it was: a plan that costs more and still misses
+    would be no better (the plan warns)."""
+    moved, out = False, []
+    for d in wanted:
+        better = meet_objective(d, predict.alone) if d.model in over else None
+        if better is None:
+            out.append(d)
+            continue
+        words = []
+        server = grouping.serving[d.model].server
+        if server is not None and d.model not in kept:
+            kept[d.model] = (
+                f"dedicated: re-planned out of shared server {server}, where its p99 as "
+                f"corrected by size --verify was over its {d.slo_p99_ms:g} ms objective"
+            )
+            words.append(f"out of shared server {server}, into replicas of its own")
+        if better != d:
+            words.append(replanned(d, better))
+        if words:  # after an earlier round's, if any
+            changed[d.model] = "; ".join([*filter(None, [changed.get(d.model)]), *words])
+            moved = True
+        out.append(better)
+    return out, moved
+
+
+def _plan(
+    fleet: Fleet, wanted: list[Demand], warnings: list[str], corrections: dict[str, Correction]
+) -> Plan:
+    """The fleet grouped, packed and made a plan; re-planned, up to ``REPLANS`` times, while a
+    corrected model is predicted over its objective and re-planning changes something."""
+    gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
+    reserve, target = fleet.context_reserve_mib, fleet.utilization_target
+    # One forecaster, so the plan reuses grouping's simulations (and a re-plan all of them).
+    predict = LatencyForecaster.for_fleet(fleet, corrections)
+    kept: dict[str, str] = {}
+    changed: dict[str, str] = {}
+    for attempt in range(REPLANS + 1):
+        grouping, packing, separate = _pack(wanted, gpus, reserve, target, paging=fleet.paging,
+                                            runtime_mib=fleet.host_memory_per_process_mib,
+                                            predict=predict, kept_dedicated=kept)  # fmt: skip
+        plan = build_plan(fleet, wanted, packing, warnings, grouping=grouping,
+                          process_per_replica_gpus=separate, predict=predict,
+                          replanned=changed)  # fmt: skip
+        over = {m.name for m in plan.models if m.correction and m.predicted_p99_ms > m.slo_p99_ms}
+        if not over or attempt == REPLANS:
+            break
+        wanted, moved = _replan(wanted, over, grouping, predict, kept=kept,
+                                changed=changed)  # fmt: skip
+        if not moved:
+            break
+        predict.forget()  # the models changed: their predictions, not the simulations
+    return plan
+
+
+def plan_fleet(fleet_path: Path, out_dir: Path, corrections: Sequence[Path] = ()) -> Plan:
     """Plan the fleet; write plan.json, plan.md, plan.html, k8s.yaml and, when every model has
-    files, a pack spec per GPU into ``out_dir``; return the plan plan.json holds."""
+    files, a pack spec per GPU into ``out_dir``; return the plan plan.json holds.
+    ``corrections``: ``size --verify``'s verify.json files, whose factors correct the verified
+    models' predictions (``predict.corrections``)."""
     fleet = load_fleet(fleet_path)
+    factors, corrected = load_corrections(corrections, [m.name for m in fleet.models])
     profiles: dict[str, dict[str, ModelProfile]] = {}
     for m in fleet.models:
         if str(m.profile) not in profiles:
             profiles[str(m.profile)] = load_profiles(m.profile)
     sizes, directories = _files(fleet)
     wanted, warnings = demands(fleet, profiles, sizes)
-    gpus = OpenEnded(fleet.gpu.memory_mib, fleet.node.gpus, fleet.gpu.max_gpus)
-    reserve, target = fleet.context_reserve_mib, fleet.utilization_target
-    predict = LatencyForecaster.for_fleet(fleet)  # one, so the plan reuses grouping's simulations
-    grouping, packing, separate = _pack(wanted, gpus, reserve, target, paging=fleet.paging,
-                                        runtime_mib=fleet.host_memory_per_process_mib,
-                                        predict=predict)  # fmt: skip
-    plan = build_plan(fleet, wanted, packing, warnings, grouping=grouping,
-                      process_per_replica_gpus=separate, predict=predict)  # fmt: skip
+    plan = _plan(fleet, wanted, warnings + corrected, factors)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("gpu-*.yaml"):
         if spec_index(old) is not None:

@@ -1,4 +1,5 @@
-"""The ``sharedserve`` command line end to end: help, usage errors, model building, the demo.
+"""The ``sharedserve`` command line end to end: help, usage errors, model building, the demo,
+``size --corrections`` re-planning from a verify file.
 
 Help texts and usage errors run in this process through the CLI's own ``main``
 (``tests.support.cli.invoke``): they are settled before any server, framework or child starts,
@@ -7,6 +8,7 @@ so a child process per case only measured Python's start-up. The demo runs as a 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,49 @@ def test_usage_errors_reach_a_shell_as_exit_2() -> None:
     result = run_cli("serve", "--model", "missing-model-dir", "--gpu-memory-fraction", "1.5")
     assert result.returncode == 2, result.stderr
     assert "(0, 1]" in result.stderr and "Traceback" not in result.stderr
+
+
+PLAN_DATA = Path(__file__).resolve().parents[1] / "data" / "plan"
+
+
+def test_size_corrections_writes_the_corrected_plan(tmp_path: Path) -> None:
+    # A verify run of the fixture fleet's plan (tests/data/plan) found tiny 1.2x and ranker 2x
+    # slower than predicted: ranker's 6 ms in its shared server becomes 12, over its 10 ms.
+    verify = tmp_path / "verify.json"
+    lines = [{"model": "tiny", "predicted_p99_ms": 6.0, "measured_p99_ms": 7.2},
+             {"model": "ranker", "predicted_p99_ms": 6.0, "measured_p99_ms": 12.0}]  # fmt: skip
+    verify.write_text(json.dumps({"spec": "plan/gpu-002.yaml", "models": lines}))
+    out = tmp_path / "plan"
+    result = invoke("size", "--fleet", str(PLAN_DATA / "fleet.yaml"), "--out", str(out),
+                    "--corrections", str(verify))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    models = {m["name"]: m for m in json.loads((out / "plan.json").read_text())["models"]}
+    assert models["tiny"]["predicted_p99_ms"] == 7.2
+    assert models["tiny"]["correction"]["p99_factor"] == 1.2
+    assert models["ranker"]["serving"] == "dedicated"  # re-planned out of its server
+    assert models["ranker"]["predicted_p99_ms"] <= models["ranker"]["slo_p99_ms"]
+    assert models["vision"]["correction"] is None
+    assert "## Corrections" in (out / "plan.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--verify", "{tmp}/gpu-000.yaml", "--corrections", "{tmp}/verify.json"],
+         "--verify with --corrections: for --fleet only"),
+        (["--fleet", str(PLAN_DATA / "fleet.yaml"), "--out", "{tmp}/plan", "--corrections",
+          "{tmp}/verify.json"], "verify.json: trustworthy is false"),
+    ],
+    ids=["with-verify", "untrustworthy"],
+)  # fmt: skip
+def test_size_refuses_corrections_it_cannot_use(
+    tmp_path: Path, args: list[str], fragment: str
+) -> None:
+    (tmp_path / "verify.json").write_text(json.dumps({"trustworthy": False, "models": []}))
+    result = invoke("size", *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert result.exit_code == 2, result.output
+    assert fragment in result.stderr
+    assert not (tmp_path / "plan").exists()
 
 
 @pytest.mark.slow

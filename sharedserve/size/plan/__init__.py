@@ -7,6 +7,7 @@ from sharedserve.size.plan.build import build_plan
 from sharedserve.size.plan.document import (
     LowerBound,
     Plan,
+    PlanCorrection,
     PlanGpu,
     PlanKubernetes,
     PlanModel,
@@ -25,6 +26,7 @@ from sharedserve.size.plan.specs import gpu_specs, model_cap
 __all__ = [
     "LowerBound",
     "Plan",
+    "PlanCorrection",
     "PlanGpu",
     "PlanKubernetes",
     "PlanModel",

@@ -20,12 +20,13 @@ from sharedserve.size.host import process_host_mib
 from sharedserve.size.plan.document import (
     LowerBound,
     Plan,
+    PlanCorrection,
     PlanGpu,
     PlanModel,
     PlannedReplica,
     PlanServer,
 )
-from sharedserve.size.predict import LatencyForecaster
+from sharedserve.size.predict import MOST_REPLICAS, LatencyForecaster, PredictedLatency
 
 __all__ = ["build_plan"]
 
@@ -61,6 +62,16 @@ def _gpu(
                    gpu.densest)  # fmt: skip
 
 
+def _correction(predicted: PredictedLatency, replanned: str) -> PlanCorrection | None:
+    c = predicted.correction
+    if c is None or predicted.uncorrected_p99_ms is None:
+        return None
+    before = predicted.uncorrected_p50_ms
+    return PlanCorrection(c.p99_factor, c.p50_factor, c.source,
+                          None if before is None else _r(before),
+                          _r(predicted.uncorrected_p99_ms), replanned)  # fmt: skip
+
+
 def _model(
     entry: FleetModel,
     d: Demand,
@@ -70,8 +81,10 @@ def _model(
     *,
     serving: Serving | None,
     server: SharedServer | None = None,
+    replanned: str = "",
 ) -> PlanModel:
-    """``sharing``: the most processes on a GPU holding one of its replicas."""
+    """``sharing``: the most processes on a GPU holding one of its replicas; ``replanned``:
+    what re-planning changed for its corrected p99, in words."""
     predicted = predict(d, sharing, server)
     return PlanModel(
         name=d.model,
@@ -98,6 +111,7 @@ def _model(
         serving="dedicated" if serving is None or serving.server is None else "shared",
         server=None if serving is None else serving.server,
         serving_reason="" if serving is None else serving.reason,
+        correction=_correction(predicted, replanned),
     )
 
 
@@ -134,11 +148,13 @@ def build_plan(
     grouping: Grouping | None = None,
     process_per_replica_gpus: int | None = None,
     predict: LatencyForecaster | None = None,
+    replanned: dict[str, str] | None = None,
 ) -> Plan:
     """The plan, without its pack specs and manifests (``size.run`` adds them). ``grouping``:
     the shared servers ``packing`` placed (none: every model dedicated);
     ``process_per_replica_gpus``: the GPUs with every model dedicated (none: ``packing``'s);
-    ``predict``: a forecaster to reuse (none: a new one)."""
+    ``predict``: a forecaster to reuse (none: a new one); ``replanned``: what re-planning
+    changed for corrected models' objectives, by model (``size.run``)."""
     price = fleet.gpu.price_per_hour
     requests = grouping.requests(demands) if grouping else [d.placed_as() for d in demands]
     bound = lower_bound(requests, fleet.gpu.memory_mib, fleet.context_reserve_mib,
@@ -162,16 +178,25 @@ def build_plan(
     server_of = {d.model: s for s in servers.values() for d in s.models}
     models = [
         _model(entries[d.model], d, gpus_of[d.model], sharing[d.model], predict,
-               serving=serving.get(d.model), server=server_of.get(d.model))
+               serving=serving.get(d.model), server=server_of.get(d.model),
+               replanned=(replanned or {}).get(d.model, ""))
         for d in demands
     ]  # fmt: skip
     notes = list(warnings)
-    over = [m.name for m in models if m.predicted_p99_ms > m.slo_p99_ms]
+    over = [m.name for m in models if m.predicted_p99_ms > m.slo_p99_ms and not m.correction]
     if over:
         notes.append(
             f"predicted p99 over the objective where replicas share a GPU (see each "
             f"model's prediction_source): {listed(over)}; profile at higher "
             "densities, or set max_replicas_per_gpu"
+        )
+    still = [m.name for m in models if m.predicted_p99_ms > m.slo_p99_ms and m.correction]
+    if still:
+        notes.append(
+            f"predicted p99 over the objective as corrected by size --verify (see each "
+            f"model's correction): {listed(still)}; no re-plan met it (a process of its own, "
+            f"up to {MOST_REPLICAS}x its replicas, down to one process a GPU): relax its "
+            "objective, or make the model faster"
         )
     nodes, host = _nodes(packing, by_model, servers, fleet.host_memory_per_process_mib)
     crowded = [f"node {n} ({cores:g} cores)" for n, cores in enumerate(nodes)

@@ -9,7 +9,8 @@ went, each GPU's replicas, and the ``warnings`` a reader must see (profiles from
 a CPU, models not spread). GPU ``i``'s share is the pack spec ``spec_name(i)`` beside it
 (``size.plan.specs``). Models ``size.grouping`` gathers are placed as shared servers, a server's
 replica one process: each model's ``serving`` says which it got and why, and the cost is told
-three ways (one replica per GPU, a process per replica packed, this plan).
+three ways (one replica per GPU, a process per replica packed, this plan). A model whose
+predictions verify runs corrected (``size --corrections``) has its ``correction``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sharedserve.size.fleet import GpuType, NodeType
 __all__ = [
     "LowerBound",
     "Plan",
+    "PlanCorrection",
     "PlanGpu",
     "PlanKubernetes",
     "PlanModel",
@@ -91,6 +93,26 @@ class PlanGpu:
 
 
 @dataclass(frozen=True, config=DOCUMENT)
+class PlanCorrection:
+    """How a model's predictions were corrected by ``size --verify`` runs (``size --fleet
+    --corrections``): each figure the plan predicts for it is the uncorrected one times its
+    factor, measured over predicted on a verify run."""
+
+    p99_factor: float
+    p50_factor: float | None
+    """None: no verify run gave both a predicted and a measured p50; p50 uncorrected."""
+    source: str
+    """The verify file(s) the factors come from."""
+    predicted_p50_ms_before: float | None
+    """``predicted_p50_ms`` before the correction (on the same GPU, at the same rate)."""
+    predicted_p99_ms_before: float
+    """``predicted_p99_ms`` before the correction."""
+    replanned: str = ""
+    """What the plan changed for the model to meet its objective as corrected, in words; empty:
+    nothing."""
+
+
+@dataclass(frozen=True, config=DOCUMENT)
 class PlanModel:
     """A model's demand, the figures it came from, and the GPUs its replicas went to."""
 
@@ -132,6 +154,8 @@ class PlanModel:
     """The shared server holding it; None: dedicated."""
     serving_reason: str = ""
     """Why it is served as it is, in words (``size.grouping``)."""
+    correction: PlanCorrection | None = None
+    """Its predictions' correction by ``size --verify`` runs; None: uncorrected."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)

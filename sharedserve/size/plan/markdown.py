@@ -90,6 +90,7 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
             "Host memory each node's processes need, MiB (a runtime a process, and their "
             f"models){most}: {', '.join(f'{h:,.0f}' for h in plan.node_host_memory_mib)}.",
         ]
+    lines += _corrections(plan)
     lines += ["", "## Why each model is served as it is", ""]
     lines += [f"- {m.name}: {m.serving_reason or 'not stated'}" for m in plan.models]
     lines += ["", "## Predictions' expected error", ""]
@@ -119,3 +120,35 @@ def _per_process(plan: Plan) -> list[str]:
     return [
         f"| a process per replica, packed | {gpus} | {gpus * 730:,} | {_money(gpus * per_gpu)} |"
     ]
+
+
+def _figures(p50: float | None, p99: float) -> str:
+    return f"{'-' if p50 is None else f'{p50:g}'} / {p99:g}"
+
+
+def _corrections(plan: Plan) -> list[str]:
+    """The models ``size --verify`` runs corrected: by how much, from where, and what changed."""
+    corrected = [m for m in plan.models if m.correction is not None]
+    if not corrected:
+        return []
+    lines = [
+        "",
+        "## Corrections",
+        "",
+        "Predictions multiplied by what `size --verify` measured over what it predicted "
+        "(`size --corrections`).",
+        "",
+        "| model | factor p50 | factor p99 | from | predicted p50 / p99 ms before -> after "
+        "| re-planned |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in corrected:
+        c = m.correction
+        assert c is not None
+        p50 = "-" if c.p50_factor is None else f"{c.p50_factor:g}"
+        lines.append(
+            f"| {m.name} | {p50} | {c.p99_factor:g} | {c.source} | "
+            f"{_figures(c.predicted_p50_ms_before, c.predicted_p99_ms_before)} -> "
+            f"{_figures(m.predicted_p50_ms, m.predicted_p99_ms)} | {c.replanned or '-'} |"
+        )
+    return lines

@@ -1,8 +1,16 @@
 """A replica's p50 and p99 at its planned rate: ``forecast`` says which figure a model gets (its
 profile's row, or a simulation) and why; ``queueing`` simulates one server process's queue;
-``page_ins`` when a paged model's request waits for its page-in. Pure.
+``page_ins`` when a paged model's request waits for its page-in; ``corrections`` the factors
+``size --verify`` runs measured, by which a model's predictions are corrected. Pure.
 """
 
+from sharedserve.size.predict.corrections import (
+    MOST_REPLICAS,
+    Correction,
+    load_corrections,
+    meet_objective,
+    replanned,
+)
 from sharedserve.size.predict.forecast import (
     REQUESTS,
     LatencyForecaster,
@@ -14,14 +22,19 @@ from sharedserve.size.predict.page_ins import ready_times
 from sharedserve.size.predict.queueing import Batching, ModelLoad, Prediction, simulate
 
 __all__ = [
+    "MOST_REPLICAS",
     "REQUESTS",
     "Batching",
+    "Correction",
     "LatencyForecaster",
     "ModelLoad",
     "PredictedLatency",
     "Prediction",
     "calls_at_once",
+    "load_corrections",
+    "meet_objective",
     "ready_times",
+    "replanned",
     "simulate",
     "slots_of",
 ]

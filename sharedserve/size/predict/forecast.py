@@ -25,13 +25,17 @@ a rate and a slowdown meet in one figure, the load per slot (rho). Simulations a
 (about 2% in a p99 near saturation, less elsewhere, and always towards the worse), then scaled
 by the slowdown: a fleet of 10,000 models drawn from a few dozen profiles simulates a few
 hundred queues, not 10,000.
+
+Corrections: where ``size --verify`` measured a model (``predict.corrections``), each of its
+predictions is multiplied by its factors last (``LatencyForecaster._corrected``), whichever
+way it was made, so that every figure judged against its objective is the corrected one.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sharedserve.limits.cpu import CpuLimit, CpuLimitSource, thread_pool_sizes
@@ -39,6 +43,7 @@ from sharedserve.server import model_call_slots
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet
 from sharedserve.size.grouping import SharedServer
+from sharedserve.size.predict.corrections import Correction
 from sharedserve.size.predict.queueing import ModelLoad, Prediction, simulate
 from sharedserve.size.profile import ServiceTimes, cpu_slots
 
@@ -64,6 +69,12 @@ class PredictedLatency:
     """``queueing simulation`` or ``profile row``."""
     error: str
     """The error expected, and where that figure comes from, in words."""
+    correction: Correction | None = None
+    """The factors its figures were multiplied by (``predict.corrections``); None: none."""
+    uncorrected_p50_ms: float | None = None
+    """Its p50 before ``correction``."""
+    uncorrected_p99_ms: float | None = None
+    """Its p99 before ``correction``."""
 
 
 def slots_of(cpu_limit: float | None, node_cores: float) -> int:
@@ -146,8 +157,15 @@ def _unsimulated(d: Demand, sharing: int, why: str) -> PredictedLatency:
 class LatencyForecaster:
     """Forecasts replicas' p50 and p99; keeps each simulation for the plan's other replicas."""
 
-    def __init__(self, node_cores: float, page_in_ms: float | None = None) -> None:
+    def __init__(
+        self,
+        node_cores: float,
+        page_in_ms: float | None = None,
+        corrections: Mapping[str, Correction] | None = None,
+    ) -> None:
         self.node_cores = node_cores
+        self.corrections = dict(corrections or {})
+        """Each verified model's correction factors (``predict.corrections``), by name."""
         self.page_in_ms = page_in_ms
         """The fleet's page-in (``paging.page_in_ms``): what a shared server's paged model's
         request waits where its model was paged out (``predict.page_ins``); None: no paging."""
@@ -156,9 +174,45 @@ class LatencyForecaster:
         self._simulations: dict[tuple[Any, ...], list[Prediction]] = {}
 
     @classmethod
-    def for_fleet(cls, fleet: Fleet) -> LatencyForecaster:
-        """A forecaster of ``fleet``'s node and paging."""
-        return cls(fleet.node.cpu_cores, None if fleet.paging is None else fleet.paging.page_in_ms)
+    def for_fleet(
+        cls, fleet: Fleet, corrections: Mapping[str, Correction] | None = None
+    ) -> LatencyForecaster:
+        """A forecaster of ``fleet``'s node and paging, its models corrected by
+        ``corrections``."""
+        page_in_ms = None if fleet.paging is None else fleet.paging.page_in_ms
+        return cls(fleet.node.cpu_cores, page_in_ms, corrections)
+
+    def _corrected(self, model: str, p: PredictedLatency) -> PredictedLatency:
+        """``p`` times ``model``'s correction factors, if it has any; the one place they are
+        applied, after whatever made the prediction."""
+        c = self.corrections.get(model)
+        if c is None:
+            return p
+        p99 = p.p99_ms * c.p99_factor
+        p50 = p.p50_ms
+        if p50 is not None and c.p50_factor is not None:
+            p50 = p50 * c.p50_factor
+        measured = f"model error measured by size --verify and corrected for: {c.words()}"
+        return replace(
+            p,
+            p50_ms=None if p50 is None else min(p50, p99),  # a p50 over its p99 is no figure
+            p99_ms=p99,
+            source=f"{p.source}, corrected by size --verify",
+            error=p.error.replace(UNVERIFIED, measured) if UNVERIFIED in p.error
+            else f"{p.error}; {measured}",
+            correction=c,
+            uncorrected_p50_ms=p.p50_ms,
+            uncorrected_p99_ms=p.p99_ms,
+        )  # fmt: skip
+
+    def alone(self, d: Demand, sharing: int) -> float:
+        """``d``'s corrected p99 in a process of its own on a GPU of ``sharing`` processes, not
+        kept: ``predict.corrections.meet_objective`` tries it at other rates than the plan's."""
+        return self._corrected(d.model, self._predict(d, sharing)).p99_ms
+
+    def forget(self) -> None:
+        """Drop the plan's predictions, keeping the simulations: the models are re-planned."""
+        self._done.clear()
 
     def __call__(
         self, d: Demand, sharing: int, server: SharedServer | None = None
@@ -170,9 +224,9 @@ class LatencyForecaster:
         if found is None:
             if server is not None and all(m.service_times for m in server.models):
                 self._done.update(self._shared_server(server, sharing))
-                return self._done[key]
+                return self._corrected(d.model, self._done[key])
             found = self._done[key] = self._predict(d, sharing)
-        return found
+        return self._corrected(d.model, found)
 
     def server_p99(self, models: Sequence[Demand], sharing: int) -> dict[str, float] | None:
         """What ``size.grouping`` checks a candidate server by (its ``ServerP99``): each model's
@@ -185,7 +239,8 @@ class LatencyForecaster:
         server = SharedServer("a shared server", 1, list(models))
         out = {}
         for (name, _), p in self._shared_server(server, sharing).items():
-            out[name] = p.p99_ms if p.source == SHARED else math.inf  # not simulated: it saturated
+            # not simulated: it saturated
+            out[name] = self._corrected(name, p).p99_ms if p.source == SHARED else math.inf
         return out
 
     def _shared_server(

@@ -25,7 +25,7 @@ from sharedserve.config import BenchSettings, LoadPattern, PackSettings
 from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import load_spec
-from sharedserve.size.plan import Plan, read_plan, spec_index
+from sharedserve.size.plan import Plan, PlanModel, read_plan, spec_index
 from sharedserve.size.verify.advice import advice, conditions
 
 __all__ = ["compare", "gpu_predictions", "profile_protocol", "verify_gpu"]
@@ -86,6 +86,15 @@ def _error(predicted: float | None, measured: float | None) -> float | None:
     return round((predicted - measured) / measured, 3)
 
 
+def _applied(model: PlanModel | None) -> dict[str, Any] | None:
+    """The correction the plan had applied to the model's predictions (``size --fleet
+    --corrections``), which the next correction composes with; None: none."""
+    c = None if model is None else model.correction
+    if c is None:
+        return None
+    return {"p99_factor": c.p99_factor, "p50_factor": c.p50_factor, "source": c.source}
+
+
 def compare(
     plan: Plan,
     report: dict[str, Any],
@@ -95,7 +104,8 @@ def compare(
 ) -> list[dict[str, Any]]:
     """Predicted against measured, a line per model of the GPU's share; ``on_gpu`` and
     ``p50_on_gpu``: the plan's p99 and p50 predictions on that GPU, by model (else the model's
-    own, at its worst GPU). Each error is ``(predicted - measured) / measured``."""
+    own, at its worst GPU). Each error is ``(predicted - measured) / measured``; ``correction``
+    what the plan had multiplied the prediction by (``size --corrections`` composes with it)."""
     planned = {m.name: m for m in plan.models}
     (row,) = report["rows"]
     lines = []
@@ -117,6 +127,7 @@ def compare(
                 "measured_p99_ms": measured["p99_ms"],
                 "p99_error": _error(p99, measured["p99_ms"]),
                 "prediction_source": None if model is None else model.prediction_source,
+                "correction": _applied(model),
                 "slo_p99_ms": measured["slo_p99_ms"],
                 "slo_met": measured["slo_met"],
                 "errors": measured["errors"],
