@@ -7,8 +7,8 @@ so it is judged on what bench already records and on the host's load:
 - **unstable**: a bench row's last windows never agreed within 10% on QPS and p99
   (``stable`` false): the figures are those of a moving target.
 - **the load generator lagged**: more than ``LATE_LIMIT`` of a run's requests were sent over
-  1 ms after their scheduled time (``late_share``), or its CPU was the limit (``unreliable``):
-  its own delay is in the latencies.
+  1 ms after their scheduled time (``late_share``), or its CPU was the limit (above bench's
+  ``LOADGEN_CPU_LIMIT`` of a core): its own delay is in the latencies.
 
 Any of those and the measurement is **not trustworthy**: no verdict on the targets is given
 (``within_targets`` null, ``verdict`` says why). Beside them, flagged with a re-run advised but
@@ -30,6 +30,8 @@ latency, or more QPS, than was measured); positive, pessimistic.
 from __future__ import annotations
 
 from typing import Any
+
+from sharedserve.bench.summary import LOADGEN_CPU_LIMIT
 
 __all__ = [
     "BUSY_BEFORE",
@@ -107,7 +109,12 @@ def conditions(
         "stable": False if False in stable else True if all(stable) else None,
         "late_share": _worst([r.get("late_share") for r in rows]),
         "loadgen_cpu_util": _worst([r.get("loadgen_cpu_util") for r in rows]),
-        "loadgen_limited": any(r.get("unreliable") for r in rows),
+        # From its CPU, not the row's ``unreliable``, which may say more than the CPU: this flag
+        # names the CPU, and lateness is judged apart (``LATE_LIMIT``).
+        "loadgen_limited": any(
+            r.get("loadgen_cpu_util") is not None and r["loadgen_cpu_util"] > LOADGEN_CPU_LIMIT
+            for r in rows
+        ),
         "load_before": None if load_before is None else round(load_before, 2),
         "load_after": None if load_after is None else round(load_after, 2),
         "cores": cores,

@@ -77,6 +77,8 @@ ROW = {"stable": True, "late_share": 0.0, "loadgen_cpu_util": 0.1, "unreliable":
         ([{**ROW, "late_share": 0.02}, {**ROW, "late_share": 0.07}], True, 0.07, False),
         ([{**ROW, "late_share": None}, ROW], True, 0.0, False),
         ([ROW, {**ROW, "unreliable": True, "loadgen_cpu_util": 0.97}], True, 0.0, True),
+        # A row bench calls unreliable for its lateness alone: late, not CPU-bound.
+        ([{**ROW, "unreliable": True, "late_share": 0.07}], True, 0.07, False),
     ],
 )
 def test_the_conditions_of_several_runs_are_their_worst(
