@@ -13,10 +13,10 @@ tuning of the predictions:
 - **hot beside cold**: a busy small model beside cold ones (a small one and mobilenet_v2).
 
 Each fleet is sized for a 2-core "GPU" (this host's worth), min_replicas 2 so each GPU holds a
-replica of every model, and GPU 0's share is run at its planned rates twice, one run straight
-after the other: how far the second moves from the first is how far a measurement repeats on
-this host, the least error a prediction can be checked to here. Nothing here is a GPU figure:
-busy shares come from CPU throughput.
+replica of every model, and GPU 0's share is run at its planned rates twice in a row on the
+same servers (``size --verify --repeat 2``): how far the second moves from the first is how far
+a measurement repeats on this host, the least error a prediction can be checked to here.
+Nothing here is a GPU figure: busy shares come from CPU throughput.
 
     .venv/bin/python benchmarks/sizing_verify_cpu.py --out benchmarks/results/sizing_verify_cpu.md
 """
@@ -142,9 +142,8 @@ def _change(first: float | None, again: float | None) -> str:
     return f"{again:g} ({(again - first) / first:+.0%})"
 
 
-def _table(plan: dict[str, Any], verified: dict[str, Any], again: dict[str, Any]) -> list[str]:
+def _table(plan: dict[str, Any], verified: dict[str, Any]) -> list[str]:
     planned = {m["name"]: m for m in plan["models"]}
-    repeat = {m["model"]: m for m in again["models"]}
     lines = [
         "| model | serving | QPS planned | measured | error | p50 predicted ms | measured "
         "| error | p99 predicted ms | measured | error | objective ms | held | targets met "
@@ -153,30 +152,20 @@ def _table(plan: dict[str, Any], verified: dict[str, Any], again: dict[str, Any]
     ]
     for m in verified["models"]:
         p = planned[m["model"]]
-        r = repeat.get(m["model"], {})
+        again = m["runs"][-1]  # the second run, on the same servers
         serving = p["server"] if p["serving"] == "shared" else "dedicated"
+        targets = {True: "yes", False: "no", None: "not judged"}[m["within_targets"]]
         lines.append(
             f"| {m['model']} | {serving} | {m['planned_qps']:g} | {m['measured_qps']:g} "
             f"| {_error(m['qps_error'], TARGETS['qps'])} | {m['predicted_p50_ms']} "
             f"| {m['measured_p50_ms']} | {_error(m['p50_error'], TARGETS['p50'])} "
             f"| {m['predicted_p99_ms']} | {m['measured_p99_ms']} "
             f"| {_error(m['p99_error'], TARGETS['p99'])} | {m['slo_p99_ms']:g} "
-            f"| {'yes' if m['slo_met'] else 'NO'} | {'yes' if m['within_targets'] else 'no'} "
-            f"| {_change(m['measured_p50_ms'], r.get('measured_p50_ms'))} "
-            f"| {_change(m['measured_p99_ms'], r.get('measured_p99_ms'))} |"
+            f"| {'yes' if m['slo_met'] else 'NO'} | {targets} "
+            f"| {_change(m['measured_p50_ms'], again['measured_p50_ms'])} "
+            f"| {_change(m['measured_p99_ms'], again['measured_p99_ms'])} |"
         )
     return lines
-
-
-def _spread(verified: dict[str, Any], again: dict[str, Any], figure: str) -> float:
-    """The largest change of ``figure`` between the two runs, over the mix's models."""
-    first = {m["model"]: m[figure] for m in verified["models"]}
-    changes = [
-        abs(m[figure] - first[m["model"]]) / first[m["model"]]
-        for m in again["models"]
-        if m[figure] and first.get(m["model"])
-    ]
-    return max(changes, default=0.0)
 
 
 def _mix(work: Path, mix: str, duration: float, warmup: float) -> list[str]:
@@ -184,41 +173,43 @@ def _mix(work: Path, mix: str, duration: float, warmup: float) -> list[str]:
     out = _run("size", "--fleet", str(here / "fleet.yaml"), "--out", str(here / "plan"))
     if out.returncode:
         sys.exit(out.stderr)
-    # Measured twice, one run straight after the other: how far a measurement repeats on this
-    # host is the least error a prediction can be checked to here.
-    verified, again = (_verify(here, run, duration, warmup) for run in ("first", "again"))
+    # Measured twice in a row on the same servers: how far a measurement repeats on this host is
+    # the least error a prediction can be checked to here.
+    verified = _verify(here, duration, warmup)
     plan = json.loads((here / "plan" / "plan.json").read_text())
     gpu = plan["gpus"][0]
     held = ", ".join(sorted({r["server"] or r["model"] for r in gpu["replicas"]}))
+    spread = verified["repeat_spread"]
     return [
         f"## {mix}",
         "",
         f'The plan: {plan["gpu_count"]} "GPUs"; GPU 0 holds {held} (processes). Measured: '
         f"{_conditions(verified)} on {verified['conditions']['cores']} cores.",
         "",
-        *_table(plan, verified, again),
+        *_table(plan, verified),
         "",
         *(f"- (!) {flag}" for flag in verified["flags"]),
-        f"- Every figure within its target: {'yes' if verified['within_targets'] else 'no'}.",
-        f"- Measured again at once (the last two columns; {_conditions(again)}): p50 changed by "
-        f"up to {_spread(verified, again, 'measured_p50_ms'):.0%} and p99 by up to "
-        f"{_spread(verified, again, 'measured_p99_ms'):.0%} between the two runs.",
+        f"- Verdict: {verified['verdict']}.",
+        f"- Measured again at once on the same servers (the last two columns): p50 changed by "
+        f"up to {spread['p50'] or 0:.0%} and p99 by up to {spread['p99'] or 0:.0%} between "
+        "the two runs.",
         "",
     ]
 
 
-def _verify(here: Path, run: str, duration: float, warmup: float) -> dict[str, Any]:
-    # The load average lags: let what ran before (the profiles, the last run) fade, or verify
+def _verify(here: Path, duration: float, warmup: float) -> dict[str, Any]:
+    # The load average lags: let what ran before (the profiles, the last mix) fade, or verify
     # flags this host as busy with the benchmark's own work.
     deadline = time.monotonic() + 45
     while os.getloadavg()[0] > BUSY_BEFORE * (os.cpu_count() or 1) and time.monotonic() < deadline:
         time.sleep(3)
-    out = here / "plan" / f"verify-{run}"
-    verify = _run("size", "--verify", str(here / "plan" / "gpu-000.yaml"), "--out", str(out),
+    verify = _run("size", "--verify", str(here / "plan" / "gpu-000.yaml"), "--repeat", "2",
                   "--duration", f"{duration:g}", "--warmup", f"{warmup:g}")  # fmt: skip
     if verify.returncode not in (0, 1):
         sys.exit(verify.stderr)
-    result: dict[str, Any] = json.loads((out / "verify.json").read_text())
+    result: dict[str, Any] = json.loads(
+        (here / "plan" / "verify-gpu-000" / "verify.json").read_text()
+    )
     return result
 
 
@@ -256,10 +247,10 @@ def main() -> None:
         "density 1), one core a replica, of "
         + ", ".join(f"{n} ({s * args.profile_scale:g} s a row)" for n, s in ARCHITECTURES.items())
         + ". Each mix sized with `size "
-        f"--fleet` and GPU 0 verified with `size --verify plan/gpu-000.yaml --duration "
-        f"{args.duration:g} --warmup {args.warmup:g}` (open loop, each model at its planned "
-        f"rate), then measured again at once. Error is (predicted - measured) / measured: "
-        "negative, the plan was optimistic. "
+        f"--fleet` and GPU 0 verified with `size --verify plan/gpu-000.yaml --repeat 2 "
+        f"--duration {args.duration:g} --warmup {args.warmup:g}` (open loop, each model at its "
+        f"planned rate, measured twice in a row on the same servers). Error is "
+        "(predicted - measured) / measured: negative, the plan was optimistic. "
         f"Targets: {TARGETS_TEXT} (✗: missed). The load average "
         f"was {load:.2f} when the benchmark began; the run took {took:.1f} minutes.",
         "",

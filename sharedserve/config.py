@@ -165,6 +165,10 @@ class BenchSettings:
     stable then is flagged unstable. None: three times ``duration_s``."""
     warmup_s: float = 5.0
     """Seconds of load before the window opens (not recorded)."""
+    repeat: int = 1
+    """Measurements of each scale (or of the targets) in a row on the same started servers, a
+    row each, each with its own warm-up: whether a measurement repeats (``size --verify
+    --repeat``)."""
     slo_p99_ms: float | None = None
     """P99 latency objective in milliseconds of every model whose spec entry (or target) gives
     none; None: only those models' own objectives are judged."""
@@ -212,6 +216,7 @@ class BenchSettings:
                 math.isfinite(self.max_measured_s) and self.max_measured_s >= self.duration_s,
             ),
             ("--warmup", self.warmup_s >= 0),
+            ("--repeat", self.repeat >= 1),
             ("--concurrency", self.concurrency >= 1),
             ("--rate", self.rate > 0 and math.isfinite(self.rate)),
             ("--max-in-flight", self.max_in_flight >= 1),

@@ -6,7 +6,9 @@ starts ``python -m sharedserve.bench.loadgen master`` (plus local workers when o
 cannot offer the load; ``bench.launch``) and reads the result file it writes. This process packs,
 supervises, samples and reports. The report is rewritten after every scale, so an interrupted
 sweep keeps what it measured. Scale ``s`` runs ``s`` times every pack entry's replicas; a density
-sweep of one model is one entry of one replica, so its scales are its densities.
+sweep of one model is one entry of one replica, so its scales are its densities. With ``repeat``
+above 1 each scale's servers, once started, are measured that many times in a row, a row each:
+how far the rows differ is how far a measurement repeats, with the servers held fixed.
 
 Stopping is asked for, not forced: ``should_stop`` is polled wherever the sweep waits (replicas
 starting, load running), and the sweep then stops the load generator and the replicas in order
@@ -125,10 +127,33 @@ def _gpu_name(run: _Run, targets: list[Target]) -> str | None:
     return ", ".join(names) or None
 
 
-def _measure(
-    run: _Run, targets: list[Target], scale: int, pack: Pack | None, sampler: Sampler
-) -> dict[str, Any]:
+def _tag(scale: int, pack: Pack | None, repeat: int) -> str:
+    """The load generator's files' name of a measurement; a repeat's (``repeat`` from 1) ends
+    ``-run-N`` from the second on, so the first keeps the name it had before repeats."""
     tag = f"scale-{scale}" if pack is not None else "targets"
+    return tag if repeat == 1 else f"{tag}-run-{repeat}"
+
+
+def _measure_repeats(
+    run: _Run,
+    targets: list[Target],
+    scale: int,
+    pack: Pack | None,
+    on_row: Callable[[dict[str, Any]], None],
+) -> None:
+    """Measure the started servers ``settings.repeat`` times in a row, a row each."""
+    for repeat in range(1, run.settings.repeat + 1):
+        run.check()
+        # The pids now: a replica the packer restarted since the last run is sampled anew.
+        now = targets if pack is None else pack.targets()
+        sampler = Sampler(run.backend, _pids(now), cgroups=_cgroups(now))
+        run.rows.append(_measure(run, targets, scale, pack, sampler, tag=_tag(scale, pack, repeat)))
+        on_row(run.rows[-1])
+
+
+def _measure(
+    run: _Run, targets: list[Target], scale: int, pack: Pack | None, sampler: Sampler, *, tag: str
+) -> dict[str, Any]:
     settings = run.settings
     loadgen = Loadgen(settings, targets, replica_load(settings, targets, scale), tag)
     deadline = time.monotonic() + settings.warmup_s + settings.max_measured_s + 300
@@ -212,6 +237,7 @@ def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, 
             "stability_windows": settings.stability_windows,
             "max_duration_s": settings.max_measured_s,
             "warmup_s": settings.warmup_s,
+            "repeat": settings.repeat,
             "scales": list(settings.scales),
             "densities": [] if scale_one is None else [s * scale_one for s in settings.scales],
             "spec": None if settings.spec_file is None else str(settings.spec_file),
@@ -227,7 +253,7 @@ def _report(run: _Run, environment: dict[str, Any], partial: bool) -> dict[str, 
     }
 
 
-def _measure_scale(run: _Run, scale: int) -> None:
+def _measure_scale(run: _Run, scale: int, on_row: Callable[[dict[str, Any]], None]) -> None:
     settings = run.settings
     assert settings.pack is not None
     pack_settings = replace(
@@ -244,8 +270,7 @@ def _measure_scale(run: _Run, scale: int) -> None:
         except PackInterrupted as e:
             raise BenchInterrupted(e.message) from e
         run.record_limits(targets)
-        sampler = Sampler(run.backend, _pids(targets), cgroups=_cgroups(targets))
-        run.rows.append(_measure(run, targets, scale, pack, sampler))
+        _measure_repeats(run, targets, scale, pack, on_row)
     finally:
         pack.stop()
 
@@ -274,16 +299,13 @@ def run_bench(
             targets = read_targets(settings.targets_file)
             on_scale(1, len(targets))
             run.record_limits(targets)
-            sampler = Sampler(backend, _pids(targets), cgroups=_cgroups(targets))
-            run.rows.append(_measure(run, targets, 1, None, sampler))
-            on_row(run.rows[-1])
+            _measure_repeats(run, targets, 1, None, on_row)
         else:
             assert settings.pack is not None
             for scale in settings.scales:
                 run.check()
                 on_scale(scale, scale * sum(e.replicas for e in settings.pack.entries))
-                _measure_scale(run, scale)
-                on_row(run.rows[-1])
+                _measure_scale(run, scale, on_row)
                 write_report(settings.out_dir, _report(run, environment, partial=True))
     except (BenchInterrupted, KeyboardInterrupt):
         write_report(settings.out_dir, _report(run, environment, partial=True))

@@ -14,6 +14,8 @@ from sharedserve.errors import ConfigError
 from sharedserve.limits.affinity import AUTO
 
 if TYPE_CHECKING:  # the plan's module loads pydantic's types: only once a plan is made
+    from rich.table import Table
+
     from sharedserve.size.plan import Plan
 
 __all__: list[str] = []
@@ -43,6 +45,28 @@ def _share(error: float | None) -> str:
     return "-" if error is None else f"{error:+.0%}"
 
 
+def _runs_table(result: dict[str, Any]) -> Table:
+    """Each model's runs on the same servers (``--repeat``), and how far they moved."""
+    from rich.table import Table
+
+    table = Table(title=f"{result['repeat']} runs on the same servers (the first is above)")
+    for head in ("model", "p50 each run", "p50 spread", "p99 each run", "p99 spread"):
+        table.add_column(head, justify="left" if head == "model" else "right")
+    for m in result["models"]:
+        table.add_row(
+            m["model"],
+            ", ".join(_figure(r["measured_p50_ms"]) for r in m["runs"]),
+            _spread(m["spread_p50"]),
+            ", ".join(_figure(r["measured_p99_ms"]) for r in m["runs"]),
+            _spread(m["spread_p99"]),
+        )
+    return table
+
+
+def _spread(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def _print_verify(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -62,6 +86,8 @@ def _print_verify(result: dict[str, Any]) -> None:
         )  # fmt: skip
     console = Console(width=max(120, Console().width))
     console.print(table)
+    if result.get("repeat", 1) > 1:
+        console.print(_runs_table(result))
 
     def say(text: str) -> None:
         console.print(text, highlight=False)
@@ -75,14 +101,28 @@ def _print_verify(result: dict[str, Any]) -> None:
         f"Measurement: {stable}; sent late {late}; load average {_figure(c['load_before'])} "
         f"before, {_figure(c['load_after'])} after, on {c['cores']} cores."
     )
+    say(_repeats(result))
     for flag in result["flags"]:
         say(f"(!) {flag}")
-    targets = "every figure within its target" if result["within_targets"] else (
-        "NOT every figure within its target")  # fmt: skip
-    verdict = "every objective held" if result["held"] else "an objective did NOT hold"
-    say(f"{verdict}; {targets}; the bench report is {result['report']}")
+    held = "every objective held" if result["held"] else "an objective did NOT hold"
+    say(f"{held}; {result['verdict']}; the bench report is {result['report']}")
     for step in result["next_steps"]:
         say(f"next: {step}")
+
+
+def _repeats(result: dict[str, Any]) -> str:
+    """Whether the measurement repeats, in a line: the runs, the spreads against their limits."""
+    runs = result.get("repeat", 1)
+    if runs == 1:
+        return "Repeats: one run (--repeat N measures N times on the same servers)."
+    spread, limit = result["repeat_spread"], result["repeat_targets"]
+    said = {True: "it repeats", False: "it does NOT repeat", None: "not judged"}[result["repeats"]]
+    return (
+        f"Repeats: {runs} runs on the same servers (the errors above are the first's); the "
+        f"most a model moved from the first: p50 "
+        f"{_spread(spread['p50'])}, p99 {_spread(spread['p99'])} (within {limit['p50']:.0%} "
+        f"and {limit['p99']:.0%} to repeat): {said}."
+    )
 
 
 _Fleet = Annotated[
@@ -130,6 +170,16 @@ _Warmup = Annotated[
         help="--verify: seconds of load first.", show_default=f"{BenchSettings.warmup_s:g}"
     ),
 ]
+_Repeat = Annotated[
+    int | None,
+    typer.Option(
+        help="--verify: measure the share this many times in a row on the same started "
+        "servers (each with its own warm-up), to see whether the measurement repeats: each "
+        "model's runs and spread (the most a later run moved from the first) are printed and "
+        "in verify.json; errors are of the first run.",
+        show_default=f"{BenchSettings.repeat}",
+    ),
+]
 _FakeGpus = Annotated[
     Path | None,
     typer.Option(
@@ -162,6 +212,7 @@ def size(
     corrections: _Corrections = None,
     duration: _Duration = None,
     warmup: _Warmup = None,
+    repeat: _Repeat = None,
     fake_gpus: _FakeGpus = None,
     server_cpus: _ServerCpus = None,
     loadgen_cpus: _LoadgenCpus = None,
@@ -190,9 +241,13 @@ def size(
     profile was measured with) and prints planned against measured QPS, p50 and p99 per model,
     each error (predicted - measured) / measured (negative: the plan was optimistic), whether
     each objective held, whether the measurement can be trusted (the run's stability, the load
-    generator's lateness, the host's load average), and what to do next; exit 1 when an
-    objective did not hold. As in `bench`, the load generator runs on CPUs of its own
-    (--loadgen-cpus) and the servers on the rest (--server-cpus).
+    generator's lateness and CPU, the host's load average) and, with --repeat N (N runs on the
+    same servers), whether it repeats, and what to do next; exit 1 when an objective did not
+    hold. It writes OUT/verify.json, then the plan's plan.md and plan.html again with a
+    "Predicted against measured" section (a table; in plan.html also a plot of predicted
+    against measured p99) from every verify-*/verify.json beside the plan and this one. As in
+    `bench`, the load generator runs on CPUs of its own (--loadgen-cpus) and the servers on the
+    rest (--server-cpus).
 
     --corrections OUT/verify-gpu-NNN/verify.json (with --fleet) plans again with each verified
     model's predictions corrected by what that run measured: the loop is size, size --verify,
@@ -208,6 +263,7 @@ def size(
             {
                 "--duration": duration,
                 "--warmup": warmup,
+                "--repeat": repeat,
                 "--fake-gpus": fake_gpus,
                 "--server-cpus": server_cpus,
                 "--loadgen-cpus": loadgen_cpus,
@@ -223,7 +279,8 @@ def size(
         return
     assert verify is not None
     cpus = cpu_settings(server_cpus or AUTO, loadgen_cpus or AUTO)
-    _verify(verify, out, duration, warmup, fake_gpus, cpus)
+    _verify(verify, out, duration, warmup, fake_gpus,
+            BenchSettings.repeat if repeat is None else repeat, cpus)  # fmt: skip
 
 
 def _verify(
@@ -232,28 +289,39 @@ def _verify(
     duration: float | None,
     warmup: float | None,
     fake_gpus: Path | None,
+    repeat: int,
     cpus: dict[str, Any],
 ) -> None:
-    """--verify: run the GPU's share here, print planned against measured; exit 1 when an
-    objective did not hold."""
+    """--verify: run the GPU's share here, print planned against measured, show it in the plan's
+    pages; exit 1 when an objective did not hold."""
     from rich.console import Console
 
     from sharedserve.bench.run import run_stoppable
     from sharedserve.cli._replicas import replica_environment
+    from sharedserve.size.plan import show_verified
     from sharedserve.size.verify import verify_gpu
 
+    out_dir = out or spec.parent / f"verify-{spec.stem}"
     with exit_when_stopped():
         result = verify_gpu(
             spec,
-            out or spec.parent / f"verify-{spec.stem}",
+            out_dir,
             duration_s=BenchSettings.duration_s if duration is None else duration,
             warmup_s=BenchSettings.warmup_s if warmup is None else warmup,
             fake_gpus=fake_gpus,
             environment=replica_environment(),
             command=("sharedserve", *sys.argv[1:]),
+            repeat=repeat,
             run=lambda settings: run_stoppable(settings, Console(stderr=True)),
             cpus=cpus,
         )
     _print_verify(result)
+    shown = show_verified(spec.parent, out_dir / "verify.json")
+    left = f"; {shown.left_out} left out (another plan's, or unreadable)" if shown.left_out else ""
+    Console().print(
+        f"plan: {spec.parent / 'plan.html'} and plan.md show predicted against measured of "
+        f"{len(shown.runs)} verify run{'s' if len(shown.runs) != 1 else ''}{left}",
+        highlight=False,
+    )
     if not result["held"]:
         raise typer.Exit(1)

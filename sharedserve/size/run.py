@@ -28,10 +28,9 @@ from sharedserve.size.plan import (
     PlanKubernetes,
     build_plan,
     gpu_specs,
-    plan_html,
-    plan_markdown,
     spec_index,
     spec_name,
+    write_pages,
     write_plan,
 )
 from sharedserve.size.predict import (
@@ -230,6 +229,6 @@ def plan_fleet(fleet_path: Path, out_dir: Path, corrections: Sequence[Path] = ()
         dataclasses.replace(plan, pack_specs=specs), fleet, directories, out_dir
     )
     write_plan(plan, out_dir / "plan.json")
-    write_atomic(out_dir / "plan.md", plan_markdown(plan, specs).encode())
-    write_atomic(out_dir / "plan.html", plan_html(plan).encode())
+    # Without the verify runs a directory may hold from an earlier plan: they judged that one.
+    write_pages(plan, out_dir)
     return plan

@@ -6,6 +6,8 @@ gets one more plot: each model's P99 against the objective it is judged by, its 
 matplotlib's ``Figure`` with an explicit Agg canvas, never pyplot: pyplot picks a backend and
 keeps figures in global state, which a library should not touch. matplotlib is imported only when
 a plot is drawn, as it takes a noticeable part of a second to import and most commands never plot.
+``figure``, ``legend``, ``png`` and ``svg`` are the one way sharedserve draws a plot: the fleet
+plan's page (``size.plan.verified``) draws its own with them, as SVG inlined in the page.
 """
 
 from __future__ import annotations
@@ -18,8 +20,18 @@ from sharedserve.bench.mix import MODEL_PLOT, is_mix, model_lines, objectives, s
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-__all__ = ["GPU_KEYS", "PLOT_NAMES", "density_label", "draw_plots"]
+__all__ = [
+    "GPU_KEYS",
+    "PLOT_NAMES",
+    "density_label",
+    "draw_plots",
+    "figure",
+    "legend",
+    "png",
+    "svg",
+]
 
 PLOT_NAMES = (
     "p99_vs_density.png",
@@ -99,7 +111,7 @@ def _models_p99(ax: Axes, rows: list[dict[str, Any]]) -> None:
     # Objectives of one mix span orders of magnitude (a classifier's 50 ms beside a ResNet's
     # second): on a linear axis the small model's line and objective would sit on the floor.
     ax.set_yscale("log")
-    _legend(ax)
+    legend(ax)
 
 
 def _draw(
@@ -128,7 +140,42 @@ def _right(ax: Axes, rows: list[dict[str, Any]], key: str, label: str, colour: i
     return [right]
 
 
-def _legend(*axes: Axes) -> None:
+def figure(title: str, size: tuple[float, float] = (7.5, 4.5)) -> tuple[Figure, Axes]:
+    """A figure of one plot (``size`` in inches) with its title, on its own Agg canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    return fig, ax
+
+
+def png(fig: Figure) -> bytes:
+    """The figure as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def svg(fig: Figure) -> str:
+    """The figure as an ``<svg>`` element to inline in a page: its text as text (readable,
+    searchable, a tenth of the size of glyph outlines), no XML prologue, and the same bytes for
+    the same figure (no date, fixed ids), so a page re-rendered from the same files is the same."""
+    import matplotlib
+
+    buf = io.StringIO()
+    # rc_context restores the settings on leaving: svg's text and id settings are only read from
+    # rcParams, and nothing else here is changed.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "sharedserve"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def legend(*axes: Axes) -> None:
+    """The axes' lines in one legend, below the plot."""
     handles, labels = [], []
     for ax in axes:
         h, lab = ax.get_legend_handles_labels()
@@ -148,28 +195,18 @@ def _legend(*axes: Axes) -> None:
 def draw_plots(rows: list[dict[str, Any]], slo_p99_ms: float | None) -> dict[str, bytes]:
     """PNG bytes by file name (``PLOT_NAMES``), for the plots the rows have data for: none
     without rows, no GPU plot without GPU figures, the per-model one only for a mix."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
-    def figure(title: str) -> tuple[Figure, Axes]:
-        fig = Figure(figsize=(7.5, 4.5), dpi=100, layout="constrained")
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        ax.set_title(title)
+    def against_rows(title: str) -> tuple[Figure, Axes]:
+        fig, ax = figure(title)
         _density_axis(ax, rows)
         return fig, ax
-
-    def png(fig: Figure) -> bytes:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        return buf.getvalue()
 
     mix = is_mix(rows)
     against = "scale" if mix else "packing density"
     x = _x(rows)
     out: dict[str, bytes] = {}
     if any(r.get(k) is not None for r in rows for k in ("p50_ms", "p99_ms")):
-        fig, ax = figure(f"Latency vs {against} (all models merged)")
+        fig, ax = against_rows(f"Latency vs {against} (all models merged)")
         _draw(ax, rows, "p99_ms", "p99", style="o-", colour=0)
         _draw(ax, rows, "p50_ms", "p50", style="s--", colour=1)
         bad = [r for r in rows if r.get("unreliable") and r.get("p99_ms") is not None]
@@ -180,25 +217,25 @@ def draw_plots(rows: list[dict[str, Any]], slo_p99_ms: float | None) -> dict[str
             ax.axhline(slo_p99_ms, color="red", linestyle=":", label=f"SLO p99 {slo_p99_ms:g} ms")
         ax.set_ylabel("latency (ms)")
         ax.set_ylim(bottom=0)
-        _legend(ax)
+        legend(ax)
         out["p99_vs_density.png"] = png(fig)
     if mix and any(ln.get("p99_ms") is not None for ln in model_lines(rows)):
-        fig, ax = figure("P99 per model vs scale (each against its own SLO)")
+        fig, ax = against_rows("P99 per model vs scale (each against its own SLO)")
         _models_p99(ax, rows)
         out[MODEL_PLOT] = png(fig)
     if any(r.get("qps") is not None for r in rows):
-        fig, ax = figure(f"Throughput vs {against}")
+        fig, ax = against_rows(f"Throughput vs {against}")
         _draw(ax, rows, "qps", "QPS", style="o-", colour=0)
         ax.set_ylabel("requests/s (all models)")
         ax.set_ylim(bottom=0)
-        _legend(ax, *_right(ax, rows, "scaling_efficiency", "scaling efficiency", 1))
+        legend(ax, *_right(ax, rows, "scaling_efficiency", "scaling efficiency", 1))
         out["qps_vs_density.png"] = png(fig)
     if any(r.get(k) is not None for r in rows for k in GPU_KEYS):
-        fig, ax = figure(f"GPU vs {against}")
+        fig, ax = against_rows(f"GPU vs {against}")
         _draw(ax, rows, "gpu_util_mean", "util mean", style="o-", colour=0)
         _draw(ax, rows, "gpu_util_max", "util max", style="s--", colour=1)
         ax.set_ylabel("GPU utilization (%)")
         ax.set_ylim(0, 105)
-        _legend(ax, *_right(ax, rows, "gpu_mem_used_mib", "GPU memory used (MiB)", 2))
+        legend(ax, *_right(ax, rows, "gpu_mem_used_mib", "GPU memory used (MiB)", 2))
         out["gpu_vs_density.png"] = png(fig)
     return out

@@ -1,8 +1,10 @@
-"""``plan.md``: a fleet plan in Markdown, the cost comparison first. Pure."""
+"""``plan.md``: a fleet plan in Markdown, the cost comparison first, predicted against measured
+last once ``size --verify`` has run some of its GPUs. Pure."""
 
 from __future__ import annotations
 
 from sharedserve.size.plan.document import Plan, PlanModel
+from sharedserve.size.plan.verified import Verified, verified_markdown
 
 __all__ = ["plan_markdown"]
 
@@ -20,8 +22,9 @@ def _serving(m: PlanModel) -> str:
     return m.server if m.server is not None else m.serving
 
 
-def plan_markdown(plan: Plan, specs: list[str]) -> str:
-    """``plan.md``: the cost comparison first, then each model and each GPU."""
+def plan_markdown(plan: Plan, specs: list[str], verified: Verified | None = None) -> str:
+    """``plan.md``: the cost comparison first, then each model and each GPU, then the verify
+    runs of it."""
     gpu, bound, nodes = plan.gpu, plan.lower_bound, plan.node_count
     lines = [
         "# Fleet plan",
@@ -108,6 +111,9 @@ def plan_markdown(plan: Plan, specs: list[str]) -> str:
             f"| {g.index} | {g.node} | {g.held()} | {g.memory_used_mib:,.0f} / "
             f"{gpu.memory_mib:,} | {g.busy_share:.1%} | {spec} |"
         )
+    shown = verified_markdown(verified or Verified())
+    if shown:
+        lines += ["", *shown]
     return "\n".join(lines) + "\n"
 
 

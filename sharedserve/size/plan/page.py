@@ -2,7 +2,8 @@
 
 The cost comparison comes first (what finance asks), then the models with where each figure came
 from, then a bar per GPU for its memory and its busy share, each against its limit, so a reader
-sees at a glance which resource fills the GPUs. Styles are ``report.html``'s, inlined.
+sees at a glance which resource fills the GPUs; last, once ``size --verify`` has run some of its
+GPUs, predicted against measured (``verified``). Styles are ``report.html``'s, inlined.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from html import escape
 
 from sharedserve.bench.report import CSS
 from sharedserve.size.plan.document import Plan, PlanModel
+from sharedserve.size.plan.verified import VERIFIED_CSS, Verified, verified_html
 
 __all__ = ["plan_html"]
 
@@ -81,8 +83,10 @@ def _servers(plan: Plan) -> str:
     )
 
 
-def plan_html(plan: Plan) -> str:
-    """The page, from the plan ``plan.json`` holds."""
+def plan_html(plan: Plan, verified: Verified | None = None) -> str:
+    """The page, from the plan ``plan.json`` holds, and the verify runs of it (none: the page
+    as before any)."""
+    verified = verified or Verified()
     memory, target = float(plan.gpu.memory_mib), plan.utilization_target
     bound = plan.lower_bound
     cost = _table(
@@ -146,10 +150,12 @@ def plan_html(plan: Plan) -> str:
         _servers(plan),
         f"<h2>GPUs</h2><p>Memory against the GPU's {memory:,.0f} MiB; busy share against the "
         f"{target:.0%} target (dashed).</p>{gpus}",
+        verified_html(verified),
     ]
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>sharedserve fleet plan</title><style>{CSS}{_BARS}</style></head>"
+        f"<title>sharedserve fleet plan</title><style>{CSS}{_BARS}"
+        f"{VERIFIED_CSS if verified.runs else ''}</style></head>"
         f"<body><main>{''.join(body)}</main></body></html>\n"
     )

@@ -6,10 +6,15 @@ planned requests/s, so ``bench.offered`` hands every replica exactly its planned
 protocol the models' profiles were measured with (their reports' settings say it). The plan's
 predictions (its ``plan.json`` beside the spec) are then set against what was measured, model by
 model: QPS, p50 and p99 (the plan's prediction for that GPU, beside its neighbours there), each
-error as ``(predicted - measured) / measured``, and whether each objective held. How far the
-measurement can be trusted is judged beside it (``verify.advice``): the bench row's
-stability and the load generator's lateness, and the host's load average before and after
-against its cores. No second measuring code: this is ``bench``.
+error as ``(predicted - measured) / measured``, and whether each objective held. With
+``repeat`` N the started servers are measured N times in a row (bench's ``repeat``, a row each):
+each model's ``runs`` and how far they moved from the first (its ``spread_p50``/``spread_p99``),
+the errors and objectives of the first run. How far the measurement can be trusted is judged
+beside it (``verify.advice``): the bench rows' stability and the load generator's lateness and
+CPU, whether the runs repeat, and the host's load average before and after against its cores.
+No second measuring code: this is ``bench``. ``verify.json`` records the digest of the
+``plan.json`` it judged, by which the plan's pages find the runs of their plan
+(``size.plan.pages``).
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from sharedserve.config import BenchSettings, LoadPattern, PackSettings
 from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 from sharedserve.pack.spec import load_spec
-from sharedserve.size.plan import Plan, PlanModel, read_plan, spec_index
-from sharedserve.size.verify.advice import advice, conditions
+from sharedserve.size.plan import Plan, PlanModel, plan_digest, read_plan, spec_index
+from sharedserve.size.verify.advice import advice, conditions, spread
 
 __all__ = ["compare", "gpu_predictions", "profile_protocol", "verify_gpu"]
 
@@ -95,6 +100,15 @@ def _applied(model: PlanModel | None) -> dict[str, Any] | None:
     return {"p99_factor": c.p99_factor, "p50_factor": c.p50_factor, "source": c.source}
 
 
+def _run_figures(measured: dict[str, Any]) -> dict[str, Any]:
+    """One run's measured QPS, p50 and p99 of a model (its figures in that run's row)."""
+    return {
+        "measured_qps": measured.get("qps"),
+        "measured_p50_ms": measured.get("p50_ms"),
+        "measured_p99_ms": measured.get("p99_ms"),
+    }
+
+
 def compare(
     plan: Plan,
     report: dict[str, Any],
@@ -104,12 +118,16 @@ def compare(
 ) -> list[dict[str, Any]]:
     """Predicted against measured, a line per model of the GPU's share; ``on_gpu`` and
     ``p50_on_gpu``: the plan's p99 and p50 predictions on that GPU, by model (else the model's
-    own, at its worst GPU). Each error is ``(predicted - measured) / measured``; ``correction``
-    what the plan had multiplied the prediction by (``size --corrections`` composes with it)."""
+    own, at its worst GPU). Each error is ``(predicted - measured) / measured``, of the first
+    run (the report's first row); ``runs`` has every run's (a row each, in order) and
+    ``spread_p50``/``spread_p99`` how far they moved from the first (``advice.spread``);
+    ``correction`` what the plan had multiplied the prediction by (``size --corrections``
+    composes with it)."""
     planned = {m.name: m for m in plan.models}
-    (row,) = report["rows"]
+    first, *_ = rows = report["rows"]
     lines = []
-    for name, measured in row["models"].items():
+    for name, measured in first["models"].items():
+        runs = [_run_figures(row["models"].get(name, {})) for row in rows]
         model = planned.get(name)
         p99 = (on_gpu or {}).get(name, None if model is None else model.predicted_p99_ms)
         p50 = (p50_on_gpu or {}).get(name, None if model is None else model.predicted_p50_ms)
@@ -126,6 +144,9 @@ def compare(
                 "predicted_p99_ms": p99,
                 "measured_p99_ms": measured["p99_ms"],
                 "p99_error": _error(p99, measured["p99_ms"]),
+                "runs": runs,
+                "spread_p50": spread([r["measured_p50_ms"] for r in runs]),
+                "spread_p99": spread([r["measured_p99_ms"] for r in runs]),
                 "prediction_source": None if model is None else model.prediction_source,
                 "correction": _applied(model),
                 "slo_p99_ms": measured["slo_p99_ms"],
@@ -146,13 +167,17 @@ def verify_gpu(
     fake_gpus: Path | None,
     environment: dict[str, str],
     command: tuple[str, ...],
+    repeat: int = 1,
     run: Callable[[BenchSettings], dict[str, Any]] = run_bench,
     cpus: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the spec's share at its planned rates; write ``verify.json`` and the bench report in
-    ``out_dir``; return ``{"spec", "models": [compare's lines], "held"}``. ``cpus``: the
+    """Run the spec's share at its planned rates (``repeat`` times in a row on the same started
+    servers); write ``verify.json`` and the bench report in ``out_dir``; return what
+    ``verify.json`` holds: ``{"spec", "models": [compare's lines], "held", ...}``. ``cpus``: the
     servers' and the load generator's CPUs, ``BenchSettings``' fields (``cli.cpu_settings``)."""
     plan = _plan_beside(spec_path)
+    # Read before the run: which plan this verify judges, should the plan be made again meanwhile.
+    digest = plan_digest(spec_path.parent / "plan.json")
     spec = load_spec(spec_path)
     rates: dict[str, float] = {}
     for e in spec.entries:  # a shared server's models each at their own planned rate
@@ -171,6 +196,7 @@ def verify_gpu(
         max_in_flight=1000,
         duration_s=duration_s,
         warmup_s=warmup_s,
+        repeat=repeat,
         command=command,
         **(cpus or {}),
     )
@@ -184,10 +210,11 @@ def verify_gpu(
         gpu_predictions(plan, spec_path),
         gpu_predictions(plan, spec_path, "predicted_p50_ms"),
     )
-    (row,) = report["rows"]
-    measured = conditions(row, before, after, os.cpu_count() or 1, duration_s)
+    measured = conditions(report["rows"], before, after, os.cpu_count() or 1, duration_s)
     result = {
         "spec": str(spec_path),
+        "plan_digest": digest,
+        "repeat": len(report["rows"]),
         "protocol": protocol.value,
         "protocol_source": protocol_source,
         "models": lines,

@@ -216,10 +216,12 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
         assert model["cpu_limit"] == 0.5 and model["replicas"] == 2
     assert any("without a GPU" in w for w in plan["warnings"])
     spec = tmp_path / "plan" / "gpu-000.yaml"
+    # Twice on the same servers: whether the measurement repeats.
     result = run_cli("size", "--verify", str(spec), "--duration", "2", "--warmup", "0.5",
-                     "--fake-gpus", str(gpus))  # fmt: skip
+                     "--repeat", "2", "--fake-gpus", str(gpus))  # fmt: skip
     assert result.returncode in (0, 1), result.stderr
     verified = json.loads((tmp_path / "plan" / "verify-gpu-000" / "verify.json").read_text())
+    _check_repeated(tmp_path / "plan", verified, result.stdout)
     planned = {m["name"]: m["rate_per_replica"] for m in plan["models"]}
     for line in verified["models"]:
         rate = planned[line["model"]] * line["replicas"]
@@ -244,6 +246,22 @@ def test_profile_two_models_size_them_and_verify_a_gpu_on_this_cpu(
     for flag in verified["flags"]:
         assert f"(!) {flag.split(':')[0]}" in out
     assert result.returncode == (0 if verified["held"] else 1)
+
+
+def _check_repeated(plan: Path, verified: dict[str, Any], stdout: str) -> None:
+    """``--repeat 2``: two rows of one pack, each model's two runs, and the plan's pages show it."""
+    report = json.loads((plan / "verify-gpu-000" / "report.json").read_text())
+    assert verified["repeat"] == 2 and len(report["rows"]) == 2
+    # The load generator ran twice against the servers started once.
+    assert (plan / "verify-gpu-000" / "loadgen" / "scale-1-run-2.log").is_file()
+    for line in verified["models"]:
+        assert line["runs"][0]["measured_p99_ms"] == line["measured_p99_ms"]
+        assert len(line["runs"]) == 2 and line["spread_p99"] is not None
+    assert verified["repeat_spread"]["p99"] == max(m["spread_p99"] for m in verified["models"])
+    assert (verified["within_targets"] is None) == (not verified["trustworthy"])
+    assert "Repeats: 2 runs on the same servers" in " ".join(stdout.split())
+    assert "## Predicted against measured" in (plan / "plan.md").read_text()
+    assert "verify-point-" in (plan / "plan.html").read_text()
 
 
 def test_the_500_model_example_plans_from_its_committed_profiles(

@@ -19,7 +19,7 @@ def _line(model: str, *, qps: float = 0.0, p50: float = 0.0, p99: float = 0.0) -
 
 def _clean(**row: Any) -> dict[str, Any]:
     base = {"stable": True, "late_share": 0.0, "loadgen_cpu_util": 0.1, "unreliable": False}
-    return conditions({**base, **row}, 0.1, 1.5, 2, 60.0)
+    return conditions([{**base, **row}], 0.1, 1.5, 2, 60.0)
 
 
 def test_a_clean_run_within_targets_says_so_and_explains_the_sign() -> None:
@@ -33,7 +33,7 @@ def test_a_clean_run_within_targets_says_so_and_explains_the_sign() -> None:
     ("row", "before", "after", "flag"),
     [
         ({"stable": False}, 0.1, 1.0, "UNSTABLE"),
-        ({"late_share": 0.05}, 0.1, 1.0, "LOAD GENERATOR LATE: 5.0%"),
+        ({"late_share": 0.08}, 0.1, 1.0, "LOAD GENERATOR LATE: 8.0%"),
         ({"unreliable": True, "loadgen_cpu_util": 0.95}, 0.1, 1.0, "CPU-BOUND"),
         ({}, 1.9, 1.0, "BUSY HOST: load average 1.9 on 2 cores before"),
         ({}, 0.1, 3.5, "CONTENDED HOST: load average 3.5 on 2 cores after"),
@@ -43,7 +43,7 @@ def test_a_measurement_not_to_trust_is_flagged_and_a_rerun_advised(
     row: dict[str, Any], before: float, after: float, flag: str
 ) -> None:
     base = {"stable": True, "late_share": 0.0, "loadgen_cpu_util": 0.1, "unreliable": False}
-    measured = conditions({**base, **row}, before, after, 2, 60.0)
+    measured = conditions([{**base, **row}], before, after, 2, 60.0)
     said = advice([_line("a", p99=-0.6)], measured)
     assert any(flag in f for f in said["flags"]), said["flags"]
     assert "re-run on a quiet host" in said["next_steps"][0]
