@@ -91,3 +91,28 @@ def describe_verify(stage: kit.Stage) -> None:
         "",
         *kit.markdown_table(heads, table),
     )
+
+
+def describe_correction(stage: kit.Stage) -> None:
+    """The correction round: each model's factors, and the corrected plan's GPU verified."""
+    corrected = stage.results["corrected"]
+    verify = corrected["verify"]
+    table = [
+        [m["model"], m["predicted_p99_ms"], m["measured_p99_ms"],
+         "-" if m["p99_error"] is None else f"{m['p99_error']:+.0%}",
+         "-" if m.get("spread_p99") is None else f"{m['spread_p99']:.0%}"]
+        for m in verify["models"]
+    ]  # fmt: skip
+    factors = ", ".join(
+        f"{name} p99 x{c['p99_factor']:.3g}" for name, c in corrected["corrections"].items()
+    )
+    stage.section(
+        f"`sharedserve size --corrections` from that verify ({factors or 'nothing corrected'}), "
+        f"then `size --verify {verify['spec']}` of the corrected plan; servers on CPUs "
+        f"{verify['server_cpus'] or 'any'}, the load generator on {verify['loadgen_cpus'] or 'any'}"
+        f"; {verify['verdict'] or ''}.",
+        "",
+        *kit.markdown_table(
+            ["model", "predicted p99 ms", "measured p99 ms", "error", "repeat spread"], table
+        ),
+    )

@@ -101,6 +101,20 @@ def check_profile_stage(profile: dict[str, Any]) -> None:
     for line in verify["models"]:
         assert line["measured_qps"] > 0 and line["errors"] == 0
         assert line["predicted_p99_ms"] > 0 and line["measured_p99_ms"] > 0
+    # The load generator ran on a CPU of its own, the servers on the other.
+    assert verify["server_cpus"] and verify["loadgen_cpus"]
+    assert verify["server_cpus"] != verify["loadgen_cpus"]
+    # One correction round: every verified model corrected by what verify measured, and the
+    # corrected plan verified again.
+    corrected = profile["corrected"]
+    assert set(corrected["corrections"]) >= {m["model"] for m in verify["models"]}
+    by_model = {m["model"]: m for m in verify["models"]}
+    for name, factors in corrected["corrections"].items():
+        line = by_model[name]
+        assert factors["p99_factor"] == pytest.approx(
+            line["measured_p99_ms"] / line["predicted_p99_ms"], rel=0.02
+        )
+    assert corrected["verify"]["models"] and corrected["verify"]["held"] in (True, False)
 
 
 @pytest.mark.slow
