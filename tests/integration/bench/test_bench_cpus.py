@@ -63,6 +63,18 @@ def _loadgen_master(bench: subprocess.Popen[bytes], log: Path) -> int:
         time.sleep(0.05)
 
 
+def _stop(bench: subprocess.Popen[bytes]) -> None:
+    """A bench a failed assertion left running stopped in order: SIGTERM stops its replicas
+    (in sessions of their own, which a SIGKILL of bench would orphan), then SIGKILL."""
+    if bench.poll() is None:
+        bench.terminate()
+        try:
+            bench.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            bench.kill()
+            bench.wait()
+
+
 @pytest.mark.tensorflow
 def test_servers_and_load_generator_run_on_the_cpus_given_and_the_report_says_so(
     models_dir: Path, tmp_path: Path
@@ -84,9 +96,7 @@ def test_servers_and_load_generator_run_on_the_cpus_given_and_the_report_says_so
             assert _cpus_allowed(server["pid"]) == str(SERVER_CPU)
         assert bench.wait(timeout=180) == 0, log.read_text()
     finally:
-        if bench.poll() is None:
-            bench.kill()
-            bench.wait()
+        _stop(bench)
     settings = json.loads((out / "report.json").read_text())["settings"]
     assert (settings["server_cpus"], settings["loadgen_cpus"]) == (
         str(SERVER_CPU),
@@ -122,9 +132,7 @@ def test_a_starved_load_generator_is_reported_not_trustworthy(
             time.sleep(0.05)
         assert bench.wait(timeout=120) == 0, log.read_text()
     finally:
-        if bench.poll() is None:
-            bench.kill()
-            bench.wait()
+        _stop(bench)
     report = json.loads((out / "report.json").read_text())
     (row,) = report["rows"]
     assert row["late_share"] > 0.05
