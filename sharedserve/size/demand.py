@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from sharedserve.errors import ConfigError
 from sharedserve.placement import Replicas
 from sharedserve.size.fleet import Fleet, FleetModel, listed
-from sharedserve.size.profile import ModelProfile, ProfilePoint, ServiceTimes, capacity
+from sharedserve.size.profile import (
+    ModelProfile,
+    Neighbourhood,
+    ProfilePoint,
+    ServiceTimes,
+    capacity,
+)
 
 __all__ = ["Demand", "demands"]
 
@@ -78,6 +84,12 @@ class Demand:
     """Its objective (the fleet's), which a page-in must leave room in (``size.grouping``)."""
     files_mib: float | None = None
     """Its files' size on disk; None: the fleet gives no files (``size.host``)."""
+    kind: str | None = None
+    """The model its profile measured (``profile_model``): what a neighbour is matched by in
+    another model's measured neighbourhoods (``size.predict.interference``); None: its name."""
+    neighbourhoods: tuple[Neighbourhood, ...] = ()
+    """Where its profile measured it beside other processes, and its slowdown there
+    (``ModelProfile.neighbourhoods``)."""
 
     def p99_sharing(self, replicas: int) -> float:
         """The p99 predicted for a replica on a GPU of ``replicas`` replicas at the planned
@@ -183,6 +195,8 @@ def _demand(
         service_times_source=profile.service_times_source,
         slo_p99_ms=entry.slo_p99_ms,
         files_mib=weights_mib,
+        kind=profile.model,
+        neighbourhoods=profile.neighbourhoods,
     )
 
 

@@ -24,6 +24,11 @@ What a report does not say per model is estimated, and every point says how:
 - GPU busy share per replica: the row's mean GPU utilisation over its replicas, for a row of one
   model only (a mix's utilisation cannot be split between its models); ``None`` otherwise and
   without a real GPU.
+- Neighbourhoods (``ModelProfile.neighbourhoods``): how much slower the model ran beside other
+  processes, measured. Its rows beside another model's process (``profile --beside``: a
+  directory's ``beside-*`` folders, read by ``load_profiles``) over its open-loop row alone, and
+  its sequential rows at density N (beside N - 1 copies of itself) over its sequential row
+  alone. ``size.predict.interference`` picks the one a planned GPU is closest to.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -43,12 +48,17 @@ from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
 
 __all__ = [
+    "BESIDE",
+    "BesideRow",
     "Capacity",
     "ModelProfile",
+    "Neighbourhood",
     "ProfilePoint",
     "ServiceTimes",
+    "beside_rows",
     "capacity",
     "cpu_slots",
+    "in_flight",
     "load_profiles",
     "profiles_of",
 ]
@@ -83,7 +93,7 @@ class ServiceTimes:
         pairs = [(int(k) / 1000, n) for k, n in data.items() if k.isdigit()]
         return cls.of(sorted(pairs))
 
-    @property
+    @cached_property  # read for every neighbour of every replica a plan predicts
     def mean_ms(self) -> float:
         values, counts = np.asarray(self.values_ms), np.asarray(self.counts)
         return float(values @ counts / counts.sum())
@@ -91,6 +101,20 @@ class ServiceTimes:
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         counts = np.asarray(self.counts, dtype=float)
         return rng.choice(np.asarray(self.values_ms), size=n, p=counts / counts.sum())
+
+
+BESIDE = "beside-"
+"""How a profile directory's folder of a row beside other models' processes is named
+(``profile --beside``'s ``OUT/beside-NAME``): its report is read as a neighbourhood of the
+directory's model, not as points of it or a profile of its neighbour."""
+
+
+def in_flight(qps: float, mean_ms: float) -> float:
+    """A process's busy share as throughput gives it: its requests in flight on average (QPS x
+    mean latency, Little's law). What ``size.predict.interference`` compares neighbourhoods by,
+    measured and planned alike: a CPU host has no utilisation per process, and a GPU's
+    utilisation in a row of several processes cannot be split between them."""
+    return qps * mean_ms / 1000
 
 
 def cpu_slots(cpu_limit: float | None, default_cores: float) -> int:
@@ -141,6 +165,47 @@ class ProfilePoint:
     """The model's latencies in this row (its replicas' merged); None: the report lacks them."""
 
 
+def _mean_ms(times: ServiceTimes | None, p50_ms: float | None) -> float:
+    """A row's mean latency: from its histogram, else its p50 (a report from before them)."""
+    return times.mean_ms if times is not None else p50_ms or 0.0
+
+
+@dataclass(frozen=True)
+class BesideRow:
+    """A model in a row measured beside other models' processes (``profile --beside``)."""
+
+    point: ProfilePoint
+    neighbours: tuple[tuple[str, float], ...]
+    """Each other model of the row and its busy share there (``in_flight``)."""
+    source: str
+    """The report's folder, for the plan."""
+
+
+@dataclass(frozen=True)
+class Neighbourhood:
+    """Other processes a model was measured beside, and how much slower it was among them."""
+
+    kind: str
+    """The neighbours' model, as profiled (of several, the one with the largest busy share)."""
+    neighbours: str
+    """Who they were, in words: ``resnet50``, ``3 copies of itself``."""
+    busy_share: float
+    """Their busy shares summed (``in_flight``: from the row's throughput and latencies)."""
+    p50_slowdown: float
+    """The model's p50 there over its p50 alone (the same pattern's row of one replica)."""
+    p99_slowdown: float
+    """The same of its p99."""
+    source: str
+    """Where it was measured: the profile and the row."""
+
+    @property
+    def description(self) -> str:
+        return (
+            f"interference measured beside {self.neighbours} at {self.busy_share:.2g} busy "
+            f"({self.source})"
+        )
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """Every point a report measured of one model."""
@@ -151,15 +216,18 @@ class ModelProfile:
     points: tuple[ProfilePoint, ...]
     source: str
     """Where the profile came from (the report's path), for messages and the plan."""
+    beside: tuple[BesideRow, ...] = ()
+    """Its rows beside other models' processes (a profile directory's ``beside-*`` reports)."""
 
     @property
     def max_density(self) -> int:
         """The most replicas that shared a GPU in any trusted row: beyond it is extrapolation."""
         return max((p.density for p in self.points if p.trusted), default=0)
 
-    def _alone(self, pattern: str) -> ProfilePoint | None:
-        """The trusted ``pattern`` row of one replica alone (density 1) with a histogram; of
-        several (a directory of reports), the one with the most requests."""
+    def _alone(self, pattern: str, timed: bool = True) -> ProfilePoint | None:
+        """The trusted ``pattern`` row of one replica alone (density 1) with a histogram (any,
+        unless ``timed``); of several (a directory of reports), the one with the most
+        requests."""
         alone = [
             p
             for p in self.points
@@ -167,9 +235,39 @@ class ModelProfile:
             and p.pattern == pattern
             and p.density == 1
             and p.replicas == 1
-            and p.service_times is not None
+            and (p.service_times is not None or not timed)
         ]
         return max(alone, key=_service_count, default=None)
+
+    @cached_property
+    def neighbourhoods(self) -> tuple[Neighbourhood, ...]:
+        """Every neighbourhood it was measured in, with its slowdown there: its sequential rows
+        at density N (N - 1 copies of itself, each as busy as that row shows a replica) over
+        its sequential row alone, and its rows beside other models (``beside``) over its
+        open-loop row alone, whose rate they repeat. Trusted rows with a p50 and p99 only; a
+        mix's sequential rows are left out (their neighbours are not copies of it)."""
+        out: list[Neighbourhood | None] = []
+        alone = self._alone("sequential", timed=False)
+        for p in self.points:
+            if p.pattern == "sequential" and 1 < p.density == p.replicas and alone is not None:
+                copies = p.density - 1
+                busy = copies * in_flight(p.qps_per_replica, _mean_ms(p.service_times, p.p50_ms))
+                words = f"{copies} cop{'y' if copies == 1 else 'ies'} of itself"
+                where = f"profile {self.source}, its sequential row at density {p.density}"
+                out.append(
+                    _slowed(p, alone, kind=self.model, neighbours=words, busy=busy, where=where)
+                )
+        solo = self._alone("poisson", timed=False)
+        for row in self.beside:
+            if row.neighbours and solo is not None:
+                kind = max(row.neighbours, key=lambda n: n[1])[0]
+                words = ", ".join(name for name, _ in row.neighbours)
+                busy = sum(share for _, share in row.neighbours)
+                where = f"profile {row.source}"
+                out.append(
+                    _slowed(row.point, solo, kind=kind, neighbours=words, busy=busy, where=where)
+                )
+        return tuple(n for n in out if n is not None)
 
     # Cached: every fleet model drawing on this profile reads these three (size.demand), and
     # each reads the others.
@@ -222,6 +320,25 @@ class ModelProfile:
         )
 
 
+def _slowed(
+    beside: ProfilePoint,
+    alone: ProfilePoint,
+    *,
+    kind: str,
+    neighbours: str,
+    busy: float,
+    where: str,
+) -> Neighbourhood | None:
+    """The neighbourhood ``beside`` was measured in (the rest as ``Neighbourhood``'s), its p50
+    and p99 over ``alone``'s; None where either row is untrusted or lacks them."""
+    rows = (beside, alone)
+    if not all(r.trusted and r.p50_ms and r.p99_ms for r in rows):
+        return None
+    assert beside.p50_ms and beside.p99_ms and alone.p50_ms and alone.p99_ms
+    return Neighbourhood(kind, neighbours, busy, beside.p50_ms / alone.p50_ms,
+                         beside.p99_ms / alone.p99_ms, where)  # fmt: skip
+
+
 def _service_count(point: ProfilePoint) -> int:
     return 0 if point.service_times is None else sum(point.service_times.counts)
 
@@ -246,7 +363,6 @@ def _model_point(row: ReportRow, model: ModelFigures, gpu_mib: int | None) -> Pr
         mem, source = (mib_of(fraction, gpu_mib), "cap") if fraction and gpu_mib else (None, None)
     util = row.gpu_util_mean
     alone = len(row.models) == 1
-    pairs = model.latency_histogram_ms
     return ProfilePoint(
         pattern=row.pattern,
         density=row.density,
@@ -261,7 +377,7 @@ def _model_point(row: ReportRow, model: ModelFigures, gpu_mib: int | None) -> Pr
         gpu_mem_mib=None if mem is None else float(mem),
         gpu_mem_source=source,
         gpu_busy_share=util / 100 / row.density if util is not None and alone else None,
-        service_times=ServiceTimes.of([(v, n) for v, n in pairs]) if pairs else None,
+        service_times=_times(model),
     )
 
 
@@ -294,28 +410,53 @@ def profiles_of(report: Any, source: str = "report") -> dict[str, ModelProfile]:
     }
 
 
-def _read(path: Path) -> dict[str, ModelProfile]:
+def _json(path: Path) -> Any:
     try:
-        report = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except OSError as e:
         raise ConfigError(f"cannot read profile {path}: {e.strerror}") from e
     except ValueError as e:
         raise ConfigError(f"profile {path} is not valid JSON: {e}") from e
-    return profiles_of(report, str(path))
+
+
+def beside_rows(report: Any, source: str) -> dict[str, list[BesideRow]]:
+    """Each model's rows in a parsed report of models measured beside each other's processes
+    (``profile --beside``), with the others' busy shares there, by model name."""
+    rows = parse_rows(report, source)
+    _, gpu_mib = _gpu(report, rows)
+    out: dict[str, list[BesideRow]] = {}
+    for row in rows:
+        busy = {n: in_flight(m.qps, _mean_ms(_times(m), m.p50_ms)) for n, m in row.models.items()}
+        for name, model in row.models.items():
+            others = tuple((n, b) for n, b in busy.items() if n != name)
+            point = _model_point(row, model, gpu_mib)
+            out.setdefault(name, []).append(BesideRow(point, others, source))
+    return out
+
+
+def _times(model: ModelFigures) -> ServiceTimes | None:
+    pairs = model.latency_histogram_ms
+    return ServiceTimes.of([(v, n) for v, n in pairs]) if pairs else None
 
 
 def load_profiles(path: Path) -> dict[str, ModelProfile]:
     """The profiles of every model in a ``report.json``, or in every report.json under a
     directory (``sharedserve profile``'s sequential, parallel and poisson sweeps), their points
-    together."""
+    together; a directory's ``beside-*`` reports (``profile --beside``) are its models' rows
+    beside other processes (``ModelProfile.beside``), and their neighbours are no profiles."""
     if not path.is_dir():
-        return _read(path)
+        return profiles_of(_json(path), str(path))
     reports = sorted(path.rglob("report.json"))
-    if not reports:
-        raise ConfigError(f"profile directory {path} holds no report.json")
+    beside = [r for r in reports if r.parent.name.startswith(BESIDE)]
+    own = [r for r in reports if r not in beside]
+    if not own:
+        raise ConfigError(
+            f"profile directory {path} holds no report.json"
+            + (f" but its {BESIDE}* ones, which measure it beside others" if beside else "")
+        )
     merged: dict[str, ModelProfile] = {}
-    for report in reports:
-        for name, found in _read(report).items():
+    for report in own:
+        for name, found in profiles_of(_json(report), str(report)).items():
             have = merged.get(name)
             if have is None:
                 merged[name] = ModelProfile(name, found.gpu_name, found.points, str(path))
@@ -326,6 +467,10 @@ def load_profiles(path: Path) -> dict[str, ModelProfile]:
                     f"and on {found.gpu_name}; a profile is one kind of GPU"
                 )
             merged[name] = ModelProfile(name, have.gpu_name, have.points + found.points, str(path))
+    for report in beside:
+        for name, rows in beside_rows(_json(report), str(report.parent)).items():
+            if name in merged:
+                merged[name] = replace(merged[name], beside=merged[name].beside + tuple(rows))
     return merged
 
 

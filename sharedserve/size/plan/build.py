@@ -1,15 +1,15 @@
 """``build_plan``: the models' demands, their grouping and their packing made into a ``Plan``
 (``size.plan.document``, the one type of ``plan.json``). Pure.
 
-Each GPU's replicas with their predicted p50 and p99 beside their neighbours there, each model's
-demand, serving and where its replicas went, the cost three ways and the lower bound, and each
-node's CPU cores and host memory.
+Each GPU's replicas with their predicted p50 and p99 beside their neighbours there (the models of
+its other processes, at their planned rates), each model's demand, serving and where its
+replicas went (its predictions at its worst GPU), the cost three ways and the lower bound, and
+each node's CPU cores and host memory.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 from sharedserve.placement import Placement, PlannedGpu
 from sharedserve.size.bounds import cost, lower_bound
@@ -26,7 +26,12 @@ from sharedserve.size.plan.document import (
     PlannedReplica,
     PlanServer,
 )
-from sharedserve.size.predict import MOST_REPLICAS, LatencyForecaster, PredictedLatency
+from sharedserve.size.predict import (
+    MOST_REPLICAS,
+    UNMEASURED,
+    LatencyForecaster,
+    PredictedLatency,
+)
 
 __all__ = ["build_plan"]
 
@@ -35,19 +40,38 @@ def _r(value: float, digits: int = 3) -> float:
     return round(value, digits)
 
 
-def _gpu(
+def _predictions(
     gpu: PlannedGpu,
     demands: dict[str, Demand],
     servers: dict[str, SharedServer],
     predict: LatencyForecaster,
-) -> PlanGpu:
+) -> dict[str, PredictedLatency]:
+    """Each model's prediction on ``gpu``, beside the models of the GPU's other processes."""
     sharing = len(gpu.replicas)  # processes: a shared server's replica is one
+    held = [
+        [demands[r.model]] if r.model not in servers else servers[r.model].models
+        for r in gpu.replicas
+    ]
+    out = {}
+    for i, r in enumerate(gpu.replicas):
+        others = [d for j, models in enumerate(held) if j != i for d in models]
+        for d in held[i]:
+            out[d.model] = predict(d, sharing, servers.get(r.model), others)
+    return out
+
+
+def _gpu(
+    gpu: PlannedGpu,
+    demands: dict[str, Demand],
+    servers: dict[str, SharedServer],
+    predictions: dict[str, PredictedLatency],
+) -> PlanGpu:
     replicas = []
     for r in gpu.replicas:
         server = servers.get(r.model)
         held = [demands[r.model]] if server is None else server.models
         for d in held:
-            predicted = predict(d, sharing, server)
+            predicted = predictions[d.model]
             replicas.append(
                 PlannedReplica(
                     d.model,
@@ -76,16 +100,13 @@ def _model(
     entry: FleetModel,
     d: Demand,
     gpus: list[int],
-    sharing: int,
-    predict: LatencyForecaster,
+    predicted: PredictedLatency,
     *,
     serving: Serving | None,
-    server: SharedServer | None = None,
     replanned: str = "",
 ) -> PlanModel:
-    """``sharing``: the most processes on a GPU holding one of its replicas; ``replanned``:
-    what re-planning changed for its corrected p99, in words."""
-    predicted = predict(d, sharing, server)
+    """``predicted``: its prediction at its worst GPU; ``replanned``: what re-planning changed
+    for its corrected p99, in words."""
     return PlanModel(
         name=d.model,
         replicas=d.replicas,
@@ -106,7 +127,7 @@ def _model(
         profile=str(entry.profile),
         gpus=gpus,
         predicted_p50_ms=None if predicted.p50_ms is None else _r(predicted.p50_ms),
-        prediction_source=predicted.source,
+        prediction_source="; ".join(filter(None, (predicted.source, predicted.interference))),
         prediction_error=predicted.error,
         serving="dedicated" if serving is None or serving.server is None else "shared",
         server=None if serving is None else serving.server,
@@ -164,25 +185,50 @@ def build_plan(
     baseline = cost(sum(d.replicas for d in demands), price)
     # Looked up once: a fleet has thousands of models, a plan tens of thousands of replicas.
     entries = {m.name: m for m in fleet.models}
+    by_model = {d.model: d for d in demands}
+    predict = predict or LatencyForecaster.for_fleet(fleet)
+    on_gpu = {g.index: _predictions(g, by_model, servers, predict) for g in packing.gpus}
     gpus_of: dict[str, list[int]] = {d.model: [] for d in demands}
-    sharing: Counter[str] = Counter()
+    worst: dict[str, tuple[float, int, PredictedLatency]] = {}
+    unmeasured: set[str] = set()
     for g in packing.gpus:
         for r in g.replicas:
             server = servers.get(r.model)
             for name in [r.model] if server is None else [d.model for d in server.models]:
                 gpus_of[name].append(g.index)
-                sharing[name] = max(sharing[name], len(g.replicas))
-    by_model = {d.model: d for d in demands}
-    predict = predict or LatencyForecaster.for_fleet(fleet)
+        for name, p in on_gpu[g.index].items():
+            # Its worst GPU: the highest p99; of two as high, the more crowded.
+            if name not in worst or (p.p99_ms, len(g.replicas)) > worst[name][:2]:
+                worst[name] = (p.p99_ms, len(g.replicas), p)
+            if p.interference == UNMEASURED.source:
+                unmeasured.add(name)
     serving = grouping.serving if grouping else {}
     server_of = {d.model: s for s in servers.values() for d in s.models}
+
+    def at_worst(d: Demand) -> PredictedLatency:
+        """Its prediction at its worst GPU; on none (nothing placed), alone."""
+        found = worst.get(d.model)
+        return found[2] if found else predict(d, 0, server_of.get(d.model), [])
+
     models = [
-        _model(entries[d.model], d, gpus_of[d.model], sharing[d.model], predict,
-               serving=serving.get(d.model), server=server_of.get(d.model),
-               replanned=(replanned or {}).get(d.model, ""))
+        _model(
+            entries[d.model],
+            d,
+            gpus_of[d.model],
+            at_worst(d),
+            serving=serving.get(d.model),
+            replanned=(replanned or {}).get(d.model, ""),
+        )
         for d in demands
-    ]  # fmt: skip
+    ]
     notes = list(warnings)
+    if unmeasured:
+        flagged = listed([d.model for d in demands if d.model in unmeasured])
+        notes.append(
+            "predicted beside other processes without a measured neighbourhood, so assuming "
+            f"no interference: {flagged}; profile them with `profile --beside` (or at "
+            "densities above 1)"
+        )
     over = [m.name for m in models if m.predicted_p99_ms > m.slo_p99_ms and not m.correction]
     if over:
         notes.append(
@@ -240,7 +286,7 @@ def build_plan(
         utilization_target=fleet.utilization_target,
         context_reserve_mib=fleet.context_reserve_mib,
         models=models,
-        gpus=[_gpu(g, by_model, servers, predict) for g in packing.gpus],
+        gpus=[_gpu(g, by_model, servers, on_gpu[g.index]) for g in packing.gpus],
         warnings=notes,
         process_per_replica_gpu_count=(
             planned.gpus if process_per_replica_gpus is None else process_per_replica_gpus

@@ -7,10 +7,11 @@ replica: open-loop
 arrivals at its planned rate per replica, the model-call slots its CPU limit gives a ``serve``
 process (``scheduler.model_call_slots`` of ``limits.cpu.thread_pool_sizes``; from a CPU profile,
 the limit's whole cores: ``calls_at_once``), each call's time
-scaled by the slowdown its profile's sequential rows show at the planned GPU's density (p50
-there over p50 alone: this is where the neighbours' interference comes from, until measured
-mixes stand in for it). Elsewhere, as before: the profile's sequential row at that density (else
-the capacity point), p50 from the same row.
+scaled by the p50 slowdown of the measured neighbourhood closest to the replica's planned one
+(``predict.interference``: the GPU's other processes at their planned rates), its p99 by that
+neighbourhood's p99 slowdown; a model with neighbours and no measured neighbourhood is
+predicted without interference, and says so. Elsewhere, as before: the profile's sequential row
+at that density (else the capacity point), p50 from the same row.
 
 A shared server's models are one process (``size.grouping``): they are simulated together, each
 at its planned rate per replica, taking the server's slots in the scheduler's weighted fair
@@ -44,6 +45,14 @@ from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet
 from sharedserve.size.grouping import SharedServer
 from sharedserve.size.predict.corrections import Correction
+from sharedserve.size.predict.interference import (
+    ALONE,
+    UNMEASURED,
+    Neighbour,
+    Slowdown,
+    lookup,
+    neighbour,
+)
 from sharedserve.size.predict.queueing import ModelLoad, Prediction, simulate
 from sharedserve.size.profile import ServiceTimes, cpu_slots
 
@@ -75,6 +84,9 @@ class PredictedLatency:
     """Its p50 before ``correction``."""
     uncorrected_p99_ms: float | None = None
     """Its p99 before ``correction``."""
+    interference: str = ""
+    """Which measured neighbourhood its slowdown beside the GPU's other processes came from
+    (``Slowdown.source``); empty where it was read off a profile row."""
 
 
 def slots_of(cpu_limit: float | None, node_cores: float) -> int:
@@ -125,14 +137,23 @@ def _row(d: Demand, sharing: int) -> tuple[int | None, float | None, float]:
     return None, d.point.p50_ms, d.predicted_p99_ms
 
 
-def _slowdown(d: Demand, sharing: int) -> float:
-    """p50 in the sequential row at ``sharing`` replicas over p50 alone; 1 without both."""
-    p50 = dict(d.sharing_p50_ms)
-    density, _, _ = _row(d, sharing)
-    alone = p50.get(1)
-    if density is None or density == 1 or not alone or density not in p50:
-        return 1.0
-    return p50[density] / alone
+def _interference(d: Demand, sharing: int, neighbours: Sequence[Demand] | None) -> Slowdown:
+    """The one place a replica's slowdown beside its GPU's other processes is chosen
+    (``predict.interference``). ``neighbours`` None: not placed yet (``server_p99``), so
+    ``sharing - 1`` copies of itself, each always busy, as its sequential rows measured them."""
+    if neighbours is None:
+        planned = [Neighbour(d.kind or d.model, 1.0)] * (sharing - 1)
+    else:
+        planned = [neighbour(n) for n in neighbours]
+    found = lookup(d.neighbourhoods, planned)
+    return UNMEASURED if found is None else found
+
+
+def _slowed(s: Slowdown) -> str:
+    """The error text's words on the slowdown ``s``."""
+    if s in (ALONE, UNMEASURED):
+        return s.source
+    return f"{s.source}: p50 {s.p50:.3g}x, p99 {s.p99:.3g}x its own alone"
 
 
 def _paging(model: str, paged: list[str], page_in_ms: float | None) -> str:
@@ -170,7 +191,7 @@ class LatencyForecaster:
         """The fleet's page-in (``paging.page_in_ms``): what a shared server's paged model's
         request waits where its model was paged out (``predict.page_ins``); None: no paging."""
         self._runs: dict[tuple[ServiceTimes, int, float, ServiceTimes | None], Prediction] = {}
-        self._done: dict[tuple[str, int], PredictedLatency] = {}
+        self._done: dict[tuple[str, int, tuple[Slowdown, ...]], PredictedLatency] = {}
         self._simulations: dict[tuple[Any, ...], list[Prediction]] = {}
 
     @classmethod
@@ -208,24 +229,35 @@ class LatencyForecaster:
     def alone(self, d: Demand, sharing: int) -> float:
         """``d``'s corrected p99 in a process of its own on a GPU of ``sharing`` processes, not
         kept: ``predict.corrections.meet_objective`` tries it at other rates than the plan's."""
-        return self._corrected(d.model, self._predict(d, sharing)).p99_ms
+        slowdown = _interference(d, sharing, None)  # not placed: its neighbours are not known
+        return self._corrected(d.model, self._predict(d, sharing, slowdown)).p99_ms
 
     def forget(self) -> None:
         """Drop the plan's predictions, keeping the simulations: the models are re-planned."""
         self._done.clear()
 
     def __call__(
-        self, d: Demand, sharing: int, server: SharedServer | None = None
+        self,
+        d: Demand,
+        sharing: int,
+        server: SharedServer | None = None,
+        neighbours: Sequence[Demand] | None = None,
     ) -> PredictedLatency:
         """Model ``d``'s replica on a GPU of ``sharing`` processes; ``server``: the shared
-        server whose process holds it beside its other models (None: a process of its own)."""
-        key = (d.model, sharing)
+        server whose process holds it beside its other models (None: a process of its own);
+        ``neighbours``: the models of the GPU's other processes, each at its planned rate
+        (None: not placed yet, as ``server_p99``)."""
+        together = server is not None and all(m.service_times for m in server.models)
+        held = server.models if server is not None and together else [d]
+        slowdowns = tuple(_interference(m, sharing, neighbours) for m in held)
+        key = (d.model, sharing, slowdowns)
         found = self._done.get(key)
         if found is None:
-            if server is not None and all(m.service_times for m in server.models):
-                self._done.update(self._shared_server(server, sharing))
+            if server is not None and together:
+                for (name, _), p in self._shared_server(server, sharing, slowdowns).items():
+                    self._done[(name, sharing, slowdowns)] = p
                 return self._corrected(d.model, self._done[key])
-            found = self._done[key] = self._predict(d, sharing)
+            found = self._done[key] = self._predict(d, sharing, slowdowns[0])
         return self._corrected(d.model, found)
 
     def server_p99(self, models: Sequence[Demand], sharing: int) -> dict[str, float] | None:
@@ -237,27 +269,29 @@ class LatencyForecaster:
         if not all(m.service_times for m in models):
             return None
         server = SharedServer("a shared server", 1, list(models))
+        slowdowns = tuple(_interference(m, sharing, None) for m in models)
         out = {}
-        for (name, _), p in self._shared_server(server, sharing).items():
+        for (name, _), p in self._shared_server(server, sharing, slowdowns).items():
             # not simulated: it saturated
             out[name] = self._corrected(name, p).p99_ms if p.source == SHARED else math.inf
         return out
 
     def _shared_server(
-        self, server: SharedServer, sharing: int
+        self, server: SharedServer, sharing: int, slowdowns: tuple[Slowdown, ...]
     ) -> dict[tuple[str, int], PredictedLatency]:
-        """Every model of ``server`` simulated in one process of its slots. Each model's rate is
-        rounded up as a replica's is (its own rho on the grid), so that servers of like models
-        at like rates share a simulation."""
+        """Every model of ``server`` simulated in one process of its slots, each model's calls
+        slowed by its p50 slowdown (``slowdowns``, in its models' order) and its p99 then by
+        what its p99 slowdown adds to that. Each model's rate is rounded up as a replica's is
+        (its own rho on the grid), so that servers of like models at like rates share a
+        simulation."""
         # One process: the fewest calls at once of its models (they share its thread pool).
         slots = min(calls_at_once(d, self.node_cores) for d in server.models)
-        loads, key, slowdowns = [], [], []
-        for d in server.models:
+        loads, key = [], []
+        for d, slowdown in zip(server.models, slowdowns, strict=True):
             service = d.service_times
             assert service is not None
-            slowdown = _slowdown(d, sharing)
-            slowdowns.append(slowdown)
-            scaled = ServiceTimes(tuple(v * slowdown for v in service.values_ms), service.counts)
+            scaled = ServiceTimes(tuple(v * slowdown.p50 for v in service.values_ms),
+                                  service.counts)  # fmt: skip
             rho = _rounded_rho(d.rate_per_replica * scaled.mean_ms / 1000 / slots)
             rate = rho * slots * 1000 / scaled.mean_ms
             page_in = self.page_in_ms if d.model in server.paged else None
@@ -287,19 +321,20 @@ class LatencyForecaster:
                 continue
             out[(d.model, sharing)] = PredictedLatency(
                 run.p50_ms,
-                run.p99_ms,
+                # The calls ran slowed by the p50 factor; the tail the neighbours add beyond it.
+                run.p99_ms * slowdown.p99 / slowdown.p50,
                 SHARED,
                 f"{_sampling(run.requests)}; service times from {d.service_times_source}; "
                 f"one process of {slots} slots with "
                 f"{', '.join(m.model for m in server.models if m is not d)} ({server.name}) at "
-                "their planned rates, fair turns by rate; interference from other processes "
-                f"on the GPU as a {slowdown:.3g}x slowdown (its sequential rows, p50 at "
-                f"{sharing} over p50 alone){_paging(d.model, server.paged, self.page_in_ms)}; "
+                "their planned rates, fair turns by rate; other processes on the GPU: "
+                f"{_slowed(slowdown)}{_paging(d.model, server.paged, self.page_in_ms)}; "
                 f"{UNVERIFIED}",
+                interference=slowdown.source,
             )
         return out
 
-    def _predict(self, d: Demand, sharing: int) -> PredictedLatency:
+    def _predict(self, d: Demand, sharing: int, slowdown: Slowdown) -> PredictedLatency:
         density, p50, p99 = _row(d, sharing)
         where = "its capacity point" if density is None else f"its sequential row at {density}"
         row = PredictedLatency(
@@ -313,14 +348,14 @@ class LatencyForecaster:
         if service is None or d.rate_per_replica <= 0:
             return row
         slots = calls_at_once(d, self.node_cores)
-        slowdown = _slowdown(d, sharing)
-        rho = _rounded_rho(d.rate_per_replica * service.mean_ms * slowdown / 1000 / slots)
-        # Simulated at the slowdown's scale 1, at the rate that gives rho; sojourns scale. The
-        # open-loop delay is outside the slots and the slowdown: scaled down by it here, so
-        # that scaling the sojourns back gives it whole.
+        rho = _rounded_rho(d.rate_per_replica * service.mean_ms * slowdown.p50 / 1000 / slots)
+        # Simulated at the slowdown's scale 1, at the rate that gives rho; sojourns scale (the
+        # p50 by the p50 slowdown, the p99 by the p99's). The open-loop delay is outside the
+        # slots and the slowdown: scaled down by it here, so that scaling the sojourns back
+        # gives it whole.
         delay = d.open_loop_delay
         if delay is not None:
-            delay = ServiceTimes(tuple(v / slowdown for v in delay.values_ms), delay.counts)
+            delay = ServiceTimes(tuple(v / slowdown.p50 for v in delay.values_ms), delay.counts)
         run = self._runs.get((service, slots, rho, delay))
         if run is None:
             rate = rho * slots * 1000 / service.mean_ms
@@ -335,10 +370,10 @@ class LatencyForecaster:
                 f"{slots} slots with its service times",
             )
         return PredictedLatency(
-            run.p50_ms * slowdown,
-            run.p99_ms * slowdown,
+            run.p50_ms * slowdown.p50,
+            run.p99_ms * slowdown.p99,
             "queueing simulation",
             f"{_sampling(run.requests)}; service times from {d.service_times_source}; "
-            f"neighbours' interference as a {slowdown:.3g}x slowdown "
-            f"(its sequential rows, p50 at {density or 1} over p50 alone); {UNVERIFIED}",
+            f"other processes on the GPU: {_slowed(slowdown)}; {UNVERIFIED}",
+            interference=slowdown.source,
         )

@@ -38,12 +38,17 @@ def test_service_times_give_a_simulated_prediction_and_others_keep_the_row(
     # beside one neighbour, a 1.5x slowdown. ranker: 100 QPS a replica on 2 slots (1 core).
     models = _plan(tmp_path, [[3.0, 2000], [4.0, 1500], [8.0, 500]])
     ranker = models["ranker"]
-    assert ranker["prediction_source"] == "queueing simulation (shared server)"
+    # Its GPU's other process is tiny's: the same kind as ranker's profile, so its
+    # neighbourhood is the copy of itself its sequential row at density 2 measured.
+    assert ranker["prediction_source"] == (
+        "queueing simulation (shared server); interference measured beside 1 copy of itself "
+        f"at 2.3 busy (profile {tmp_path}/plan/profiles/tiny, its sequential row at density 2)"
+    )
     assert "simulated requests" in ranker["prediction_error"]
     assert "size --verify" in ranker["prediction_error"]
     # Its slowest call at the slowdown (8 x 1.5 = 12 ms) is in its p99 (12.5% of calls); a
     # queue at rho 0.3 adds little. Not the row's 6 ms, which has no slow call in it.
-    assert "1.5x slowdown" in ranker["prediction_error"]
+    assert "p50 1.5x, p99 1.5x its own alone" in ranker["prediction_error"]
     assert 8.0 * 1.5 <= ranker["predicted_p99_ms"] < 3 * 8.0 * 1.5
     assert ranker["predicted_p50_ms"] < ranker["predicted_p99_ms"]
     # vision's profile has no service times: today's figure, from its row.
@@ -60,7 +65,7 @@ def test_a_shared_servers_models_are_simulated_in_one_process(tmp_path: Path) ->
     models = _plan(tmp_path, [[3.0, 2000], [4.0, 1500], [8.0, 500]])
     ranker, fraud = models["ranker"], models["fraud"]
     for model, neighbour in ((ranker, "fraud"), (fraud, "ranker")):
-        assert model["prediction_source"] == "queueing simulation (shared server)"
+        assert model["prediction_source"].startswith("queueing simulation (shared server); ")
         assert f"with {neighbour} (shared-0)" in model["prediction_error"]
     # One queue, the same service times: their p99s are close, whatever their own rates.
     assert fraud["predicted_p99_ms"] == pytest.approx(ranker["predicted_p99_ms"], rel=0.2)

@@ -164,3 +164,83 @@ def test_a_profile_directory_is_every_report_under_it(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"holds no report\.json"):
         load_profiles(tmp_path / "empty")
+
+
+def timed(name: str, model: str, latencies: dict[float, int]) -> TargetResult:
+    """A replica whose requests took each latency (ms) that many times."""
+    hist = LatencyHistogram()
+    for ms, count in latencies.items():
+        hist.record(round(ms * 1000), count)
+    return TargetResult(name, hist.count, 0, 0, hist, model=model)
+
+
+def row_of(pattern: Pattern, *targets: TargetResult, density: int | None = None) -> dict[str, Any]:
+    """A row of ``targets`` over a 10 s window on the H100."""
+    return build_row(density=density or len(targets), pattern=pattern, window_s=10.0,
+                     targets=list(targets), samples=Samples(None, None, None, None),
+                     loadgen_cpu_util=0.1, slo_p99_ms=None, gpu_name=H100["name"])  # fmt: skip
+
+
+def write(path: Path, *rows: dict[str, Any]) -> None:
+    path.mkdir(parents=True)
+    (path / "report.json").write_text(json.dumps(report(list(rows))))
+
+
+def profile_beside_resnet50(root: Path) -> Path:
+    """``profile --beside`` of tiny: its sweeps, its open-loop row, and the row beside resnet50."""
+    alone = timed("tiny-0", "tiny", {4.0: 1000})
+    two = [timed(f"tiny-{i}", "tiny", {6.0: 900}) for i in range(2)]
+    write(root / "sequential", row_of(Pattern.SEQUENTIAL, alone), row_of(Pattern.SEQUENTIAL, *two))
+    write(root / "poisson", row_of(Pattern.POISSON, timed("tiny-0", "tiny", {5.0: 180, 10.0: 20})))
+    # Beside resnet50 at 5 requests/s of 34 ms: 0.17 requests in flight on average.
+    beside = timed("tiny-0", "tiny", {6.0: 180, 25.0: 20})
+    resnet = timed("resnet50-0", "resnet50", {34.0: 50})
+    write(root / "beside-resnet50", row_of(Pattern.POISSON, beside, resnet))
+    return root
+
+
+def test_a_profile_directorys_beside_reports_are_its_models_neighbourhoods(
+    tmp_path: Path,
+) -> None:
+    root = profile_beside_resnet50(tmp_path / "tiny")
+    profiles = load_profiles(root)
+    # The neighbour is no profile of the directory, and the row beside it is no point of tiny.
+    assert list(profiles) == ["tiny"]
+    tiny = profiles["tiny"]
+    assert sorted((p.pattern, p.density) for p in tiny.points) == [
+        ("poisson", 1), ("sequential", 1), ("sequential", 2)]  # fmt: skip
+    copy, resnet = tiny.neighbourhoods
+    # Its sequential row at density 2: one copy, each replica at 90/s of 6 ms in flight 0.54 of
+    # the time, its p50 and p99 6 ms over 4 ms alone.
+    assert (copy.kind, copy.neighbours) == ("tiny", "1 copy of itself")
+    assert copy.busy_share == pytest.approx(0.54, rel=1e-3)
+    assert (copy.p50_slowdown, copy.p99_slowdown) == pytest.approx((1.5, 1.5), rel=1e-3)
+    assert copy.source == f"profile {root}, its sequential row at density 2"
+    # Beside resnet50: its p50 6 ms over 5 ms in its open-loop row alone, its p99 25 over 10.
+    assert (resnet.kind, resnet.neighbours) == ("resnet50", "resnet50")
+    assert resnet.busy_share == pytest.approx(0.17, rel=1e-3)
+    assert (resnet.p50_slowdown, resnet.p99_slowdown) == pytest.approx((1.2, 2.5), rel=1e-3)
+    assert resnet.description == (
+        f"interference measured beside resnet50 at 0.17 busy (profile {root}/beside-resnet50)"
+    )
+
+
+def test_a_neighbourhood_needs_its_model_trusted_both_there_and_alone(tmp_path: Path) -> None:
+    root = profile_beside_resnet50(tmp_path / "tiny")
+    # 99 requests beside resnet50: too few behind a p99.
+    few = timed("tiny-0", "tiny", {6.0: 90, 25.0: 9})
+    resnet = timed("resnet50-0", "resnet50", {34.0: 50})
+    (root / "beside-resnet50" / "report.json").write_text(
+        json.dumps(report([row_of(Pattern.POISSON, few, resnet)]))
+    )
+    assert [n.kind for n in load_profiles(root)["tiny"].neighbourhoods] == ["tiny"]
+    # Without its open-loop row alone, a row beside another has nothing to be over.
+    profile_beside_resnet50(tmp_path / "again")
+    (tmp_path / "again" / "poisson" / "report.json").unlink()
+    assert [n.kind for n in load_profiles(tmp_path / "again")["tiny"].neighbourhoods] == ["tiny"]
+
+
+def test_a_directory_of_beside_reports_alone_is_no_profile(tmp_path: Path) -> None:
+    write(tmp_path / "beside-resnet50", row_of(Pattern.POISSON, timed("t-0", "t", {5.0: 200})))
+    with pytest.raises(ConfigError, match=r"holds no report\.json but its beside-\* ones"):
+        load_profiles(tmp_path)

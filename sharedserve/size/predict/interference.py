@@ -1,0 +1,92 @@
+"""Which measured neighbourhood a replica's slowdown beside its GPU's other processes comes from.
+Pure.
+
+A model's table is its profile's measured neighbourhoods (``Demand.neighbourhoods``, from
+``ModelProfile.neighbourhoods``): rows beside another model's process (``profile --beside``)
+and its sequential rows at density N, beside N - 1 copies of itself. A replica's planned
+neighbourhood is the OTHER processes on its GPU, each model at its planned rate (a shared
+server's models each count; the replica's own server-mates are in its queueing simulation, not
+here). ``lookup`` takes the measured neighbourhood closest to it:
+
+1. of the planned neighbourhood's kind (the model, as profiled, with the largest busy share of
+   its neighbours), where one was measured; else of any kind, the copies of itself included,
+   rather than none;
+2. then the nearest total busy share; of two as near, the busier (the more cautious figure).
+
+Busy shares are requests in flight on both sides (``profile.in_flight``): a planned neighbour's
+from its planned rate and its profile's mean call (plus its open-loop cost), a measured one's
+from its row's QPS and mean latency. A planned neighbour whose profile has no service times
+counts its demand's busy share instead (an older profile: GPU utilisation or throughput).
+
+The lookup gives the model's p50 and p99 there over its own alone, and says which measurement
+they are; ``None`` where the model has no measured neighbourhood at all (its prediction then
+assumes no interference, and the plan says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sharedserve.size.demand import Demand
+from sharedserve.size.profile import Neighbourhood, in_flight
+
+__all__ = ["ALONE", "UNMEASURED", "Neighbour", "Slowdown", "lookup", "neighbour"]
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """One model in another process on the replica's GPU, at its planned rate."""
+
+    kind: str
+    """Its model as profiled (``Demand.kind``)."""
+    busy_share: float
+    """Its requests in flight (``profile.in_flight``)."""
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """What the neighbours do to a replica's latency: factors on its p50 and p99 alone."""
+
+    p50: float
+    p99: float
+    source: str
+    """Which measurement the factors are, in words, for the plan."""
+
+
+ALONE = Slowdown(1.0, 1.0, "alone on its GPU: no other process's interference")
+UNMEASURED = Slowdown(1.0, 1.0, "assumes no interference (no neighbourhood measured)")
+
+
+def neighbour(d: Demand) -> Neighbour:
+    """``d``'s replica as another replica's neighbour: its kind, and its busy share at its
+    planned rate."""
+    kind = d.kind or d.model
+    if d.service_times is None:
+        return Neighbour(kind, d.busy_share)
+    mean = d.service_times.mean_ms
+    if d.open_loop_delay is not None:
+        mean += d.open_loop_delay.mean_ms
+    return Neighbour(kind, in_flight(d.rate_per_replica, mean))
+
+
+def lookup(measured: Sequence[Neighbourhood], neighbours: Sequence[Neighbour]) -> Slowdown | None:
+    """The slowdown of the measured neighbourhood closest to ``neighbours`` (the module's
+    rule); ``ALONE`` without neighbours; None: nothing measured to choose from."""
+    if not neighbours:
+        return ALONE
+    shares: dict[str, float] = {}
+    for n in neighbours:
+        shares[n.kind] = shares.get(n.kind, 0.0) + n.busy_share
+    # Of kinds as busy, the first named: the same GPU always gives the same choice.
+    kind = max(shares, key=lambda k: shares[k])
+    total = sum(shares.values())
+    same = [m for m in measured if m.kind == kind]
+    chosen = min(
+        same or measured,
+        key=lambda m: (abs(m.busy_share - total), -m.busy_share),
+        default=None,
+    )
+    if chosen is None:
+        return None
+    return Slowdown(chosen.p50_slowdown, chosen.p99_slowdown, chosen.description)
