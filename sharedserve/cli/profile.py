@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,9 +22,10 @@ from sharedserve.cli._app import (
 )
 from sharedserve.cli._replicas import replica_environment
 from sharedserve.config import BenchSettings, LoadPattern, PackEntry, PackSettings
+from sharedserve.errors import ConfigError
 from sharedserve.limits.affinity import AUTO
 
-__all__ = ["OpenLoopRow", "open_loop_row"]
+__all__ = ["Beside", "OpenLoopRow", "beside_settings", "neighbours", "open_loop_row"]
 
 # The preset: fewer users and a shorter window than bench's defaults, since a profile measures
 # two sweeps of up to 8 replicas each.
@@ -74,6 +76,30 @@ _Gpu = Annotated[
     str | None,
     typer.Option(help="GPU to measure on: index or UUID.", show_default="lowest index"),
 ]
+_Beside = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="A neighbour's model base path. After the open-loop row, the profiled model is "
+        "measured once more at that row's rate beside the neighbour, each in a process of its "
+        "own (the neighbour under the same --cpu-limit, on the same GPU, sent its "
+        "--beside-rate), written to OUT's folder beside-NAME, which size reads as the "
+        "model's measured interference beside NAME. Repeat for several neighbours, or one at "
+        "several rates (its folders then beside-NAME-RATEqps): a row each, one neighbour at a "
+        "time.",
+        show_default="none: measured beside copies of itself only (the sequential sweep)",
+        metavar="<path>",
+    ),
+]
+_BesideRate = Annotated[
+    list[float] | None,
+    typer.Option(
+        help="Requests/s sent open loop to the --beside neighbour in the same position (the "
+        "first rate to the first --beside): what it would carry on the model's GPU. One per "
+        "--beside.",
+        show_default="none",
+        metavar="<float>",
+    ),
+]
 
 
 @app.command()
@@ -91,6 +117,8 @@ def profile(
     fake_gpus: FakeGpus = PackSettings.fake_gpus,
     server_cpus: ServerCpus = AUTO,
     loadgen_cpus: LoadgenCpus = AUTO,
+    beside: _Beside = None,
+    beside_rate: _BesideRate = None,
 ) -> None:
     """Profile one model for `size`: a sequential and a parallel density sweep with `bench`,
     then an open-loop row of one replica.
@@ -104,17 +132,31 @@ def profile(
     beyond a call to each simulated request. Its rate: a tenth of the first sequential row's QPS
     per replica (an idle-ish server, not a queue), raised until the row expects 150 requests in
     --duration (size trusts a row of 100 or more) but never past a quarter of that QPS; a line
-    says when even a quarter gives under 100, and what --duration would do. The load generator
-    runs on CPUs of its own, as in `bench` (--server-cpus, --loadgen-cpus). For other patterns or
-    settings, run `bench` and point the fleet file at its report.json.
+    says when even a quarter gives under 100, and what --duration would do. With --beside, one
+    more open-loop row per neighbour (OUT/beside-NAME/): the model at that rate beside the
+    neighbour's own process at its --beside-rate, so that size predicts the model beside that
+    neighbour from a measurement, not from copies of itself. The load generator runs on CPUs of
+    its own, as in `bench` (--server-cpus, --loadgen-cpus). For other patterns or settings, run
+    `bench` and point the fleet file at its report.json.
     """
     from rich.console import Console
 
     from sharedserve.bench.display import print_summary
     from sharedserve.bench.progress import estimate
     from sharedserve.bench.run import model_pack, parse_scales, run_with_progress
+    from sharedserve.server import find_model
 
     scales = parse_scales("--densities", densities)
+    # Named as their reports will name them, before anything runs: a bad --beside costs nothing.
+    others = (
+        neighbours(
+            find_model(model).name,
+            [(path, find_model(path).name) for path in beside or []],
+            beside_rate or [],
+        )
+        if beside or beside_rate
+        else []
+    )
     entry = PackEntry(model_dir=model, gpu=gpu, cpu_limit_cores=cpu_limit)
     pack = model_pack(entry, PackSettings.placement_policy, fake_gpus, replica_environment())
     console = Console()
@@ -140,13 +182,18 @@ def profile(
     for settings in sweeps:
         settings.validate()
     # One estimate for every sweep, said before any starts; the time left counts it down. The
-    # open-loop sweep is one row (density 1).
-    plan = replace(estimate(sweeps[0], sweeps=len(sweeps)), steps=len(sweeps) * len(scales) + 1)
+    # open-loop sweep is one row (density 1), and each neighbour's another.
+    swept = len(sweeps) * len(scales)
+    plan = replace(estimate(sweeps[0], sweeps=len(sweeps)), steps=swept + 1 + len(others))
     rows = f"{len(scales)} densit{'y' if len(scales) == 1 else 'ies'}"
     what = f"{len(sweeps)} sweeps of {rows} and an open-loop row"
+    if others:
+        what += f", and {len(others)} beside {'a neighbour' if len(others) == 1 else 'neighbours'}"
     progress.print(f"profile {model.name}: {plan.describe(what)}", highlight=False, soft_wrap=True)
 
-    def measure(settings: BenchSettings, done: int, label: str) -> dict[str, Any]:
+    def measure(
+        settings: BenchSettings, done: int, label: str, prefix: str | None = None
+    ) -> dict[str, Any]:
         console.print(f"profile {model.name}: {label}", highlight=False)
         with exit_when_stopped():
             report = run_with_progress(
@@ -155,7 +202,7 @@ def profile(
                 console=progress,
                 plan=plan,
                 done=done,
-                prefix=f"{settings.pattern.value} ",
+                prefix=prefix or f"{settings.pattern.value} ",
             )
         # Unjudged on purpose: the objectives are the fleet file's, which size reads.
         print_summary(console, report, settings.out_dir, objective_hint=_JUDGED_BY_SIZE)
@@ -169,7 +216,8 @@ def profile(
     if row is None:
         console.print(
             f"profile {model.name}: no open-loop row: the sequential sweep served nothing to "
-            "set its rate from; size takes service times from the sequential row",
+            "set its rate from; size takes service times from the sequential row"
+            + (", and nothing is measured beside --beside" if others else ""),
             highlight=False,
         )
     else:
@@ -188,7 +236,13 @@ def profile(
         )
         poisson.validate()
         label = f"open-loop row at {row.rate:.3g} requests/s (~{row.requests:.0f} requests)"
-        measure(poisson, len(sweeps) * len(scales), label)
+        measure(poisson, swept, label)
+        for i, other in enumerate(others):
+            label = (
+                f"open-loop row at {row.rate:.3g} requests/s beside {other.name} at "
+                f"{other.rate:g} requests/s"
+            )
+            measure(beside_settings(poisson, other, out), swept + 1 + i, label, f"{other.folder} ")
     console.print(f"profile in {out} (a fleet file's `profile:` may name it)", highlight=False)
 
 
@@ -227,3 +281,68 @@ def open_loop_row(sequential: dict[str, Any], duration_s: float) -> OpenLoopRow 
     wanted = max(_OPEN_LOOP_SHARE * per_replica, _OPEN_LOOP_TARGET / duration_s)
     rate = min(wanted, highest)
     return OpenLoopRow(rate, rate * duration_s, _OPEN_LOOP_TARGET / highest)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """A neighbour the model is measured beside (``--beside``, ``--beside-rate``)."""
+
+    model_dir: Path
+    name: str
+    """Its model's name, as its report names it: what size matches a planned neighbour by."""
+    rate: float
+    """Requests/s it is sent."""
+    folder: str
+    """OUT's folder of its row: ``beside-NAME``, or ``beside-NAME-RATEqps`` where NAME is
+    measured at several rates."""
+
+
+def neighbours(
+    model: str, given: Sequence[tuple[Path, str]], rates: Sequence[float]
+) -> list[Beside]:
+    """The ``--beside`` neighbours (each a path and its model's name) at their ``--beside-rate``,
+    paired in order; ConfigError names the flag at fault."""
+    from sharedserve.size.profile import BESIDE
+
+    if len(given) != len(rates):
+        raise ConfigError(
+            f"--beside and --beside-rate pair up in order: got {len(given)} --beside and "
+            f"{len(rates)} --beside-rate"
+        )
+    bad = [r for r in rates if not (r > 0 and math.isfinite(r))]
+    if bad:
+        raise ConfigError(f"--beside-rate must be positive requests/s, got {bad[0]:g}")
+    names = [name for _, name in given]
+    out = []
+    for (path, name), rate in zip(given, rates, strict=True):
+        if name == model:
+            raise ConfigError(
+                f"--beside {path}: its model is named {name}, as the profiled one is; the "
+                "sequential sweep measures it beside copies of itself already"
+            )
+        several = names.count(name) > 1
+        out.append(Beside(path, name, rate, f"{BESIDE}{name}-{rate:g}qps" if several else
+                          f"{BESIDE}{name}"))  # fmt: skip
+    folders = [b.folder for b in out]
+    repeated = sorted({f for f in folders if folders.count(f) > 1})
+    if repeated:
+        raise ConfigError(f"--beside measures {', '.join(repeated)} twice: give each once")
+    return out
+
+
+def beside_settings(poisson: BenchSettings, neighbour: Beside, out: Path) -> BenchSettings:
+    """The open-loop row ``poisson`` again, its model beside ``neighbour``'s process: a bench of
+    two entries, each weighted by its requests/s (``bench.offered`` splits the rate by weight,
+    as ``size --verify`` gives each model its planned rate), the neighbour under the model's CPU
+    limit and GPU."""
+    assert poisson.pack is not None
+    (own,) = poisson.pack.entries
+    other = PackEntry(model_dir=neighbour.model_dir, gpu=own.gpu,
+                      cpu_limit_cores=own.cpu_limit_cores, weight=neighbour.rate)  # fmt: skip
+    entries = (replace(own, weight=poisson.rate), other)
+    return replace(
+        poisson,
+        out_dir=out / neighbour.folder,
+        pack=replace(poisson.pack, entries=entries),
+        rate=poisson.rate + neighbour.rate,
+    )
