@@ -26,6 +26,7 @@ from sharedserve.size.predict.interference import (
     Slowdown,
     lookup,
     neighbour,
+    planned,
 )
 from sharedserve.size.predict.page_ins import ready_times
 from sharedserve.size.predict.queueing import Batching, ModelLoad, Prediction, simulate
@@ -48,6 +49,7 @@ __all__ = [
     "lookup",
     "meet_objective",
     "neighbour",
+    "planned",
     "ready_times",
     "replanned",
     "simulate",

@@ -51,7 +51,7 @@ from sharedserve.size.predict.interference import (
     Neighbour,
     Slowdown,
     lookup,
-    neighbour,
+    planned,
 )
 from sharedserve.size.predict.queueing import ModelLoad, Prediction, simulate
 from sharedserve.size.profile import ServiceTimes, cpu_slots
@@ -137,15 +137,13 @@ def _row(d: Demand, sharing: int) -> tuple[int | None, float | None, float]:
     return None, d.point.p50_ms, d.predicted_p99_ms
 
 
-def _interference(d: Demand, sharing: int, neighbours: Sequence[Demand] | None) -> Slowdown:
+def _interference(d: Demand, sharing: int, neighbours: Sequence[Neighbour] | None) -> Slowdown:
     """The one place a replica's slowdown beside its GPU's other processes is chosen
     (``predict.interference``). ``neighbours`` None: not placed yet (``server_p99``), so
     ``sharing - 1`` copies of itself, each always busy, as its sequential rows measured them."""
     if neighbours is None:
-        planned = [Neighbour(d.kind or d.model, 1.0)] * (sharing - 1)
-    else:
-        planned = [neighbour(n) for n in neighbours]
-    found = lookup(d.neighbourhoods, planned)
+        neighbours = [Neighbour(d.kind or d.model, 1.0)] * (sharing - 1)
+    found = lookup(d.neighbourhoods, neighbours)
     return UNMEASURED if found is None else found
 
 
@@ -249,7 +247,8 @@ class LatencyForecaster:
         (None: not placed yet, as ``server_p99``)."""
         together = server is not None and all(m.service_times for m in server.models)
         held = server.models if server is not None and together else [d]
-        slowdowns = tuple(_interference(m, sharing, neighbours) for m in held)
+        kinds = None if neighbours is None else planned(neighbours)
+        slowdowns = tuple(_interference(m, sharing, kinds) for m in held)
         key = (d.model, sharing, slowdowns)
         found = self._done.get(key)
         if found is None:

@@ -25,13 +25,13 @@ assumes no interference, and the plan says so).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sharedserve.size.demand import Demand
 from sharedserve.size.profile import Neighbourhood, in_flight
 
-__all__ = ["ALONE", "UNMEASURED", "Neighbour", "Slowdown", "lookup", "neighbour"]
+__all__ = ["ALONE", "UNMEASURED", "Neighbour", "Slowdown", "lookup", "neighbour", "planned"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,16 @@ def neighbour(d: Demand) -> Neighbour:
     if d.open_loop_delay is not None:
         mean += d.open_loop_delay.mean_ms
     return Neighbour(kind, in_flight(d.rate_per_replica, mean))
+
+
+def planned(demands: Iterable[Demand]) -> list[Neighbour]:
+    """The models of a GPU's other processes as ``lookup`` reads them: a ``Neighbour`` per kind,
+    its busy shares summed (once a replica, not once a model of its shared server)."""
+    shares: dict[str, float] = {}
+    for d in demands:
+        n = neighbour(d)
+        shares[n.kind] = shares.get(n.kind, 0.0) + n.busy_share
+    return [Neighbour(kind, busy) for kind, busy in shares.items()]
 
 
 def lookup(measured: Sequence[Neighbourhood], neighbours: Sequence[Neighbour]) -> Slowdown | None:

@@ -23,6 +23,7 @@ from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.progress import STARTUP_ALLOWANCE_S, span
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.pack.spec import load_spec
+from sharedserve.size.profile import load_profiles
 from tests.support.cli import invoke
 from tests.support.gpus import fake_gpu_file
 from tests.support.pack import PackRun, alive
@@ -315,3 +316,32 @@ def test_sigterm_stops_profile_in_order(models_dir: Path, tmp_path: Path) -> Non
     assert pids and not any(alive(pid) for pid in pids)
     assert not list(Path("/sys/fs/cgroup/cpu").glob(f"sharedserve-pack-{process.pid}"))
     assert "interrupted" in (tmp_path / "profile.log").read_text()
+
+
+def test_profile_beside_a_neighbour_measures_a_row_size_reads_as_its_interference(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    # tiny profiled for real, then once more beside edge's own process at 4 requests/s.
+    out = tmp_path / "tiny"
+    result = run_cli(
+        "profile", "--model", str(models_dir / "tiny"), "--out", str(out), "--densities", "1",
+        "--duration", "3", "--warmup", "0", "--stability-windows", "1", "--cpu-limit", "0.5",
+        "--beside", str(models_dir / "edge"), "--beside-rate", "4", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "beside edge at 4 requests/s" in result.stdout
+    rate = json.loads((out / "poisson" / "report.json").read_text())["settings"]["rate"]
+    beside = json.loads((out / "beside-edge" / "report.json").read_text())
+    (row,) = beside["rows"]
+    # One row of both models, each process weighted by its requests/s: tiny at its open-loop
+    # row's rate, edge at the rate asked for, the row's rate their sum.
+    assert (row["pattern"], row["density"]) == ("poisson", 2)
+    assert {n: m["weight"] for n, m in row["models"].items()} == {"tiny": rate, "edge": 4.0}
+    assert beside["settings"]["rate"] == pytest.approx(rate + 4.0)
+    assert all(m["replicas"] == 1 and m["cpu_limit"] == 0.5 for m in row["models"].values())
+    # size reads it as tiny's row beside edge, not as a profile of edge.
+    profiles = load_profiles(out)
+    assert list(profiles) == ["tiny"]
+    (measured,) = profiles["tiny"].beside
+    assert [name for name, _ in measured.neighbours] == ["edge"]
+    assert measured.source == str(out / "beside-edge")

@@ -18,6 +18,7 @@ from sharedserve.size.predict import (
     Neighbour,
     lookup,
     neighbour,
+    planned,
 )
 from sharedserve.size.profile import Neighbourhood, ServiceTimes
 from tests.support.sizing import pack, timed
@@ -84,6 +85,9 @@ def test_a_neighbours_busy_share_is_its_requests_in_flight_at_its_planned_rate()
     # Without service times (an older profile): its demand's busy share; its name as its kind.
     old = replace(big, service_times=None, kind=None, busy_share=0.3)
     assert neighbour(old) == Neighbour("big", 0.3)
+    # A GPU's other processes as the lookup takes them: a kind's busy shares summed.
+    assert planned([big, old, big]) == [
+        Neighbour("resnet50", pytest.approx(0.4)), Neighbour("big", 0.3)]  # fmt: skip
 
 
 BESIDE = measured("resnet50", 0.17, 1.0, 2.0)
