@@ -423,13 +423,15 @@ def beside_rows(report: Any, source: str) -> dict[str, list[BesideRow]]:
     """Each model's rows in a parsed report of models measured beside each other's processes
     (``profile --beside``), with the others' busy shares there, by model name."""
     rows = parse_rows(report, source)
-    _, gpu_mib = _gpu(report, rows)
     out: dict[str, list[BesideRow]] = {}
-    for row in rows:
-        busy = {n: in_flight(m.qps, _mean_ms(_times(m), m.p50_ms)) for n, m in row.models.items()}
-        for name, model in row.models.items():
-            others = tuple((n, b) for n, b in busy.items() if n != name)
-            point = _model_point(row, model, gpu_mib)
+    for name, profile in profiles_of(report, source).items():  # its points, as any report's
+        held = [row for row in rows if name in row.models]
+        for row, point in zip(held, profile.points, strict=True):
+            others = tuple(
+                (n, in_flight(m.qps, _mean_ms(_times(m), m.p50_ms)))
+                for n, m in row.models.items()
+                if n != name
+            )
             out.setdefault(name, []).append(BesideRow(point, others, source))
     return out
 
