@@ -126,8 +126,9 @@ class PlanModel:
     slo_p99_ms: float
     p99_at_capacity_ms: float
     predicted_p99_ms: float
-    """On its most crowded GPU: what its users see at worst, and what verify holds it to;
-    from ``prediction_source``."""
+    """On its worst GPU (the highest p99 beside that GPU's neighbours; of two as high, the more
+    crowded): what its users see at worst, and what verify holds it to; from
+    ``prediction_source``."""
     measured_at_density: int
     max_density: int
     gpu_memory_mib: float
