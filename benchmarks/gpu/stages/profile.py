@@ -271,6 +271,16 @@ def run_correction(stage: kit.Stage, fleet: Path) -> None:
     """One round of the correction loop: ``size --corrections`` from the verify, then the GPU
     holding the corrected plan's shared server (else its first) verified again; every model's
     p99 there should now be within ``CORRECTED_P99`` of what is measured."""
+    first = stage.results["verify"]
+    if first["trustworthy"] is False:
+        # size refuses to correct from a measurement it cannot trust. On a GPU that is a
+        # failure of the run; a dry run shares a CPU with the whole test suite, and says so.
+        stage.check(
+            "the verify was trustworthy, to correct from",
+            None if stage.dry_run else False,
+            f"{first['verdict']}" + (" (a dry run on a busy CPU)" if stage.dry_run else ""),
+        )
+        return
     out = stage.work / "plan-corrected"
     code, tail = sharedserve(
         stage,
