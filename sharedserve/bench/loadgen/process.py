@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import gevent
+import gevent.monkey
 import gevent.pool
 from locust import User, constant, events, task
 from locust.env import Environment
@@ -50,6 +51,23 @@ _NETWORK_TIMEOUT_S = 60.0
 # An open-loop request sent later than this after its scheduled time counts as late: the load
 # generator, not the server, added that much to its latency (and to the offered load's shape).
 _LATE_S = 0.001
+# gevent's loop (libev over epoll) wakes a sleeper in whole milliseconds, rounded up and at
+# least one: a Poisson schedule slept on it alone sent a quarter of its requests over 1 ms late,
+# with the load generator idle on a CPU of its own. So the loop sleeps to within _COARSE_S of the
+# send time, and a real thread (time.sleep: nanosecond timers) sleeps the rest, waking this
+# greenlet through the loop's thread-safe wake-up; a tenth of a millisecond late, typically.
+_COARSE_S = 0.005
+_REAL_SLEEP = gevent.monkey.get_original("time", "sleep")
+
+
+def _sleep_until(when: float) -> None:
+    """Return at ``time.perf_counter()`` ``when`` (not before), to a fraction of a millisecond."""
+    delay = when - time.perf_counter()
+    if delay > _COARSE_S:
+        gevent.sleep(delay - _COARSE_S)
+        delay = when - time.perf_counter()
+    if delay > 0:
+        gevent.get_hub().threadpool.spawn(_REAL_SLEEP, delay).get()
 
 
 def _sender(target: dict[str, Any], spec: dict[str, Any], concurrency: int) -> Sender | None:
@@ -111,8 +129,15 @@ class _Poisson(User):
     wait_time = constant(0)
     target: ClassVar[dict[str, Any]] = {}
     spec: ClassVar[dict[str, Any]] = {}
+    users: ClassVar[int] = 0
+    """Poisson users started in this process."""
 
     def on_start(self) -> None:
+        # One real thread at a time per user sleeps its last milliseconds (``_sleep_until``):
+        # room for every user, or one would wait for another's thread and send late.
+        threads = gevent.get_hub().threadpool
+        _Poisson.users += 1
+        threads.maxsize = max(threads.maxsize, _Poisson.users)
         bound = self.spec["max_in_flight"]
         self.sender = _sender(self.target, self.spec, bound)
         self.pool = gevent.pool.Pool(bound)
@@ -129,9 +154,7 @@ class _Poisson(User):
         start = time.perf_counter()
         for offset in arrivals(self.rng, self.target["rate"], window_s(spec), spec["warmup_s"]):
             scheduled = start + offset
-            delay = scheduled - time.perf_counter()
-            if delay > 0:
-                gevent.sleep(delay)
+            _sleep_until(scheduled)
             if self.pool.full():
                 RECORDER.drop(name)  # the bound on requests in flight: counted, never queued
                 continue
