@@ -67,8 +67,28 @@ def test_the_closest_measured_neighbourhood_is_chosen(
     found = lookup(TABLE, [Neighbour(kind, busy) for kind, busy in planned])
     assert found is not None
     (expected,) = [m for m in TABLE if m.source == chosen]
-    assert (found.p50, found.p99) == (expected.p50_slowdown, expected.p99_slowdown)
-    assert found.source == expected.description
+    scale = sum(busy for _, busy in planned) / expected.busy_share
+    assert found.p50 == pytest.approx(1 + (expected.p50_slowdown - 1) * scale)
+    assert found.p99 == pytest.approx(1 + (expected.p99_slowdown - 1) * scale)
+    assert found.source.startswith(expected.description + ", scaled to ")
+
+
+@pytest.mark.parametrize(
+    ("busy", "p50", "p99"),
+    [
+        (0.75, 1.3, 2.0),  # at the measured busy share: the measurement
+        (0.375, 1.15, 1.5),  # half as busy: half the slowdown
+        (0.075, 1.03, 1.1),  # a tenth
+        (1.5, 1.6, 3.0),  # twice as busy: on the same line
+    ],
+)
+def test_the_slowdown_is_scaled_to_the_planned_busy_share(
+    busy: float, p50: float, p99: float
+) -> None:
+    table = (measured("resnet50", 0.75, 1.3, 2.0),)
+    found = lookup(table, [Neighbour("resnet50", busy)])
+    assert found is not None
+    assert (found.p50, found.p99) == (pytest.approx(p50), pytest.approx(p99))
 
 
 def test_no_measurement_is_none_and_no_neighbour_needs_none() -> None:
