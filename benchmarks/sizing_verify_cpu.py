@@ -241,10 +241,8 @@ def _mix(
     corrected_dir = here / "plan-corrected"
     out = _run("size", "--fleet", str(fleet), "--out", str(corrected_dir),
                "--corrections", str(plan_dir / "verify-gpu-000" / "verify.json"))  # fmt: skip
-    if out.returncode:
+    if out.returncode and verified["trustworthy"] is not False:
         sys.exit(out.stderr)
-    again = _verify(corrected_dir, duration, warmup)
-    corrected = json.loads((corrected_dir / "plan.json").read_text())
     gpu = plan["gpus"][0]
     held = ", ".join(sorted({r["server"] or r["model"] for r in gpu["replicas"]}))
     spread = verified["repeat_spread"]
@@ -263,6 +261,13 @@ def _mix(
         f"the two runs (targets: p50 within {REPEAT_TARGETS['p50']:.0%}, p99 within "
         f"{REPEAT_TARGETS['p99']:.0%}).",
         "",
+    ]
+    if out.returncode:  # size refuses to correct from a measurement it cannot trust
+        lines += [f"No correction round: `size --corrections` refused, {out.stderr.strip()}", ""]
+        return lines, {"first": verified, "corrected": None}
+    again = _verify(corrected_dir, duration, warmup)
+    corrected = json.loads((corrected_dir / "plan.json").read_text())
+    lines += [
         f"After one correction round (`size --corrections` from that verify; the corrected plan "
         f"has {corrected['gpu_count']} GPUs; its GPU 0 measured: {_conditions(again)}):",
         "",
@@ -301,10 +306,12 @@ def _summary(results: dict[str, dict[str, Any]]) -> list[str]:
     """Each target against every model of the mixes it covers."""
 
     def worst(names: list[str], run: str, key: str) -> str:
-        errors = [
-            abs(m[key]) for n in names for m in results[n][run]["models"] if m[key] is not None
-        ]
-        return f"{max(errors, default=0):.0%}" if errors else "—"
+        """The largest |error| over the mixes' trustworthy verifies (how many were not)."""
+        runs = [results[n][run] for n in names if results[n][run] is not None]
+        kept = [r for r in runs if r["trustworthy"] is not False]
+        errors = [abs(m[key]) for r in kept for m in r["models"] if m[key] is not None]
+        left = len(names) - len(kept)
+        return (f"{max(errors):.0%}" if errors else "—") + (f" ({left} not judged)" if left else "")
 
     def spread(names: list[str], run: str, key: str) -> str:
         values = [results[n][run]["repeat_spread"][key] or 0 for n in names]
