@@ -20,9 +20,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sharedserve.bench.judging import loadgen_trouble
 from sharedserve.bench.mix import is_mix, model_lines, row_label, several_patterns
 from sharedserve.bench.report import as_recorded, row_cell
-from sharedserve.bench.summary import loadgen_trouble
 from sharedserve.bench.verdict import throttle_notes
 
 __all__ = [

@@ -13,9 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sharedserve.bench.judging import loadgen_trouble, pct, typed_model_miss
 from sharedserve.bench.mix import typed_is_mix, typed_row_label, typed_several_patterns
 from sharedserve.bench.row import ModelFigures, ReportRow, parse_row
-from sharedserve.bench.summary import loadgen_trouble, pct, typed_model_miss
 from sharedserve.bench.windows import STABILITY_TOLERANCE
 
 __all__ = ["TAIL_RATIO_NOTE", "THROTTLED_SHARE_NOTE", "recommend", "throttle_notes"]

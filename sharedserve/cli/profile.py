@@ -302,7 +302,7 @@ def neighbours(
 ) -> list[Beside]:
     """The ``--beside`` neighbours (each a path and its model's name) at their ``--beside-rate``,
     paired in order; ConfigError names the flag at fault."""
-    from sharedserve.size.profile import BESIDE
+    from sharedserve.size.neighbourhood import BESIDE
 
     if len(given) != len(rates):
         raise ConfigError(

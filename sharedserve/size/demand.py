@@ -27,13 +27,9 @@ from dataclasses import dataclass
 from sharedserve.errors import ConfigError
 from sharedserve.placement import Replicas
 from sharedserve.size.fleet import Fleet, FleetModel, listed
-from sharedserve.size.profile import (
-    ModelProfile,
-    Neighbourhood,
-    ProfilePoint,
-    ServiceTimes,
-    capacity,
-)
+from sharedserve.size.neighbourhood import Neighbourhood
+from sharedserve.size.profile import ModelProfile, ProfilePoint, capacity
+from sharedserve.size.service_times import ServiceTimes
 
 __all__ = ["Demand", "demands"]
 

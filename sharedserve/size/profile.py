@@ -34,31 +34,23 @@ What a report does not say per model is estimated, and every point says how:
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from sharedserve.bench.row import ModelFigures, ReportRow, parse_rows
 from sharedserve.contract import mib_of
 from sharedserve.errors import ConfigError
+from sharedserve.size.neighbourhood import BESIDE, BesideRow, Neighbourhood
+from sharedserve.size.service_times import ServiceTimes, in_flight, mean_wait_ms
 
 __all__ = [
-    "BESIDE",
-    "BesideRow",
     "Capacity",
     "ModelProfile",
-    "Neighbourhood",
     "ProfilePoint",
-    "ServiceTimes",
     "beside_rows",
     "capacity",
-    "cpu_slots",
-    "in_flight",
     "load_profiles",
     "profiles_of",
 ]
@@ -67,72 +59,6 @@ __all__ = [
 MIN_REQUESTS = 100
 """Requests a point needs behind its p99 to be used: fewer, and the p99 is one slow request
 (a short window on a slow model: ``profile`` of a CPU-bound model once gave a row of one)."""
-
-
-@dataclass(frozen=True)
-class ServiceTimes:
-    """An empirical distribution of one model call's time: (value_ms, count) pairs."""
-
-    values_ms: tuple[float, ...]
-    counts: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if not self.values_ms or len(self.values_ms) != len(self.counts):
-            raise ValueError("service times need one count per value, and at least one value")
-        if any(not v >= 0 for v in self.values_ms) or any(c < 1 for c in self.counts):
-            raise ValueError("service times must be >= 0 ms with counts >= 1")
-
-    @classmethod
-    def of(cls, pairs: Sequence[tuple[float, int]]) -> ServiceTimes:
-        return cls(tuple(float(v) for v, _ in pairs), tuple(int(c) for _, c in pairs))
-
-    @classmethod
-    def from_histogram(cls, data: Mapping[str, int]) -> ServiceTimes:
-        """From ``bench.histogram.LatencyHistogram.to_dict()``'s form (keys: a bucket's lowest
-        value in microseconds; its width is under 0.1% of it, so the lowest value stands in)."""
-        pairs = [(int(k) / 1000, n) for k, n in data.items() if k.isdigit()]
-        return cls.of(sorted(pairs))
-
-    @cached_property  # read for every neighbour of every replica a plan predicts
-    def mean_ms(self) -> float:
-        values, counts = np.asarray(self.values_ms), np.asarray(self.counts)
-        return float(values @ counts / counts.sum())
-
-    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        counts = np.asarray(self.counts, dtype=float)
-        return rng.choice(np.asarray(self.values_ms), size=n, p=counts / counts.sum())
-
-
-BESIDE = "beside-"
-"""How a profile directory's folder of a row beside other models' processes is named
-(``profile --beside``'s ``OUT/beside-NAME``): its report is read as a neighbourhood of the
-directory's model, not as points of it or a profile of its neighbour."""
-
-
-def in_flight(qps: float, mean_ms: float) -> float:
-    """A process's busy share as throughput gives it: its requests in flight on average (QPS x
-    mean latency, Little's law). What ``size.predict.interference`` compares neighbourhoods by,
-    measured and planned alike: a CPU host has no utilisation per process, and a GPU's
-    utilisation in a row of several processes cannot be split between them."""
-    return qps * mean_ms / 1000
-
-
-def cpu_slots(cpu_limit: float | None, default_cores: float) -> int:
-    """A CPU profile's model-call slots: the whole cores of its CPU limit (``default_cores``
-    without one), at least 1. Calls beyond the whole cores share the framework's thread pool,
-    sized to them, so such a call waits its turn as it would for a slot."""
-    return max(1, math.floor(cpu_limit or default_cores))
-
-
-def _mean_wait_ms(calls: ServiceTimes, rate: float, cpu_limit: float | None) -> float:
-    """An M/G/1 queue's mean wait at ``rate`` per slot (Pollaczek-Khinchine: lambda E[S^2] /
-    2(1 - rho)); 0 at or past saturation, where the row would not be trusted anyway."""
-    slots = cpu_slots(cpu_limit, 1)  # no limit on the row: one slot, the most wait
-    per_slot = rate / slots / 1000.0  # requests a millisecond
-    total = sum(calls.counts)
-    second = sum(v * v * n for v, n in zip(calls.values_ms, calls.counts, strict=True)) / total
-    rho = per_slot * calls.mean_ms
-    return 0.0 if rho >= 1 else per_slot * second / (2 * (1 - rho))
 
 
 @dataclass(frozen=True)
@@ -168,42 +94,6 @@ class ProfilePoint:
 def _mean_ms(times: ServiceTimes | None, p50_ms: float | None) -> float:
     """A row's mean latency: from its histogram, else its p50 (a report from before them)."""
     return times.mean_ms if times is not None else p50_ms or 0.0
-
-
-@dataclass(frozen=True)
-class BesideRow:
-    """A model in a row measured beside other models' processes (``profile --beside``)."""
-
-    point: ProfilePoint
-    neighbours: tuple[tuple[str, float], ...]
-    """Each other model of the row and its busy share there (``in_flight``)."""
-    source: str
-    """The report's folder, for the plan."""
-
-
-@dataclass(frozen=True)
-class Neighbourhood:
-    """Other processes a model was measured beside, and how much slower it was among them."""
-
-    kind: str
-    """The neighbours' model, as profiled (of several, the one with the largest busy share)."""
-    neighbours: str
-    """Who they were, in words: ``resnet50``, ``3 copies of itself``."""
-    busy_share: float
-    """Their busy shares summed (``in_flight``: from the row's throughput and latencies)."""
-    p50_slowdown: float
-    """The model's p50 there over its p50 alone (the same pattern's row of one replica)."""
-    p99_slowdown: float
-    """The same of its p99."""
-    source: str
-    """Where it was measured: the profile and the row."""
-
-    @property
-    def description(self) -> str:
-        return (
-            f"interference measured beside {self.neighbours} at {self.busy_share:.2g} busy "
-            f"({self.source})"
-        )
 
 
 @dataclass(frozen=True)
@@ -299,7 +189,7 @@ class ModelProfile:
         row, calls = self._alone("poisson"), self.service_times
         if row is None or row.service_times is None or calls is None:
             return None
-        beyond = calls.mean_ms + _mean_wait_ms(calls, row.qps_per_replica, row.cpu_limit)
+        beyond = calls.mean_ms + mean_wait_ms(calls, row.qps_per_replica, row.cpu_limit)
         times = row.service_times
         return ServiceTimes(tuple(max(0.0, v - beyond) for v in times.values_ms), times.counts)
 

@@ -13,6 +13,26 @@ from tests.support.gpus import fake_gpu_file
 from tests.support.servers import SHAREDSERVE, clean_env
 
 
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now, children of children included (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -9,7 +9,8 @@ from typing import Any
 
 from sharedserve.placement import OpenEnded, Placement, place
 from sharedserve.size.demand import Demand
-from sharedserve.size.profile import ProfilePoint, ServiceTimes
+from sharedserve.size.profile import ProfilePoint
+from sharedserve.size.service_times import ServiceTimes
 
 POINT = ProfilePoint("parallel", 1, 1, 1.0, None, 1.0, 0.0, True, None, None, None, None, None)
 # The GPU (MiB), reserve (MiB) and target utilisation the grouping tests plan for.

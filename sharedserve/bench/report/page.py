@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sharedserve.bench.judging import model_p99
 from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
 from sharedserve.bench.mix import is_mix, objectives, row_label, scale_of, several_patterns
 from sharedserve.bench.report.css import CSS
@@ -36,7 +37,6 @@ from sharedserve.bench.report.table import (
     over,
     table,
 )
-from sharedserve.bench.summary import model_p99
 
 __all__ = ["render_html"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sharedserve.bench.judging import model_p99
 from sharedserve.bench.mix import (
     GPU_COLUMNS,
     MODEL_COLUMNS,
@@ -23,7 +24,6 @@ from sharedserve.bench.mix import (
 )
 from sharedserve.bench.report.sigfig import count, sig3
 from sharedserve.bench.report.table import NONE, Col, card, figure, over, table
-from sharedserve.bench.summary import model_p99
 
 __all__ = ["mix_sections", "mix_verdict"]
 

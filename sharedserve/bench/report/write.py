@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sharedserve.bench.judging import LATE_LIMIT, LOADGEN_CPU_LIMIT, loadgen_trouble
 from sharedserve.bench.limits import LIMITS_HEADERS, limits_table, without_limits
 from sharedserve.bench.mix import (
     GPU_COLUMNS,
@@ -35,14 +36,7 @@ from sharedserve.bench.mix import (
 from sharedserve.bench.report.page import render_html
 from sharedserve.bench.report.plots import GPU_KEYS, PLOT_NAMES, draw_plots
 from sharedserve.bench.report.sigfig import as_recorded, row_cell
-from sharedserve.bench.summary import (
-    LATE_LIMIT,
-    LOADGEN_CPU_LIMIT,
-    MODEL_KEYS,
-    PER_MODEL_KEYS,
-    ROW_KEYS,
-    loadgen_trouble,
-)
+from sharedserve.bench.summary import MODEL_KEYS, PER_MODEL_KEYS, ROW_KEYS
 from sharedserve.bench.verdict import throttle_notes
 from sharedserve.files import write_atomic
 

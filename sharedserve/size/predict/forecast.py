@@ -54,7 +54,7 @@ from sharedserve.size.predict.interference import (
     planned,
 )
 from sharedserve.size.predict.queueing import ModelLoad, Prediction, simulate
-from sharedserve.size.profile import ServiceTimes, cpu_slots
+from sharedserve.size.service_times import ServiceTimes, cpu_slots
 
 __all__ = ["REQUESTS", "LatencyForecaster", "PredictedLatency", "calls_at_once", "slots_of"]
 

@@ -35,7 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sharedserve.size.demand import Demand
-from sharedserve.size.profile import Neighbourhood, in_flight
+from sharedserve.size.neighbourhood import Neighbourhood
+from sharedserve.size.service_times import in_flight
 
 __all__ = ["ALONE", "UNMEASURED", "Neighbour", "Slowdown", "lookup", "neighbour", "planned"]
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sharedserve.size.predict.page_ins import ready_times
-from sharedserve.size.profile import ServiceTimes
+from sharedserve.size.service_times import ServiceTimes
 
 __all__ = ["Batching", "ModelLoad", "Prediction", "simulate"]
 

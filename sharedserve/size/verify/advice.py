@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sharedserve.bench.summary import LATE_LIMIT, LOADGEN_CPU_LIMIT
+from sharedserve.bench.judging import LATE_LIMIT, LOADGEN_CPU_LIMIT
 
 __all__ = [
     "BUSY_BEFORE",

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import invoke
-from tests.support.pack import PackRun, alive, leaked_pack_cgroups, pack_cgroups
+from tests.support.pack import PackRun, alive, descendants, leaked_pack_cgroups, pack_cgroups
 from tests.support.servers import SHAREDSERVE, Server, clean_env, free_port, run_cli
 from tests.support.stub_server import StubServer, two_level_law
 
@@ -366,26 +366,6 @@ def test_report_files_can_be_read_by_colleagues(stub_targets: Path, tmp_path: Pa
     ]
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` now, children of children included (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 # What a shell that is not interactive does to `cmd &`: SIGINT ignored, inherited through exec.
 _SIGINT_IGNORED = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
 
@@ -418,7 +398,7 @@ def test_a_signal_stops_bench_and_everything_it_started(
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
         time.sleep(1.0)
-        started = _descendants(process.pid)
+        started = descendants(process.pid)
         replicas = json.loads((out / "targets-scale-1.json").read_text())["targets"]
         assert {t["pid"] for t in replicas} <= started and len(started) >= 2
         process.send_signal(sig)

@@ -9,34 +9,17 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.pack import descendants
 from tests.support.servers import SHAREDSERVE, clean_env
 
 pytestmark = [pytest.mark.slow]
 
 CPUS = sorted(os.sched_getaffinity(0))
 SERVER_CPU, LOADGEN_CPU = CPUS[0], CPUS[-1]  # one CPU: both there, pinned all the same
-
-
-def _children(pid: int) -> Iterator[int]:
-    """Every process below ``pid`` now (from /proc)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    todo = [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            yield child
-            todo.append(child)
 
 
 def _cpus_allowed(pid: int) -> str:
@@ -52,7 +35,7 @@ def _loadgen_master(bench: subprocess.Popen[bytes], log: Path) -> int:
     while True:
         assert bench.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
-        for pid in _children(bench.pid):
+        for pid in descendants(bench.pid):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from sharedserve.bench.histogram import LatencyHistogram
+from sharedserve.bench.judging import LOADGEN_CPU_LIMIT
 from sharedserve.bench.summary import (
-    LOADGEN_CPU_LIMIT,
     MODEL_KEYS,
     PER_MODEL_KEYS,
     ROW_KEYS,

@@ -13,7 +13,7 @@ from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.server.inference.fair_queue import FairQueue
 from sharedserve.size.predict import Batching, ModelLoad, simulate
 from sharedserve.size.predict.queueing import _serve
-from sharedserve.size.profile import ServiceTimes, cpu_slots
+from sharedserve.size.service_times import ServiceTimes, cpu_slots
 
 MEAN_MS = 10.0
 MU = 1000 / MEAN_MS  # calls/s one slot serves

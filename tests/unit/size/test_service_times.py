@@ -13,7 +13,8 @@ import pytest
 from sharedserve.bench.histogram import LatencyHistogram
 from sharedserve.bench.summary import Pattern, Samples, TargetResult, build_row
 from sharedserve.size.predict import ModelLoad, simulate
-from sharedserve.size.profile import ServiceTimes, load_profiles, profiles_of
+from sharedserve.size.profile import load_profiles, profiles_of
+from sharedserve.size.service_times import ServiceTimes
 
 OLD_PROFILES = Path(__file__).parents[2] / "data" / "plan" / "profiles"
 

@@ -10,6 +10,7 @@ import pytest
 
 from sharedserve.size.demand import Demand
 from sharedserve.size.fleet import Fleet, FleetModel, GpuType, NodeType
+from sharedserve.size.neighbourhood import Neighbourhood
 from sharedserve.size.plan import build_plan, plan_markdown
 from sharedserve.size.predict import (
     ALONE,
@@ -20,7 +21,7 @@ from sharedserve.size.predict import (
     neighbour,
     planned,
 )
-from sharedserve.size.profile import Neighbourhood, ServiceTimes
+from sharedserve.size.service_times import ServiceTimes
 from tests.support.sizing import pack, timed
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from sharedserve.size.grouping import SharedServer
 from sharedserve.size.predict import LatencyForecaster, ModelLoad, ready_times, simulate
-from sharedserve.size.profile import ServiceTimes
+from sharedserve.size.service_times import ServiceTimes
 from tests.support.sizing import timed
 
 PAGE = 0.1
