@@ -251,8 +251,7 @@ def run_verify(stage: kit.Stage, spec: Path, out: Path) -> bool:
     if kept is None:
         return False
     stage.results["verify"] = kept
-    result = json.loads((out / "verify.json").read_text())
-    judge_verify(stage, result, settings["verify_duration_s"])
+    judge_verify(stage, kept, settings["verify_duration_s"])
     if stage.dry_run:
         profiled = [r for rows in stage.results["profiles"].values() for r in rows]
         stage.check(
