@@ -25,9 +25,11 @@ __all__ = [
     "NotResident",
     "NvmlUnavailable",
     "PayloadTooLarge",
+    "PermissionDenied",
     "RequestTimeout",
     "ResourceExhausted",
     "SharedServeError",
+    "Unauthenticated",
     "Unimplemented",
     "quoted",
 ]
@@ -77,6 +79,21 @@ class NotFound(SharedServeError):
 
     http_status = 404
     grpc_code = "NOT_FOUND"
+
+
+class Unauthenticated(SharedServeError):
+    """A management call without the server's management key (``--admin-key-file``)."""
+
+    http_status = 401
+    grpc_code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(SharedServeError):
+    """A load that would read a model from outside the directories the operator allows (the
+    model repository, ``--allowed-model-roots``): refused whoever asks, nothing changed."""
+
+    http_status = 403
+    grpc_code = "PERMISSION_DENIED"
 
 
 class PayloadTooLarge(SharedServeError):

@@ -14,6 +14,9 @@ from sharedserve.contract import Grant
 from sharedserve.enums import Framework, Paging
 from sharedserve.errors import ConfigError
 from sharedserve.server import (
+    ADMIN_HEADER,
+    ADMIN_KEY_VARIABLE,
+    AdminSettings,
     ConnectionSettings,
     GrpcSettings,
     RestSettings,
@@ -105,6 +108,31 @@ _ModelRepository = Annotated[
         "model file (batching, version_policy, version_labels; `sharedserve schema model`).",
         show_default="none",
     ),
+]
+_AllowedModelRoots = Annotated[
+    list[Path] | None,
+    typer.Option(
+        help="A directory models may be loaded from (repeat for several): besides "
+        "--model-repository's; with --model-config-file, instead of the directories of the "
+        "models the file names at start. Loads and HandleReloadConfigRequest base paths that "
+        "lead elsewhere, symlinks included, are refused (403 / PERMISSION_DENIED).",
+        show_default="the repository; the model config file's base paths",
+    ),
+]
+_AdminKeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        help="A file holding the management key: the model repository API (/v2/repository/...), "
+        "TF Serving's HandleReloadConfigRequest and changes under /sharedserve/v1/ then need it "
+        "in the --admin-header header (REST) or metadata (gRPC), else 401 / UNAUTHENTICATED; "
+        f"inference, health, status, metadata and metrics stay open. Or set {ADMIN_KEY_VARIABLE}. "
+        "Make one with `openssl rand -hex 32`.",
+        show_default="management open to every client, as in TF Serving and Triton",
+    ),
+]
+_AdminHeader = Annotated[
+    str,
+    typer.Option(help="The REST header and gRPC metadata key carrying the management key."),
 ]
 _Name = Annotated[str | None, typer.Option(help="--model's name in URLs.", show_default="dir name")]
 _Host = Annotated[str, typer.Option(help="Address to listen on.")]
@@ -275,6 +303,9 @@ def serve(
     model_config_file: _ModelConfigFile = None,
     model_repository: _ModelRepository = None,
     model_config_file_poll_wait_seconds: _ModelConfigPoll = ServerSettings.model_config_poll_s,
+    allowed_model_roots: _AllowedModelRoots = None,
+    admin_key_file: _AdminKeyFile = None,
+    admin_header: _AdminHeader = ADMIN_HEADER,
     name: _Name = ServerSettings.model_name,
     host: _Host = RestSettings.host,
     rest_port: _RestPort = RestSettings.port,
@@ -332,6 +363,8 @@ def serve(
         model_config_file=model_config_file,
         model_repository=model_repository,
         model_config_poll_s=model_config_file_poll_wait_seconds,
+        allowed_model_roots=tuple(allowed_model_roots or ()),
+        admin=AdminSettings(_admin_key(admin_key_file), admin_header),
         rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes, max_arriving_bytes),
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=max_body_bytes),
         connections=ConnectionSettings(
@@ -358,6 +391,25 @@ def serve(
     )
     settings.validate()
     raise typer.Exit(run(settings))
+
+
+def _admin_key(path: Path | None) -> str | None:
+    """The management key: ``--admin-key-file``'s (its surrounding whitespace dropped: files
+    end in a newline), else the environment's, never both."""
+    from_env = os.environ.get(ADMIN_KEY_VARIABLE)
+    if path is None:
+        return from_env or None
+    if from_env is not None:
+        raise ConfigError(f"give --admin-key-file or {ADMIN_KEY_VARIABLE}, not both")
+    try:
+        key = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(
+            f"--admin-key-file: cannot read {path}: {getattr(e, 'strerror', None) or e}"
+        ) from e
+    if not key:
+        raise ConfigError(f"--admin-key-file: {path} is empty")
+    return key
 
 
 def _batching(

@@ -35,6 +35,9 @@ from sharedserve.server.repository.directory import (
     read_model_file,
 )
 from sharedserve.server.settings import (
+    ADMIN_HEADER,
+    ADMIN_KEY_VARIABLE,
+    AdminSettings,
     ConnectionSettings,
     GrpcSettings,
     RestSettings,
@@ -48,10 +51,13 @@ from sharedserve.server.wire.oip.tensors import datatype_of, to_raw
 from sharedserve.server.wire.tfserving.tensor_proto import to_tensor_proto
 
 __all__ = [
+    "ADMIN_HEADER",
+    "ADMIN_KEY_VARIABLE",
     "HEADER_LENGTH",
     "MODEL_FILE",
     "MODEL_INFER_METHOD",
     "PREDICT_METHOD",
+    "AdminSettings",
     "ConnectionSettings",
     "GrpcSettings",
     "ModelFile",

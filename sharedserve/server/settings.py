@@ -17,7 +17,11 @@ from sharedserve.enums import Paging
 from sharedserve.errors import ConfigError
 
 __all__ = [
+    "ADMIN_HEADER",
+    "ADMIN_KEY_VARIABLE",
     "ARRIVING_BODIES_PER_LIMIT",
+    "MIN_ADMIN_KEY_CHARS",
+    "AdminSettings",
     "ConnectionSettings",
     "GrpcSettings",
     "RestSettings",
@@ -123,6 +127,55 @@ class ConnectionSettings:
                 raise ConfigError(f"{flag} must be positive, got {value:g}")
 
 
+#: The header (REST) and metadata key (gRPC) that carries the management key by default.
+ADMIN_HEADER = "sharedserve-admin-key"
+#: The environment variable that may hold the management key instead of ``--admin-key-file``.
+ADMIN_KEY_VARIABLE = "SHAREDSERVE_ADMIN_KEY"
+#: Shortest management key accepted: 128 bits as hex.
+MIN_ADMIN_KEY_CHARS = 32
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+@dataclass(frozen=True)
+class AdminSettings:
+    """Who may change what the server serves. With a ``key``, the management APIs (the model
+    repository API, TF Serving's ``HandleReloadConfigRequest``, changes under
+    ``/sharedserve/v1/``) answer only requests that carry it in ``header``; inference,
+    health, status, metadata and metrics stay open. Without one, they are open to every
+    client of the ports, as in TF Serving and Triton."""
+
+    key: str | None = field(default=None, repr=False)
+    """The management key, read from ``--admin-key-file`` or the environment, never from the
+    command line (where ``ps`` shows it); None: management open."""
+    header: str = ADMIN_HEADER
+    """The REST header and gRPC metadata key that carries it (lower case: gRPC's rule)."""
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first setting that cannot work."""
+        if not self.header or not set(self.header) <= _TOKEN_CHARS:
+            raise ConfigError(
+                f"--admin-header must be lower-case letters, digits, '-', '_' or '.' (a gRPC "
+                f"metadata key), got {self.header!r}"
+            )
+        if self.header.endswith("-bin") or self.header.startswith("grpc-"):
+            raise ConfigError(
+                f"--admin-header {self.header!r}: gRPC reserves 'grpc-' keys and treats '-bin' "
+                "keys as binary"
+            )
+        if self.key is None:
+            return
+        if len(self.key) < MIN_ADMIN_KEY_CHARS or not self.key.isascii():
+            raise ConfigError(
+                f"the management key must be at least {MIN_ADMIN_KEY_CHARS} ASCII characters "
+                f"(got {len(self.key)}); make one with `openssl rand -hex 32`"
+            )
+        if not self.key.isprintable() or any(c.isspace() for c in self.key):
+            raise ConfigError(
+                "the management key must be printable, without spaces (a header value); "
+                "make one with `openssl rand -hex 32`"
+            )
+
+
 @dataclass(frozen=True)
 class ShutdownSettings:
     """How a server stops on SIGTERM so that a rolling update loses no request: readiness
@@ -162,6 +215,11 @@ class ServerSettings:
     model_config_poll_s: float = 0
     """Seconds between re-reads of ``model_config_file`` (TF Serving's
     ``--model_config_file_poll_wait_seconds``); 0: read once, at start."""
+    allowed_model_roots: tuple[Path, ...] = ()
+    """Directories models may be loaded from besides ``model_repository``; with
+    ``model_config_file``, instead of each base path the file names at start
+    (``repository/roots.py``). Loads and reloads leading elsewhere are refused."""
+    admin: AdminSettings = field(default_factory=AdminSettings)
     rest: RestSettings = field(default_factory=RestSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
@@ -223,6 +281,12 @@ class ServerSettings:
             )
         if self.model_config_poll_s and self.model_config_file is None:
             raise ConfigError("--model-config-file-poll-wait-seconds needs --model-config-file")
+        if self.allowed_model_roots and self.model_dir is not None:
+            raise ConfigError(
+                "--allowed-model-roots bounds what --model-config-file or --model-repository "
+                "may load; --model serves one model and loads nothing else"
+            )
+        self.admin.validate()
         self.rest.validate()
         self.grpc.validate()
         if self.batching is not None:

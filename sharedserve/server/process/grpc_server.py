@@ -10,8 +10,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sharedserve.server.inference import InferencePath
+from sharedserve.server.process.admin import AdminCheck, AdminInterceptor
 from sharedserve.server.repository import ModelManager, ModelRegistry
-from sharedserve.server.settings import ConnectionSettings
+from sharedserve.server.settings import AdminSettings, ConnectionSettings
 from sharedserve.server.wire import DecodingBytes
 from sharedserve.server.wire.oip import grpc_api as oip_grpc
 from sharedserve.server.wire.tfserving import grpc_api as tfserving_grpc
@@ -59,10 +60,12 @@ def create_grpc_server(
     connections: ConnectionSettings,
     decoding: DecodingBytes,
     health_service: GrpcHealth,
+    admin: AdminSettings | None = None,
 ) -> grpc.aio.Server:
     """A grpc.aio server with every service; the caller binds ports and starts it. ``decoding``
     is the REST app's decoding limit: a message's bytes count against it as a body's do; every
-    model's requests are bounded by the path's element limit (one limit per process)."""
+    model's requests are bounded by the path's element limit (one limit per process);
+    ``admin``'s key, where it has one, guards management (``admin.py``)."""
     options = [
         # The REST listener's connection limits, in gRPC core's terms: a connection that sends
         # no HTTP/2 preface in time is closed, one idle with no call open gets GOAWAY, and
@@ -76,7 +79,9 @@ def create_grpc_server(
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
     ]
-    server = grpc.aio.server(options=options)
+    guarded = admin is not None and admin.key is not None
+    interceptors = [AdminInterceptor(AdminCheck(admin))] if guarded else []  # type: ignore[arg-type]
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     server.add_generic_rpc_handlers(tfserving_grpc.handlers(registry, path, decoding, manager))
     server.add_generic_rpc_handlers(oip_grpc.handlers(registry, path, decoding, manager))
     health_pb2_grpc.add_HealthServicer_to_server(health_service.servicer, server)

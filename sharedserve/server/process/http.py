@@ -26,8 +26,9 @@ from sharedserve.errors import (
     SharedServeError,
 )
 from sharedserve.server.inference import InferencePath
+from sharedserve.server.process.admin import AdminCheck, AdminGate
 from sharedserve.server.repository import ModelManager, ModelRegistry
-from sharedserve.server.settings import ConnectionSettings, RestSettings
+from sharedserve.server.settings import AdminSettings, ConnectionSettings, RestSettings
 from sharedserve.server.wire import ArrivingBytes, DecodingBytes
 from sharedserve.server.wire.http_io import JSON, error, json_response
 from sharedserve.server.wire.oip import rest as oip_rest
@@ -49,11 +50,13 @@ def create_app(
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: DecodingBytes,
+    admin: AdminSettings | None = None,
 ) -> FastAPI:
     """The HTTP app for the process's models (``registry``, run on ``path``); ``manager``
     loads and unloads them for the repository API; ``limits`` builds the
     ``/sharedserve/v1/limits`` body, and ``decoding`` (shared with the gRPC server) bounds the
-    bytes being decoded at once."""
+    bytes being decoded at once; ``admin``'s key, where it has one, guards management
+    (``admin.py``)."""
     metrics = registry.metrics
     # REST bodies only: a gRPC message arrives whole inside grpcio, under its own limit.
     arriving = ArrivingBytes(rest.arriving_limit)
@@ -119,4 +122,6 @@ def create_app(
             built.update(served=served, body=orjson.dumps(document))
         return Response(built["body"], media_type=JSON)
 
+    if admin is not None and admin.key is not None:
+        app.add_middleware(AdminGate, check=AdminCheck(admin))
     return app

@@ -93,8 +93,19 @@ class ModelServer:
         self.registry = ModelRegistry(self.metrics)
         self.health = GrpcHealth(sorted(names))
         self.manager = ModelManager(
-            self.registry, self.path, self.memory, self.frameworks, catalog, events=self.health
+            self.registry,
+            self.path,
+            self.memory,
+            self.frameworks,
+            catalog,
+            events=self.health,
+            roots=catalog.roots(settings.allowed_model_roots),
         )
+        if settings.admin.key is None and not self.one_model:
+            log.warning(
+                "the management APIs (model repository, HandleReloadConfigRequest) are open to "
+                "every client of these ports; --admin-key-file restricts them to the platform"
+            )
         # One decoding limit for every API: it bounds decoding's memory, whoever sent the bytes.
         self.decoding = DecodingBytes(settings.rest.decoding_limit, DECODE_WAIT_S)
         self.app = create_app(
@@ -105,6 +116,7 @@ class ModelServer:
             rest=settings.rest,
             connections=settings.connections,
             decoding=self.decoding,
+            admin=settings.admin,
         )
         self.rest_address: tuple[str, int] | None = None
         self.grpc_port: int | None = None
@@ -164,6 +176,7 @@ class ModelServer:
             connections=settings.connections,
             decoding=self.decoding,
             health_service=self.health,
+            admin=settings.admin,
         )
         config = uvicorn.Config(
             self.app,

@@ -1,7 +1,7 @@
 """What the process serves: the catalogs that find models on disk (a TF Serving model config
 file, ``config_file.py``; a model repository directory, ``directory.py``; ``versions.py``),
-the one load path (``manager.py``), and the registry every request's version is looked up in
-(``registry.py``)."""
+the one load path (``manager.py``) and where it may read from (``roots.py``), and the
+registry every request's version is looked up in (``registry.py``)."""
 
 from sharedserve.server.repository.config_file import (
     ModelEntry,
@@ -21,6 +21,7 @@ from sharedserve.server.repository.manager import (
     ModelManager,
 )
 from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.repository.roots import ModelRoots
 from sharedserve.server.repository.versions import (
     Catalog,
     ConfigCatalog,
@@ -42,6 +43,7 @@ __all__ = [
     "ModelFile",
     "ModelManager",
     "ModelRegistry",
+    "ModelRoots",
     "RepositoryCatalog",
     "VersionToServe",
     "model_config_entries",

@@ -11,6 +11,10 @@ off the scheduler, unloaded. A model with no version serving is routed from the 
 load, so that status and readiness say LOADING, then why it failed; a model still serving keeps
 serving its old versions until the new ones are ready, and a failed reload leaves it as it was.
 A failure is cleaned up in one place, ``_fail``.
+
+Nothing is read from outside the roots the operator allows (``roots.py``): every load's
+directories are checked first, and a reloaded config is checked whole before anything changes,
+so a refused reload unloads nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from sharedserve.errors import (
     InsufficientMemory,
     InvalidInput,
     LoadFailed,
+    PermissionDenied,
     SharedServeError,
     quoted,
 )
@@ -36,6 +41,7 @@ from sharedserve.server.inference import InferencePath
 from sharedserve.server.memory import Memory
 from sharedserve.server.repository.config_file import ModelEntry, read_model_config_file
 from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.repository.roots import ModelRoots
 from sharedserve.server.repository.threads import in_loader_thread, unload_versions
 from sharedserve.server.repository.versions import (
     Catalog,
@@ -107,9 +113,13 @@ class ModelManager:
         catalog: Catalog,
         *,
         events: ModelEvents,
+        roots: ModelRoots | None = None,
         drain_s: float = DRAIN_S,
     ) -> None:
+        """``roots``: where models may be read from (None: anywhere, for ``--model``'s fixed
+        catalog, which never changes)."""
         self.registry, self.path, self.memory = registry, path, memory
+        self.roots = roots
         self.frameworks, self.catalog = frameworks, catalog
         self.events = events
         self._drain_s = drain_s
@@ -182,12 +192,19 @@ class ModelManager:
 
     # -- TF Serving's model config -----------------------------------------------------------
 
-    async def converge(self, entries: Sequence[ModelEntry]) -> None:
+    async def converge(self, entries: Sequence[ModelEntry], *, trusted: bool = False) -> None:
         """Serve what ``entries`` (a whole model config) name and nothing else: new models
         loaded, models no longer named unloaded, changed versions and labels applied (versions
-        unchanged keep serving). LoadFailed naming each model that failed; the rest converge."""
+        unchanged keep serving). LoadFailed naming each model that failed; the rest converge.
+        PermissionDenied, and nothing changed, where a base path leads outside the roots;
+        ``trusted``: the operator's own file, whose base paths become roots instead."""
         self.require_changeable()
         async with self._changing:
+            if self.roots is not None:
+                if trusted:
+                    self.roots.trust(e.base_path for e in entries)
+                else:
+                    await to_thread.run_sync(self._check_entries, entries)
             self.catalog = ConfigCatalog(entries, self._batching)
             wanted = [e.name for e in entries]
             failures: list[str] = []
@@ -223,7 +240,7 @@ class ModelManager:
                 continue
             last = entries
             try:
-                await self.converge(entries)
+                await self.converge(entries, trusted=True)
             except SharedServeError as e:
                 log.error("model config file applied, but: %s", e.message)
 
@@ -244,16 +261,37 @@ class ModelManager:
             log.warning("cannot list the model repository: %s", e.message)
             return []
 
+    def _check_entries(self, entries: Sequence[ModelEntry]) -> None:
+        """In a worker thread: PermissionDenied where a model's base path leads out of the
+        roots (the first one found)."""
+        assert self.roots is not None
+        for entry in entries:
+            path = quoted(str(entry.base_path))
+            what = f"the base_path of model {quoted(entry.name)}, {path},"
+            self.roots.check(entry.base_path, what)
+
+    def _versions(self, name: str) -> list[VersionToServe]:
+        """In a worker thread: model ``name``'s versions on disk, each inside the roots."""
+        entries = self.catalog.versions(name)
+        if self.roots is not None:
+            for entry in entries:
+                what = f"model {quoted(name)} version {entry.source.version}"
+                self.roots.check(entry.source.path, what)
+        return entries
+
     async def _prepare(self, name: str, *, reuse: bool) -> _Change:
         """Model ``name``'s versions made (not loaded) and on the inference path, kept where
         ``reuse`` and unchanged; routed now where none of the model's serves."""
         self._loading.add(name)
         try:
             try:
-                entries = await to_thread.run_sync(self.catalog.versions, name)
+                entries = await to_thread.run_sync(self._versions, name)
             except ConfigError as e:
                 self._failures[name] = e.message
                 raise LoadFailed(f"failed to load {quoted(name)}: {e.message}") from None
+            except PermissionDenied as e:
+                self._failures[name] = e.message
+                raise PermissionDenied(f"failed to load {quoted(name)}: {e.message}") from None
             current = self.registry.versions_by_number(name)
             change = _Change(name, [], [], dict(entries[0].labels))
             for entry in entries:

@@ -14,6 +14,7 @@ from sharedserve.config import BatchingSettings
 from sharedserve.errors import NotFound, quoted
 from sharedserve.server.repository.config_file import ModelEntry, versions_to_serve
 from sharedserve.server.repository.directory import read_repository_model, repository_names
+from sharedserve.server.repository.roots import ModelRoots
 from sharedserve.server.version import ModelSettings, ModelSource
 
 __all__ = [
@@ -64,6 +65,11 @@ class Catalog(Protocol):
         ConfigError for a model that cannot be served as configured."""
         ...
 
+    def roots(self, allowed: Sequence[Path]) -> ModelRoots | None:
+        """Where its models may be read from, ``allowed`` being ``--allowed-model-roots``;
+        None: anywhere (a catalog that never changes)."""
+        ...
+
 
 def unknown(name: str) -> NotFound:
     return NotFound(f"model {quoted(name)} is not in the model repository")
@@ -84,6 +90,9 @@ class FixedCatalog:
             raise unknown(name)
         return found
 
+    def roots(self, allowed: Sequence[Path]) -> None:
+        return None
+
 
 class ConfigCatalog:
     """A TF Serving model config: the file's at start, the last reload's or poll's since."""
@@ -99,6 +108,11 @@ class ConfigCatalog:
         if not found:
             raise unknown(name)
         return versions_of(found, self.batching)
+
+    def roots(self, allowed: Sequence[Path]) -> ModelRoots:
+        """The roots given, else the file's base paths; the file's own paths trusted."""
+        base_paths = [e.base_path for e in self.entries]
+        return ModelRoots(allowed or base_paths, trusted=base_paths)
 
 
 class RepositoryCatalog:
@@ -116,3 +130,6 @@ class RepositoryCatalog:
         if entry is None:
             raise unknown(name)
         return versions_of([entry], self.batching)
+
+    def roots(self, allowed: Sequence[Path]) -> ModelRoots:
+        return ModelRoots([self._root, *allowed])

@@ -48,6 +48,13 @@ def server(paths: dict[str, Path]) -> Iterator[Server]:
     config = paths["work"] / "models.config"
     config.write_text(_config(f"name: 'a' base_path: '{paths['tiny']}'"))
     args = ["--model-config-file", str(config), "--model-config-file-poll-wait-seconds", "0.2"]
+    # Reloads name models of the work directory besides the file's: both roots allowed.
+    args += [
+        "--allowed-model-roots",
+        str(paths["work"]),
+        "--allowed-model-roots",
+        str(paths["tiny"]),
+    ]
     served = Server(None, paths["work"] / "serve.log", args)
     try:
         served.wait_available("a")

@@ -15,7 +15,13 @@ from typing import Any
 import grpc
 import numpy as np
 
-from sharedserve.errors import ConfigError, InvalidInput, SharedServeError, quoted
+from sharedserve.errors import (
+    ConfigError,
+    InvalidInput,
+    PermissionDenied,
+    SharedServeError,
+    quoted,
+)
 from sharedserve.server.inference import InferencePath, SignatureOf
 from sharedserve.server.metrics import RequestTally
 from sharedserve.server.protos.tfserving import MODEL_SERVICE, PREDICTION_SERVICE
@@ -225,7 +231,8 @@ class ModelServicer:
     ) -> Any:
         """Serve what the request's ModelServerConfig names, and nothing else. As TF Serving
         does, a config that cannot be served is an error status, a model that fails to load
-        is the response's status (the others converge all the same)."""
+        is the response's status (the others converge all the same). A base path outside the
+        roots is PERMISSION_DENIED, and nothing changes."""
 
         async def call() -> Any:
             self._manager.require_changeable()
@@ -236,6 +243,8 @@ class ModelServicer:
             response = management.ReloadConfigResponse()
             try:
                 await self._manager.converge(entries)
+            except PermissionDenied:
+                raise  # refused whole, nothing changed: the call's status, not a model's
             except SharedServeError as e:
                 code = _ERROR_CODE.get(e.grpc_code, 2)  # 2: UNKNOWN
                 response.status.error_code = code  # type: ignore[assignment]
