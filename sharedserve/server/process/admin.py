@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -66,7 +67,7 @@ class AdminCheck:
         assert settings.key is not None
         self.header = settings.header
         self._key = settings.key.encode()
-        self._last_log = 0.0
+        self._last_log = -math.inf  # the first refusal is always logged
         self._unlogged = 0
 
     def refusal(self, sent: bytes | str | None, carrier: str) -> str | None:
