@@ -38,7 +38,7 @@ def main() -> None:
     model = "tiny" if stage.dry_run else "resnet50"
     models = replicas.build_models([model], stage.work / "models")
     gpu = stage.gpu()
-    extra = ("--max-body-bytes", str((1 << 31) - 1))
+    extra = ("--max-body-bytes", str((1 << 31) - 1), "--grpc-max-message-bytes", str((1 << 31) - 1))
     backend = stage.gpu_backend()
     results: dict[str, Any] = {"model": model, "fraction": FRACTION, "gpu": gpu.uuid}
     try:

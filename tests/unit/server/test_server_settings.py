@@ -10,6 +10,7 @@ import pytest
 from sharedserve.config import BatchingSettings
 from sharedserve.errors import ConfigError
 from sharedserve.server.settings import (
+    AdminSettings,
     ConnectionSettings,
     GrpcSettings,
     RestSettings,
@@ -17,6 +18,7 @@ from sharedserve.server.settings import (
 )
 
 GOOD = ServerSettings(model_dir=Path("m"))
+MANY = ServerSettings(model_repository=Path("repo"))
 
 
 @pytest.mark.parametrize(
@@ -41,6 +43,35 @@ GOOD = ServerSettings(model_dir=Path("m"))
             id="timeout",
         ),
         pytest.param(
+            replace(GOOD, grpc=GrpcSettings(max_message_bytes=0)),
+            "--grpc-max-message-bytes",
+            id="grpc-message",
+        ),
+        pytest.param(
+            replace(GOOD, grpc=GrpcSettings(max_message_bytes=1 << 31)),
+            "--grpc-max-message-bytes must be at most",
+            id="grpc-message-ceiling",
+        ),
+        pytest.param(
+            replace(GOOD, allowed_model_roots=(Path("/models"),)),
+            "--allowed-model-roots bounds",
+            id="roots-with-one-model",
+        ),
+        pytest.param(
+            replace(MANY, admin=AdminSettings(key="short")), "at least 32", id="short-key"
+        ),
+        pytest.param(
+            replace(MANY, admin=AdminSettings(key="x" * 31 + " y")),
+            "without spaces",
+            id="key-space",
+        ),
+        pytest.param(
+            replace(MANY, admin=AdminSettings(header="Admin Key")), "--admin-header", id="header"
+        ),
+        pytest.param(
+            replace(MANY, admin=AdminSettings(header="grpc-key")), "reserves", id="grpc-header"
+        ),
+        pytest.param(
             replace(GOOD, batching=BatchingSettings(max_batch_size=0)),
             "max_batch_size",
             id="batching",
@@ -55,3 +86,10 @@ def test_refused_with_the_flag_named(settings: ServerSettings, fragment: str) ->
 def test_the_defaults_and_port_zero_are_valid() -> None:
     GOOD.validate()
     replace(GOOD, rest=RestSettings(port=0), grpc=GrpcSettings(port=0)).validate()
+
+
+def test_the_management_key_is_never_in_the_settings_repr() -> None:
+    key = "0123456789abcdef" * 4
+    settings = replace(MANY, admin=AdminSettings(key=key))
+    settings.validate()
+    assert key not in repr(settings) and key not in str(settings)

@@ -214,3 +214,38 @@ def test_packed_varints_are_counted_exactly() -> None:
     data = tf.PredictRequest(inputs={"x": proto}).SerializeToString()
     with pytest.raises(InvalidInput, match="at least 8 values given for shape \\[7\\]"):
         split_predict(None)(data)
+
+
+def raw_infer(datatypes: list[str], sizes: list[int], inputs_first: bool = True) -> bytes:
+    """A ModelInfer with one raw entry of ``size`` bytes per input; its last bytes do not parse,
+    so a test that gets past the count fails on them instead."""
+    inputs = oip.ModelInferRequest()
+    for i, datatype in enumerate(datatypes):
+        inputs.inputs.add(name=f"x{i}", datatype=datatype, shape=[1])
+    raw = oip.ModelInferRequest(raw_input_contents=[bytes(size) for size in sizes])
+    parts = [inputs.SerializeToString(), raw.SerializeToString()]
+    return b"".join(parts if inputs_first else parts[::-1]) + b"\x0a\xff"
+
+
+@pytest.mark.parametrize(
+    ("datatypes", "sizes", "inputs_first", "refused"),
+    [
+        (["FP32"], [4004], True, True),  # 1001 elements
+        (["FP32"], [4000], True, False),
+        (["UINT8", "FP32"], [600, 1604], True, True),  # 600 + 401
+        (["FP64"], [8000], True, False),
+        (["BYTES"], [1 << 20], True, False),  # one string may be any length
+        (["FP32"], [8008], False, True),  # inputs later: counted at 8 bytes each, 1001
+        (["UINT8"], [8000], False, False),  # 1000 at 8 bytes: let through to the exact check
+    ],
+)
+def test_raw_contents_are_counted_against_the_element_limit_before_they_are_copied(
+    datatypes: list[str], sizes: list[int], inputs_first: bool, refused: bool
+) -> None:
+    data = raw_infer(datatypes, sizes, inputs_first)
+    if refused:
+        with pytest.raises(PayloadTooLarge, match="raw_input_contents hold more than 1000"):
+            split_infer(1000)(data)
+    else:
+        with pytest.raises(InvalidInput):  # the trailing bytes: counted, then read on
+            split_infer(1000)(data)

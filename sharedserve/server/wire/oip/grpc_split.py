@@ -6,7 +6,9 @@ merged a slice at a time (each slice of it would add an element), and copying a 
 contents into its input would be one long C call again. So each input is parsed without its
 contents, and its contents by themselves, in slices, the values counted as they are walked
 against the input's declared datatype and shape (which every standard serializer sends first)
-and the element limit. ``raw_input_contents`` is a top-level repeated field: sliced as it is.
+and the element limit. ``raw_input_contents`` is a top-level repeated field: sliced as it is,
+its elements counted first against the element limit (each entry's bytes at its input's
+datatype), so 60 MB of raw data is refused before it is copied into the request.
 """
 
 from __future__ import annotations
@@ -41,15 +43,45 @@ def split_infer(limit: int | None) -> Callable[[bytes], Split]:
     def split(data: bytes) -> Split:
         outer = wire.Slicer(pb.ModelInferRequest(), data, _REQUEST)
         inputs: list[Input] = []
+        raw = _RawCount(limit)
         for field in wire.fields(data, 0, len(data), _REQUEST):
             if field.number == 5 and field.wire == 2:
                 inputs.extend(_input(data, start, end, limit) for start, end in wire.each(field))
-            else:
-                outer.add(field.begin, field.end, field.repeats)
+                continue
+            if field.number == _RAW and field.wire == 2:
+                raw.add(field, inputs)
+            outer.add(field.begin, field.end, field.repeats)
         outer.flush()
         return outer.message, inputs
 
     return split
+
+
+_RAW = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["raw_input_contents"].number
+
+
+class _RawCount:
+    """The elements of ``raw_input_contents`` counted as its entries are met, the i-th at the
+    i-th input's datatype (inputs come first from every standard serializer; one not read yet
+    counts at the widest numeric datatype)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit, self._seen, self._elements = limit, 0, 0
+
+    def add(self, field: wire.Field, inputs: list[Input]) -> None:
+        if self._limit is None:
+            return
+        for start, end in wire.each(field):
+            tensor = inputs[self._seen][0] if self._seen < len(inputs) else None
+            self._seen += 1
+            self._elements += tensors.raw_elements(
+                None if tensor is None else tensor.datatype, end - start
+            )
+            if self._elements > self._limit:
+                raise PayloadTooLarge(
+                    f"raw_input_contents hold more than {self._limit} elements, the most a "
+                    "request may hold (--max-request-elements)"
+                )
 
 
 def _input(data: bytes, start: int, end: int, limit: int | None) -> Input:

@@ -39,6 +39,7 @@ __all__ = [
     "from_raw",
     "parse_json",
     "parse_shape",
+    "raw_elements",
     "tensor_metadata",
     "to_json_data",
     "to_raw",
@@ -169,6 +170,19 @@ def from_contents(name: str, datatype: str, shape: tuple[int, ...], contents: An
         # np.asarray reads the repeated field in C; the checked cast catches 300 for UINT8.
         array = numeric_array(name, datatype, _NUMPY[datatype], np.asarray(values))
     return _shaped(name, array, shape, f"values in {field}")
+
+
+_WIDEST = max(dtype.itemsize for dtype in _NUMPY.values())
+
+
+def raw_elements(datatype: str | None, size: int) -> int:
+    """The fewest elements ``size`` bytes of raw contents hold: exact for a numeric
+    ``datatype``; for one not known (yet), at the widest numeric datatype's size; 0 for BYTES,
+    whose one element may be any length."""
+    if datatype == "BYTES":
+        return 0
+    dtype = _NUMPY.get(datatype or "")
+    return size // (dtype.itemsize if dtype is not None else _WIDEST)
 
 
 def from_raw(
