@@ -39,7 +39,13 @@ from sharedserve.server.process.start_up import (
     size_gpu_cap,
     track_gpu_memory,
 )
-from sharedserve.server.repository import Catalog, FixedCatalog, ModelManager, ModelRegistry
+from sharedserve.server.repository import (
+    Catalog,
+    FixedCatalog,
+    ModelManager,
+    ModelRegistry,
+    poll_config_file,
+)
 from sharedserve.server.settings import ServerSettings
 from sharedserve.server.version import BackendFactory, Frameworks, RuntimeConfig, make_backend
 from sharedserve.server.wire import DECODE_WAIT_S, DecodingBytes
@@ -239,4 +245,4 @@ class ModelServer:
         path, wait_s = self.settings.model_config_file, self.settings.model_config_poll_s
         if path is None or not wait_s:
             return None
-        return asyncio.get_running_loop().create_task(self.manager.poll_config_file(path, wait_s))
+        return asyncio.get_running_loop().create_task(poll_config_file(self.manager, path, wait_s))

@@ -20,6 +20,7 @@ from sharedserve.server.repository.manager import (
     ModelEvents,
     ModelManager,
 )
+from sharedserve.server.repository.polling import poll_config_file
 from sharedserve.server.repository.registry import ModelRegistry
 from sharedserve.server.repository.roots import ModelRoots
 from sharedserve.server.repository.versions import (
@@ -48,6 +49,7 @@ __all__ = [
     "VersionToServe",
     "model_config_entries",
     "model_schema",
+    "poll_config_file",
     "read_model_config_file",
     "read_model_repository",
     "versions_of",

@@ -1,6 +1,6 @@
 """The one load path: the models named at start, the OIP model repository API, TF Serving's
-HandleReloadConfigRequest and ``--model-config-file-poll-wait-seconds`` all load and unload
-model versions through ``_prepare`` and ``_complete`` here.
+HandleReloadConfigRequest and ``--model-config-file-poll-wait-seconds`` (``polling.py``) all
+load and unload model versions through ``_prepare`` and ``_complete`` here.
 
 A load reads the model's versions from the catalog, keeps the ones already serving that are
 unchanged (a reloaded config), makes the others (``Frameworks``: each framework configured
@@ -23,7 +23,6 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from anyio import to_thread
@@ -39,7 +38,7 @@ from sharedserve.errors import (
 )
 from sharedserve.server.inference import InferencePath
 from sharedserve.server.memory import Memory
-from sharedserve.server.repository.config_file import ModelEntry, read_model_config_file
+from sharedserve.server.repository.config_file import ModelEntry
 from sharedserve.server.repository.registry import ModelRegistry
 from sharedserve.server.repository.roots import ModelRoots
 from sharedserve.server.repository.threads import in_loader_thread, unload_versions
@@ -221,28 +220,6 @@ class ModelManager:
                     del self._failures[name]
             if failures:
                 raise LoadFailed("; ".join(failures))
-
-    async def poll_config_file(self, path: Path, wait_s: float) -> None:
-        """TF Serving's ``--model_config_file_poll_wait_seconds``: every ``wait_s``, the file
-        read again and, when it changed, served as it says; one that cannot be read or parsed
-        changes nothing. Applied on change only, so a HandleReloadConfigRequest's config stands
-        until the file is edited, and a model that failed to load is not retried every poll."""
-        catalog = self.catalog
-        last = list(catalog.entries) if isinstance(catalog, ConfigCatalog) else None
-        while True:
-            await asyncio.sleep(wait_s)
-            try:
-                entries = await to_thread.run_sync(read_model_config_file, path)
-            except ConfigError as e:
-                log.error("model config file not applied (the served models stay): %s", e.message)
-                continue
-            if entries == last:
-                continue
-            last = entries
-            try:
-                await self.converge(entries, trusted=True)
-            except SharedServeError as e:
-                log.error("model config file applied, but: %s", e.message)
 
     def require_changeable(self) -> None:
         """InvalidInput unless models may be loaded and unloaded (not with ``--model``)."""
