@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from abuse_management import churn, grpc_gap, management_access, outside_roots
 from abuse_shutdown import LOST, sigterm_under_load  # benchmarks/, beside this script
 from machine import heading, publish
 
@@ -283,7 +284,9 @@ def huge_grpc_field(model: Path, count: int = 30_000_000, calls: int = 4) -> Row
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scenarios", default="a,b,c,d,e", help="comma-separated: a, b, c, d, e")
+    parser.add_argument(
+        "--scenarios", default="a,b,c,d,e,f,g,i,j", help="comma-separated, from a to j"
+    )
     parser.add_argument("--label", default="", help="what was measured, e.g. before or after")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -292,7 +295,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         build = [sys.executable, "-m", "sharedserve", "models", "build", "tiny", "--out", tmp]
         subprocess.run(build, check=True, capture_output=True, cwd=NEUTRAL)
-        model = Path(tmp) / "tiny"
+        model, work = Path(tmp) / "tiny", Path(tmp)
+        default_grpc = 32 * MIB
         runs = {
             "a": lambda: slow_bodies(model),
             "b": lambda: header_flood(model),
@@ -301,6 +305,10 @@ def main() -> None:
             "e": lambda: Row(
                 *sigterm_under_load(lambda *f: serving(model, *f), flags, ignore_readiness=True)
             ),
+            "f": lambda: Row(*management_access(model, work)),
+            "g": lambda: Row(*outside_roots(model, work)),
+            "i": lambda: Row(*churn(model, work)),
+            "j": lambda: Row(*grpc_gap(lambda *f: serving(model, *f), probe_gaps, default_grpc)),
         }
         rows = [runs[name]() for name in chosen]
     title = "Abuse of a model server" + (f": {args.label}" if args.label else "")
