@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from sharedserve.cli._app import ExampleModelName, FakeGpus, app, models_app
+from sharedserve.cli._tls import TlsCaFile, TlsCertFile, TlsKeyFile
 from sharedserve.config import BatchingSettings, GpuSettings
 from sharedserve.contract import Grant
 from sharedserve.enums import Framework, Paging
@@ -19,6 +20,7 @@ from sharedserve.server import (
     RestSettings,
     ServerSettings,
     ShutdownSettings,
+    TlsSettings,
 )
 
 __all__: list[str] = []
@@ -293,6 +295,9 @@ def serve(
     max_connections: _MaxConnections = ConnectionSettings.max_connections,
     drain_delay: _DrainDelay = ShutdownSettings.drain_delay_s,
     shutdown_grace: _ShutdownGrace = ShutdownSettings.grace_s,
+    tls_cert_file: TlsCertFile = TlsSettings.cert_file,
+    tls_key_file: TlsKeyFile = TlsSettings.key_file,
+    tls_ca_file: TlsCaFile = TlsSettings.ca_file,
     gpu_memory_fraction: _GpuMemoryFraction = None,
     gpu_memory_mib: _GpuMemoryMib = None,
     cpu_limit: _CpuLimit = ServerSettings.cpu_limit_cores,
@@ -338,6 +343,7 @@ def serve(
             keep_alive_timeout, header_timeout, body_timeout, max_connections, max_header_bytes
         ),
         shutdown=ShutdownSettings(drain_delay, shutdown_grace),
+        tls=TlsSettings(tls_cert_file, tls_key_file, tls_ca_file),
         batching=_batching(
             batching_parameters_file,
             enable_batching,

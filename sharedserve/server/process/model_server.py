@@ -39,6 +39,7 @@ from sharedserve.server.process.start_up import (
     size_gpu_cap,
     track_gpu_memory,
 )
+from sharedserve.server.process.tls import server_tls, tls_protocol, tls_words
 from sharedserve.server.repository import Catalog, FixedCatalog, ModelManager, ModelRegistry
 from sharedserve.server.settings import ServerSettings
 from sharedserve.server.version import BackendFactory, Frameworks, RuntimeConfig, make_backend
@@ -64,6 +65,7 @@ class ModelServer:
         ``cpu``: the CPU limit resolved already (None: resolved here); ``backends``: how a
         model version's backend is made from its source (the frameworks', by default)."""
         self.settings, self.catalog = settings, catalog
+        self.tls = server_tls(settings.tls)  # its files read and checked before anything loads
         cpu = cpu or resolve_cpu_limit(settings.cpu_limit_cores)
         self.one_model = isinstance(catalog, FixedCatalog)
         # The names, and the first model's versions for its framework: the manager reads
@@ -165,9 +167,12 @@ class ModelServer:
             decoding=self.decoding,
             health_service=self.health,
         )
+        http: Any = protocol_class(settings.connections, self.metrics.refuse_connection)
+        if self.tls is not None:
+            http = tls_protocol(http, self.tls.context, settings.connections.header_timeout_s)
         config = uvicorn.Config(
             self.app,
-            http=protocol_class(settings.connections, self.metrics.refuse_connection),
+            http=http,
             timeout_keep_alive=settings.connections.keep_alive_timeout_s,  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
@@ -175,14 +180,17 @@ class ModelServer:
         )
         server = GracefulServer(config, settings.shutdown, self.registry, grpc_server, self.health)
         self._server, self._loop = server, asyncio.get_running_loop()
-        self.grpc_port = bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
+        credentials = None if self.tls is None else self.tls.grpc_credentials
+        self.grpc_port = bind_grpc(grpc_server, settings.rest.host, settings.grpc.port, credentials)
         await grpc_server.start()
         self.rest_address = sock.getsockname()[:2]
         log.info(
-            "REST API on http://%s:%d, gRPC on %s:%d",
+            "REST API on %s://%s:%d, gRPC on %s:%d%s",
+            "http" if self.tls is None else "https",
             *self.rest_address,
             settings.rest.host,
             self.grpc_port,
+            tls_words(self.tls),
         )
         routed = asyncio.Event()
         loading = asyncio.get_running_loop().create_task(self._load(server, routed))

@@ -14,6 +14,7 @@ from sharedserve.server.settings import (
     GrpcSettings,
     RestSettings,
     ServerSettings,
+    TlsSettings,
 )
 
 GOOD = ServerSettings(model_dir=Path("m"))
@@ -45,6 +46,21 @@ GOOD = ServerSettings(model_dir=Path("m"))
             "max_batch_size",
             id="batching",
         ),
+        pytest.param(
+            replace(GOOD, tls=TlsSettings(cert_file=Path("c.pem"))),
+            "--tls-cert-file needs --tls-key-file",
+            id="tls-cert-alone",
+        ),
+        pytest.param(
+            replace(GOOD, tls=TlsSettings(key_file=Path("k.pem"))),
+            "--tls-key-file needs --tls-cert-file",
+            id="tls-key-alone",
+        ),
+        pytest.param(
+            replace(GOOD, tls=TlsSettings(ca_file=Path("ca.pem"))),
+            "--tls-ca-file .* needs the server's own --tls-cert-file",
+            id="tls-ca-alone",
+        ),
     ],
 )
 def test_refused_with_the_flag_named(settings: ServerSettings, fragment: str) -> None:
@@ -55,3 +71,5 @@ def test_refused_with_the_flag_named(settings: ServerSettings, fragment: str) ->
 def test_the_defaults_and_port_zero_are_valid() -> None:
     GOOD.validate()
     replace(GOOD, rest=RestSettings(port=0), grpc=GrpcSettings(port=0)).validate()
+    files = TlsSettings(Path("cert.pem"), Path("key.pem"), Path("ca.pem"))
+    replace(GOOD, tls=files).validate()  # the files are read at start, not here
