@@ -33,9 +33,9 @@ def check_server_args(args: list[str]) -> tuple[str, ...]:
     tls = [a for a in args if a.startswith("--tls-")]
     if tls:
         raise ConfigError(
-            f"{', '.join(tls)}: replicas started here are probed and measured over plain http; "
-            "serve TLS with `sharedserve serve` and measure it through a targets file "
-            "(`bench --targets`, its rest URL https://)"
+            f"{', '.join(tls)}: the replicas pack and bench start, and the pods k8s render "
+            "writes, are probed over plain http; serve TLS with `sharedserve serve` and measure "
+            "it through a targets file (`bench --targets`, its rest URL https://)"
         )
     serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
     try:

@@ -77,7 +77,7 @@ def test_serve_help_explains_the_cap() -> None:
         (["pack", "--model", "{tmp}", "--replicas", "2"], "neither a SavedModel"),
         (
             ["pack", "--model", "{tmp}", "--replicas", "2", "--tls-cert-file", "{tmp}/c.pem"],
-            "probed and measured over plain http",
+            "are probed over plain http",
         ),
     ],
     ids=[
