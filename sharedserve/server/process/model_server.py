@@ -167,9 +167,11 @@ class ModelServer:
             decoding=self.decoding,
             health_service=self.health,
         )
-        http: Any = protocol_class(settings.connections, self.metrics.refuse_connection)
+        refused = self.metrics.refuse_connection
+        http: Any = protocol_class(settings.connections, refused)
         if self.tls is not None:
-            http = tls_protocol(http, self.tls.context, settings.connections.header_timeout_s)
+            timeout_s = settings.connections.header_timeout_s
+            http = tls_protocol(http, self.tls.context, timeout_s, refused)
         config = uvicorn.Config(
             self.app,
             http=http,

@@ -31,7 +31,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from sharedserve.errors import ConfigError
 from sharedserve.server.settings import TlsSettings
 
-__all__ = ["ServerTls", "server_tls", "tls_protocol", "tls_words"]
+__all__ = ["TLS_HANDSHAKE", "ServerTls", "server_tls", "tls_protocol", "tls_words"]
+
+TLS_HANDSHAKE = "tls_handshake"
+"""The reason a connection whose TLS handshake failed or timed out is counted under."""
 
 _CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
 _PRIVATE_KEY = b"PRIVATE KEY-----"  # PKCS#8's, and the RSA and EC keys' older headers
@@ -113,7 +116,8 @@ def _read(flag: str, path: Path, marker: bytes, holds: str) -> bytes:
 
 class _Handshake(sslproto.SSLProtocol):
     """asyncio's TLS layer as ``create_server(ssl=...)`` makes it, listed in ``handshaking``
-    from the connection's accept until its app protocol takes over or it is lost."""
+    from the connection's accept until its app protocol takes over or it is lost; lost first,
+    its handshake failed (timed out, plain text, a certificate refused) and it is counted."""
 
     def __init__(
         self,
@@ -121,6 +125,7 @@ class _Handshake(sslproto.SSLProtocol):
         context: ssl.SSLContext,
         timeout_s: float,
         handshaking: set[_Handshake],
+        on_failed: Callable[[], None],
     ) -> None:
         deadlines: dict[str, Any] = {"ssl_handshake_timeout": timeout_s}
         if sys.version_info >= (3, 11):  # a peer that never answers our close_notify
@@ -129,24 +134,32 @@ class _Handshake(sslproto.SSLProtocol):
         # is the client's (a bad certificate, plain http, a timeout), not the server's.
         waiter: Any = None
         super().__init__(app.loop, app, context, waiter, server_side=True, **deadlines)
-        self._handshaking = handshaking
+        self._handshaking, self._on_failed = handshaking, on_failed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._handshaking.add(self)
         super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._handshaking.discard(self)
+        if self in self._handshaking:
+            self._handshaking.discard(self)
+            self._on_failed()
         super().connection_lost(exc)
 
 
 def tls_protocol(
-    protocol: type[HttpToolsProtocol], context: ssl.SSLContext, timeout_s: float
+    protocol: type[HttpToolsProtocol],
+    context: ssl.SSLContext,
+    timeout_s: float,
+    on_refused: Callable[[str], None],
 ) -> Callable[..., asyncio.BaseProtocol]:
     """uvicorn's ``http`` protocol for a TLS listener: ``protocol`` (``connections.py``'s) behind
     asyncio's TLS layer, the handshake bounded by ``timeout_s`` and counted in ``protocol``'s
-    connection cap while it runs."""
+    connection cap while it runs; a failed one is counted by ``on_refused(TLS_HANDSHAKE)``."""
     handshaking: set[_Handshake] = set()
+
+    def failed() -> None:
+        on_refused(TLS_HANDSHAKE)
 
     class OverTls(protocol):  # type: ignore[valid-type, misc]
         layer: _Handshake
@@ -159,7 +172,7 @@ def tls_protocol(
 
     def create(**kwargs: Any) -> _Handshake:
         app = OverTls(**kwargs)
-        app.layer = _Handshake(app, context, timeout_s, handshaking)
+        app.layer = _Handshake(app, context, timeout_s, handshaking, failed)
         return app.layer
 
     return create

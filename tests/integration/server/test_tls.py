@@ -88,6 +88,14 @@ def rest_predict(server: Server) -> np.ndarray:
     return np.asarray(answer.json()["predictions"], dtype=np.float32)
 
 
+def handshakes_refused(server: Server) -> float:
+    line = 'sharedserve_connections_refused_total{model="tiny",reason="tls_handshake"}'
+    for sample in server.client.get("/metrics").text.splitlines():
+        if sample.startswith(line):
+            return float(sample.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def closed_within(sock: socket.socket, bound_s: float = 10) -> float:
     """Seconds until the server closed ``sock`` having sent nothing (a TLS server may answer a
     half handshake with an alert: bytes, but no answer), failing past ``bound_s``."""
@@ -183,6 +191,7 @@ def test_a_stalled_handshake_is_closed_within_the_header_timeout(
     server: Server, sent: bytes, api: str
 ) -> None:
     port = server.port if api == "rest" else server.grpc_port
+    before = handshakes_refused(server)
     stalled = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
     try:
         for sock in stalled:
@@ -196,6 +205,8 @@ def test_a_stalled_handshake_is_closed_within_the_header_timeout(
         for sock in stalled:
             sock.close()
     assert server.client.get("/v1/models/tiny").status_code == 200
+    if api == "rest":  # counted, as connections closed at the header timeout are
+        assert handshakes_refused(server) - before == len(stalled)
 
 
 def test_handshakes_count_against_max_connections(mutual: Server, certs: Certificates) -> None:
