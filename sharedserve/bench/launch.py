@@ -59,6 +59,9 @@ def _spec(
                 "model": t.model,
                 "rest": t.rest,
                 "grpc": t.grpc,
+                "tls_ca_file": t.tls_ca_file,
+                "tls_cert_file": t.tls_cert_file,
+                "tls_key_file": t.tls_key_file,
                 "users": offered[t.name].users,
                 "rate": offered[t.name].rate,
             }

@@ -11,6 +11,7 @@ density sweep records one entry per density unless its replicas differ.
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 from sharedserve.limits.cpu import cores_text
@@ -40,10 +41,12 @@ LIMIT_KEYS = (
 _QUOTA_SOURCES = ("cgroup-v1", "cgroup-v2")
 
 
-def read_limits(rest_url: str, timeout: float = 5.0) -> dict[str, Any] | None:
+def read_limits(
+    rest_url: str, timeout: float = 5.0, tls: ssl.SSLContext | None = None
+) -> dict[str, Any] | None:
     """The server's ``/sharedserve/v1/limits`` body; None when it has none to give (not a
-    sharedserve server, not answering, or not JSON)."""
-    body = get_json(rest_url, "/sharedserve/v1/limits", timeout)
+    sharedserve server, not answering, or not JSON). ``tls`` verifies an https server."""
+    body = get_json(rest_url, "/sharedserve/v1/limits", timeout, tls)
     return body if isinstance(body, dict) else None
 
 

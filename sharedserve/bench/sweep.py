@@ -19,6 +19,7 @@ replicas running, which is why the CLI's signal handlers only set a flag.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -44,7 +45,7 @@ from sharedserve.config import BenchSettings, LoadPattern
 from sharedserve.errors import GpuError, SharedServeError
 from sharedserve.gpu.backend import GpuBackend, open_gpu_backend
 from sharedserve.limits.affinity import format_cpus
-from sharedserve.pack import Pack, PackInterrupted, Target, read_targets
+from sharedserve.pack import Pack, PackInterrupted, Target, client_tls, read_targets
 
 __all__ = ["BenchInterrupted", "run_bench"]
 
@@ -85,11 +86,19 @@ class _Run:
 
     def record_limits(self, targets: list[Target]) -> None:
         """Ask every server for the limits it runs under (before any load)."""
+        simulated = self.simulated_gpus
         by_name = {
-            t.name: replica_limits(read_limits(t.rest), simulated_gpus=self.simulated_gpus)
+            t.name: replica_limits(read_limits(t.rest, tls=_tls(t)), simulated_gpus=simulated)
             for t in targets
         }
         self.limits += group_limits(len(targets), by_name)
+
+
+def _tls(target: Target) -> ssl.SSLContext | None:
+    """How an https target is verified (and, with mutual TLS, what it is shown)."""
+    if not target.tls:
+        return None
+    return client_tls(target.tls_ca_file, target.tls_cert_file, target.tls_key_file)
 
 
 def _targets_simulated(path: Path) -> bool:

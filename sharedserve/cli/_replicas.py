@@ -30,6 +30,13 @@ def check_server_args(args: list[str]) -> tuple[str, ...]:
     owned = [a for a in args if a.split("=", 1)[0] in REPLICA_SERVE_OPTIONS]
     if owned:
         raise ConfigError(f"pack sets {', '.join(owned)} itself for each replica; use pack's flags")
+    tls = [a for a in args if a.startswith("--tls-")]
+    if tls:
+        raise ConfigError(
+            f"{', '.join(tls)}: the replicas pack and bench start, and the pods k8s render "
+            "writes, are probed over plain http; serve TLS with `sharedserve serve` and measure "
+            "it through a targets file (`bench --targets`, its rest URL https://)"
+        )
     serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
     try:
         serve.make_context("serve", ["--model", ".", *args])

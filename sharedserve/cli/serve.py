@@ -8,20 +8,44 @@ from typing import Annotated
 
 import typer
 
+from sharedserve.cli._access import (
+    AdminHeader,
+    AdminKeyFile,
+    AllowedModelRoots,
+    TlsCaFile,
+    TlsCertFile,
+    TlsKeyFile,
+    admin_key,
+)
 from sharedserve.cli._app import ExampleModelName, FakeGpus, app, models_app
+from sharedserve.cli._limits import (
+    BodyTimeout,
+    DrainDelay,
+    GrpcMaxMessageBytes,
+    HeaderTimeout,
+    KeepAliveTimeout,
+    MaxArrivingBytes,
+    MaxBodyBytes,
+    MaxConnections,
+    MaxDecodingBytes,
+    MaxHeaderBytes,
+    MaxInflightPerModel,
+    MaxRequestElements,
+    ShutdownGrace,
+)
 from sharedserve.config import BatchingSettings, GpuSettings
 from sharedserve.contract import Grant
 from sharedserve.enums import Framework, Paging
 from sharedserve.errors import ConfigError
 from sharedserve.server import (
     ADMIN_HEADER,
-    ADMIN_KEY_VARIABLE,
     AdminSettings,
     ConnectionSettings,
     GrpcSettings,
     RestSettings,
     ServerSettings,
     ShutdownSettings,
+    TlsSettings,
 )
 
 __all__: list[str] = []
@@ -109,31 +133,6 @@ _ModelRepository = Annotated[
         show_default="none",
     ),
 ]
-_AllowedModelRoots = Annotated[
-    list[Path] | None,
-    typer.Option(
-        help="A directory models may be loaded from (repeat for several): besides "
-        "--model-repository's; with --model-config-file, instead of the directories of the "
-        "models the file names at start. Loads and HandleReloadConfigRequest base paths that "
-        "lead elsewhere, symlinks included, are refused (403 / PERMISSION_DENIED).",
-        show_default="the repository; the model config file's base paths",
-    ),
-]
-_AdminKeyFile = Annotated[
-    Path | None,
-    typer.Option(
-        help="A file holding the management key: the model repository API (/v2/repository/...), "
-        "TF Serving's HandleReloadConfigRequest and changes under /sharedserve/v1/ then need it "
-        "in the --admin-header header (REST) or metadata (gRPC), else 401 / UNAUTHENTICATED; "
-        f"inference, health, status, metadata and metrics stay open. Or set {ADMIN_KEY_VARIABLE}. "
-        "Make one with `openssl rand -hex 32`.",
-        show_default="management open to every client, as in TF Serving and Triton",
-    ),
-]
-_AdminHeader = Annotated[
-    str,
-    typer.Option(help="The REST header and gRPC metadata key carrying the management key."),
-]
 _Name = Annotated[str | None, typer.Option(help="--model's name in URLs.", show_default="dir name")]
 _Host = Annotated[str, typer.Option(help="Address to listen on.")]
 _RestPort = Annotated[
@@ -148,33 +147,6 @@ _GrpcPort = Annotated[
     typer.Option(
         help="gRPC port (TF Serving and OIP); 0 picks a free one. A second server on this host "
         "needs another --rest-port too."
-    ),
-]
-_MaxBodyBytes = Annotated[
-    int, typer.Option(help="Largest REST request body in bytes; larger gets HTTP 413.")
-]
-_GrpcMaxMessageBytes = Annotated[
-    int,
-    typer.Option(
-        help="Largest gRPC message received or sent, in bytes; more gets RESOURCE_EXHAUSTED. "
-        "grpcio copies each message whole on the server's event loop (about 1.5 ms a MB), and "
-        "REST requests, health probes included, wait meanwhile: the default keeps that under "
-        "100 ms. Raise it for larger batches, knowing the probe waits longer.",
-    ),
-]
-_MaxRequestElements = Annotated[
-    int | None,
-    typer.Option(
-        help="Most elements a request's tensors may hold, counted from their shapes before "
-        "anything is allocated; more gets 413 / RESOURCE_EXHAUSTED.",
-        show_default="--max-body-bytes / 2, what a full JSON body can carry",
-    ),
-]
-_MaxInflightPerModel = Annotated[
-    int,
-    typer.Option(
-        help="Requests of one model queued or running at most, unless its model file sets "
-        "max_inflight; more get 503 / RESOURCE_EXHAUSTED at once, naming the model.",
     ),
 ]
 _Paging = Annotated[
@@ -192,79 +164,6 @@ _PageInTimeout = Annotated[
     typer.Option(
         help="Seconds a request waits for its paged-out model to come back in; then 503 with "
         "Retry-After.",
-        show_default=True,
-    ),
-]
-_MaxDecodingBytes = Annotated[
-    int | None,
-    typer.Option(
-        help="Request-body bytes decoded from JSON at once; decoding takes ~18x a body's size "
-        "in memory, so this bounds a burst of large bodies. A body that finds no room waits up "
-        "to 10 s, then gets 503.",
-        show_default="--max-body-bytes",
-    ),
-]
-_MaxArrivingBytes = Annotated[
-    int | None,
-    typer.Option(
-        help="Bytes held at once by request bodies still arriving, over all connections; a "
-        "body's memory grows with what arrived, and one that would pass this gets 503 at once, "
-        "so slow clients declaring large bodies cannot fill memory.",
-        show_default="4 x --max-body-bytes",
-    ),
-]
-_MaxHeaderBytes = Annotated[
-    int,
-    typer.Option(
-        help="Bytes of a REST request's line and headers at most; more gets 431 and a close.",
-        show_default=True,
-    ),
-]
-_DrainDelay = Annotated[
-    float,
-    typer.Option(
-        help="Seconds after SIGTERM that requests are still served while readiness answers "
-        "not-ready, for the endpoints to be removed; 0 where the pod's preStop hook waits.",
-        show_default=True,
-    ),
-]
-_ShutdownGrace = Annotated[
-    float,
-    typer.Option(
-        help="Seconds from SIGTERM to exit at most (drain delay included): listeners close, "
-        "in-flight requests finish, what is left then is cut. Keep it under the pod's "
-        "terminationGracePeriodSeconds.",
-        show_default=True,
-    ),
-]
-_KeepAliveTimeout = Annotated[
-    float,
-    typer.Option(
-        help="Seconds a connection may sit idle between requests (REST and gRPC); longer than "
-        "the 60 s of the proxies usually in front, as nginx's.",
-        show_default=True,
-    ),
-]
-_HeaderTimeout = Annotated[
-    float,
-    typer.Option(
-        help="Seconds a request's line and headers (gRPC: its connection preface) may take to "
-        "arrive; then 408, or a close if nothing came.",
-        show_default=True,
-    ),
-]
-_BodyTimeout = Annotated[
-    float,
-    typer.Option(
-        help="Longest pause in seconds between two reads of a request body; then 408.",
-        show_default=True,
-    ),
-]
-_MaxConnections = Annotated[
-    int,
-    typer.Option(
-        help="Open connections per API at most; past it REST answers 503 and closes, gRPC "
-        "closes the connection.",
         show_default=True,
     ),
 ]
@@ -312,28 +211,31 @@ def serve(
     model_config_file: _ModelConfigFile = None,
     model_repository: _ModelRepository = None,
     model_config_file_poll_wait_seconds: _ModelConfigPoll = ServerSettings.model_config_poll_s,
-    allowed_model_roots: _AllowedModelRoots = None,
-    admin_key_file: _AdminKeyFile = None,
-    admin_header: _AdminHeader = ADMIN_HEADER,
+    allowed_model_roots: AllowedModelRoots = None,
+    admin_key_file: AdminKeyFile = None,
+    admin_header: AdminHeader = ADMIN_HEADER,
     name: _Name = ServerSettings.model_name,
     host: _Host = RestSettings.host,
     rest_port: _RestPort = RestSettings.port,
     grpc_port: _GrpcPort = GrpcSettings.port,
-    max_body_bytes: _MaxBodyBytes = RestSettings.max_body_bytes,
-    grpc_max_message_bytes: _GrpcMaxMessageBytes = GrpcSettings.max_message_bytes,
-    max_request_elements: _MaxRequestElements = ServerSettings.max_request_elements,
-    max_inflight_per_model: _MaxInflightPerModel = ServerSettings.max_inflight_per_model,
+    max_body_bytes: MaxBodyBytes = RestSettings.max_body_bytes,
+    grpc_max_message_bytes: GrpcMaxMessageBytes = GrpcSettings.max_message_bytes,
+    max_request_elements: MaxRequestElements = ServerSettings.max_request_elements,
+    max_inflight_per_model: MaxInflightPerModel = ServerSettings.max_inflight_per_model,
     paging: _Paging = ServerSettings.paging,
     page_in_timeout: _PageInTimeout = ServerSettings.page_in_timeout_s,
-    max_decoding_bytes: _MaxDecodingBytes = RestSettings.max_decoding_bytes,
-    max_arriving_bytes: _MaxArrivingBytes = RestSettings.max_arriving_bytes,
-    max_header_bytes: _MaxHeaderBytes = ConnectionSettings.max_header_bytes,
-    keep_alive_timeout: _KeepAliveTimeout = ConnectionSettings.keep_alive_timeout_s,
-    header_timeout: _HeaderTimeout = ConnectionSettings.header_timeout_s,
-    body_timeout: _BodyTimeout = ConnectionSettings.body_timeout_s,
-    max_connections: _MaxConnections = ConnectionSettings.max_connections,
-    drain_delay: _DrainDelay = ShutdownSettings.drain_delay_s,
-    shutdown_grace: _ShutdownGrace = ShutdownSettings.grace_s,
+    max_decoding_bytes: MaxDecodingBytes = RestSettings.max_decoding_bytes,
+    max_arriving_bytes: MaxArrivingBytes = RestSettings.max_arriving_bytes,
+    max_header_bytes: MaxHeaderBytes = ConnectionSettings.max_header_bytes,
+    keep_alive_timeout: KeepAliveTimeout = ConnectionSettings.keep_alive_timeout_s,
+    header_timeout: HeaderTimeout = ConnectionSettings.header_timeout_s,
+    body_timeout: BodyTimeout = ConnectionSettings.body_timeout_s,
+    max_connections: MaxConnections = ConnectionSettings.max_connections,
+    drain_delay: DrainDelay = ShutdownSettings.drain_delay_s,
+    shutdown_grace: ShutdownGrace = ShutdownSettings.grace_s,
+    tls_cert_file: TlsCertFile = TlsSettings.cert_file,
+    tls_key_file: TlsKeyFile = TlsSettings.key_file,
+    tls_ca_file: TlsCaFile = TlsSettings.ca_file,
     gpu_memory_fraction: _GpuMemoryFraction = None,
     gpu_memory_mib: _GpuMemoryMib = None,
     cpu_limit: _CpuLimit = ServerSettings.cpu_limit_cores,
@@ -374,13 +276,14 @@ def serve(
         model_repository=model_repository,
         model_config_poll_s=model_config_file_poll_wait_seconds,
         allowed_model_roots=tuple(allowed_model_roots or ()),
-        admin=AdminSettings(_admin_key(admin_key_file), admin_header),
+        admin=AdminSettings(admin_key(admin_key_file), admin_header),
         rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes, max_arriving_bytes),
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=grpc_max_message_bytes),
         connections=ConnectionSettings(
             keep_alive_timeout, header_timeout, body_timeout, max_connections, max_header_bytes
         ),
         shutdown=ShutdownSettings(drain_delay, shutdown_grace),
+        tls=TlsSettings(tls_cert_file, tls_key_file, tls_ca_file),
         batching=_batching(
             batching_parameters_file,
             enable_batching,
@@ -401,25 +304,6 @@ def serve(
     )
     settings.validate()
     raise typer.Exit(run(settings))
-
-
-def _admin_key(path: Path | None) -> str | None:
-    """The management key: ``--admin-key-file``'s (its surrounding whitespace dropped: files
-    end in a newline), else the environment's, never both."""
-    from_env = os.environ.get(ADMIN_KEY_VARIABLE)
-    if path is None:
-        return from_env or None
-    if from_env is not None:
-        raise ConfigError(f"give --admin-key-file or {ADMIN_KEY_VARIABLE}, not both")
-    try:
-        key = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            f"--admin-key-file: cannot read {path}: {getattr(e, 'strerror', None) or e}"
-        ) from e
-    if not key:
-        raise ConfigError(f"--admin-key-file: {path} is empty")
-    return key
 
 
 def _batching(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["free_port", "get_json", "model_state", "port_is_free"]
+__all__ = ["client_tls", "free_port", "get_json", "model_state", "port_is_free"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -29,12 +30,31 @@ def port_is_free(host: str, port: int) -> bool:
         return True
 
 
-def get_json(rest_url: str, path: str, timeout: float = 1.0) -> Any:
+def client_tls(
+    ca_file: str | None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
+    """A client's TLS context: the server verified by ``ca_file`` (None: the system's trust
+    store), and the client certificate presented when one is given (mutual TLS). In a process
+    gevent has patched, the context is gevent's."""
+    context = ssl.create_default_context(cafile=ca_file)
+    if cert_file is not None:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+def get_json(
+    rest_url: str, path: str, timeout: float = 1.0, tls: ssl.SSLContext | None = None
+) -> Any:
     """The JSON body of a 200 answer to ``GET path``; None when the server does not answer
-    (not listening yet, or gone), answers another status, or not in JSON."""
+    (not listening yet, or gone), answers another status, or not in JSON. ``tls``: how an
+    https server is verified (None: the system's trust store)."""
     url = urlsplit(rest_url)
-    kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    connection = kind(url.hostname or "127.0.0.1", url.port, timeout=timeout)
+    host = url.hostname or "127.0.0.1"
+    connection: http.client.HTTPConnection
+    if url.scheme == "https":
+        connection = http.client.HTTPSConnection(host, url.port, timeout=timeout, context=tls)
+    else:
+        connection = http.client.HTTPConnection(host, url.port, timeout=timeout)
     try:
         connection.request("GET", url.path.rstrip("/") + path)
         response = connection.getresponse()

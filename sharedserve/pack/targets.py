@@ -5,13 +5,22 @@ Format (one object per replica; ``null`` where a field does not apply)::
     {"targets": [{"name": "tiny-0", "model": "tiny", "rest": "http://127.0.0.1:PORT",
                   "grpc": "127.0.0.1:PORT", "pid": 1234, "cgroup": "/sys/fs/cgroup/...",
                   "gpu": "GPU-uuid", "gpu_memory_fraction": 0.2, "cpu_limit": 0.5,
-                  "weight": 1.0, "slo_p99_ms": null}],
+                  "weight": 1.0, "slo_p99_ms": null, "tls_ca_file": null,
+                  "tls_cert_file": null, "tls_key_file": null}],
      "simulated_gpus": false}
 
 It is written atomically (temporary file, then rename), so a reader never sees half a file even
 while the packer rewrites it after a restart. A Kubernetes deployment can be described in the same
 format by hand, with ``pid`` and ``cgroup`` null. ``weight`` (default 1) and ``slo_p99_ms``
 (default null) come from the pack spec; files without them (older ones) read with the defaults.
+
+A server that serves TLS (``serve --tls-cert-file``) has an ``https://`` ``rest`` URL, and its
+``grpc`` address then speaks TLS too (one certificate serves both listeners). ``tls_ca_file``
+is the CA bundle the server's certificate is verified with (null: the system's trust store);
+``tls_cert_file`` and ``tls_key_file`` are the client certificate and key a server with mutual
+TLS asks for. Relative paths are from the targets file's directory; pack's own replicas serve
+plain http and leave them null. Load-generator workers on other machines need the files at the
+same paths.
 """
 
 from __future__ import annotations
@@ -53,6 +62,18 @@ class Target:
     """The model's relative share of traffic, as its pack spec entry gives it."""
     slo_p99_ms: float | None = None
     """The model's P99 latency objective in milliseconds; None when none was given."""
+    tls_ca_file: str | None = None
+    """CA certificates (PEM) that verify an ``https://`` server, REST and gRPC; None: the
+    system's trust store (gRPC: its default roots)."""
+    tls_cert_file: str | None = None
+    """Client certificate (PEM) for a server with mutual TLS; with ``tls_key_file``."""
+    tls_key_file: str | None = None
+    """The client certificate's private key (PEM, unencrypted)."""
+
+    @property
+    def tls(self) -> bool:
+        """The server speaks TLS, on REST and gRPC both."""
+        return self.rest.startswith("https://")
 
 
 def write_targets(path: Path, targets: list[Target], *, simulated_gpus: bool = False) -> None:
@@ -74,11 +95,15 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "cpu_limit": (float, int, type(None)),
     "weight": (float, int),
     "slo_p99_ms": (float, int, type(None)),
+    "tls_ca_file": (str, type(None)),
+    "tls_cert_file": (str, type(None)),
+    "tls_key_file": (str, type(None)),
 }
+_TLS_FILES = ("tls_ca_file", "tls_cert_file", "tls_key_file")
 _DEFAULTS: dict[str, Any] = {"weight": 1.0}
 
 
-def _target(entry: Any, where: str) -> Target:
+def _target(entry: Any, where: str, directory: Path) -> Target:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where} must be an object")
     for key in ("name", "model", "rest"):
@@ -96,7 +121,25 @@ def _target(entry: Any, where: str) -> Target:
         raise ConfigError(
             f"{where}.rest must be an http:// or https:// URL, got {values['rest']!r}"
         )
+    _check_tls(values, where)
+    for key in _TLS_FILES:
+        if values[key] is not None:
+            values[key] = str(directory / values[key])  # an absolute path stays as it is
     return Target(**values)
+
+
+def _check_tls(values: dict[str, Any], where: str) -> None:
+    given = [key for key in _TLS_FILES if values[key] is not None]
+    if given and not values["rest"].startswith("https://"):
+        raise ConfigError(
+            f"{where}.{given[0]} is for a server that serves TLS, whose rest URL is https://; "
+            f"got {values['rest']!r}"
+        )
+    if (values["tls_cert_file"] is None) != (values["tls_key_file"] is None):
+        raise ConfigError(
+            f"{where}: tls_cert_file and tls_key_file go together (a client certificate and "
+            "its key, for a server with mutual TLS)"
+        )
 
 
 def read_targets(path: Path) -> list[Target]:
@@ -109,7 +152,9 @@ def read_targets(path: Path) -> list[Target]:
         raise ConfigError(f"targets file {path} is not valid JSON: {e}") from e
     if not isinstance(data, dict) or not isinstance(data.get("targets"), list):
         raise ConfigError(f'targets file {path}: expected an object with a "targets" list')
-    targets = [_target(t, f"{path}: targets[{i}]") for i, t in enumerate(data["targets"])]
+    targets = [
+        _target(t, f"{path}: targets[{i}]", path.parent) for i, t in enumerate(data["targets"])
+    ]
     if not targets:
         raise ConfigError(f"targets file {path} lists no targets")
     names = [t.name for t in targets]

@@ -43,6 +43,7 @@ from sharedserve.server.settings import (
     RestSettings,
     ServerSettings,
     ShutdownSettings,
+    TlsSettings,
 )
 from sharedserve.server.version.settings import ModelSettings
 from sharedserve.server.version.source import ModelSource, find_model
@@ -66,6 +67,7 @@ __all__ = [
     "RestSettings",
     "ServerSettings",
     "ShutdownSettings",
+    "TlsSettings",
     "datatype_of",
     "find_model",
     "model_call_slots",

@@ -28,6 +28,7 @@ __all__ = [
     "RestSettings",
     "ServerSettings",
     "ShutdownSettings",
+    "TlsSettings",
 ]
 
 #: Largest gRPC message by default. grpcio copies a message whole on the server's event loop
@@ -220,6 +221,45 @@ class ShutdownSettings:
 
 
 @dataclass(frozen=True)
+class TlsSettings:
+    """TLS on both listeners, with one certificate (TF Serving's ``--ssl_config_file``, Triton's
+    ``--grpc-use-ssl``): REST becomes https, gRPC a secure port; TLS 1.2 at least. The files are
+    read, and the key checked against the certificate, when the server starts (``process/tls.py``),
+    so a bad one stops it with the flag's name before anything listens for long."""
+
+    cert_file: Path | None = None
+    """The server's certificate chain, PEM: its certificate first, then any intermediates. None:
+    no TLS, both listeners in plain text."""
+    key_file: Path | None = None
+    """The private key of ``cert_file``'s certificate, PEM, unencrypted."""
+    ca_file: Path | None = None
+    """CA certificates, PEM, that turn on mutual TLS: a client must present a certificate signed
+    by one of them, or its connection is refused (REST and gRPC alike). None: any client."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first flag that cannot work (the files themselves are
+        read at start)."""
+        if (self.cert_file is None) != (self.key_file is None):
+            given, missing = (
+                ("--tls-cert-file", "--tls-key-file")
+                if self.key_file is None
+                else ("--tls-key-file", "--tls-cert-file")
+            )
+            raise ConfigError(
+                f"{given} needs {missing}: TLS takes the certificate and its private key together"
+            )
+        if self.ca_file is not None and self.cert_file is None:
+            raise ConfigError(
+                "--tls-ca-file (mutual TLS: clients' certificates are checked against it) needs "
+                "the server's own --tls-cert-file and --tls-key-file"
+            )
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     model_dir: Path | None = None
     """A model base path (``DIR/NAME`` with version subdirectories) or a bare SavedModel dir;
@@ -242,6 +282,8 @@ class ServerSettings:
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
     shutdown: ShutdownSettings = field(default_factory=ShutdownSettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    """TLS on both listeners; off by default."""
     batching: BatchingSettings | None = None
     """None: batching off (TF Serving's default); each request is one model call."""
     gpu: GpuSettings = field(default_factory=GpuSettings)
@@ -320,3 +362,4 @@ class ServerSettings:
             )
         self.connections.validate()
         self.shutdown.validate()
+        self.tls.validate()

@@ -75,6 +75,10 @@ def test_serve_help_explains_the_cap() -> None:
         (["pack", "--model", "{tmp}", "--replicas", "2", "--cpu-limit", "-1"], "--cpu-limit"),
         (["pack", "--model", "{tmp}", "--replicas", "2", "--rest-port", "1"], "pack sets"),
         (["pack", "--model", "{tmp}", "--replicas", "2"], "neither a SavedModel"),
+        (
+            ["pack", "--model", "{tmp}", "--replicas", "2", "--tls-cert-file", "{tmp}/c.pem"],
+            "are probed over plain http",
+        ),
     ],
     ids=[
         "unknown-model",
@@ -89,6 +93,7 @@ def test_serve_help_explains_the_cap() -> None:
         "pack-cpu",
         "pack-owned-option",
         "pack-empty",
+        "pack-tls",
     ],
 )
 def test_usage_errors_exit_2_with_a_clear_message(

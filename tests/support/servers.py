@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -85,11 +86,13 @@ class Server:
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         prefix: Sequence[str] = (),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """``model`` None: ``args`` name the models (--model-config-file, --model-repository)."""
+        """``model`` None: ``args`` name the models (--model-config-file, --model-repository);
+        ``tls``: ``args`` serve TLS, and ``client`` speaks https with this client context."""
         self.port = free_port()
         self.grpc_port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"{'http' if tls is None else 'https'}://127.0.0.1:{self.port}"
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         self.log_path = log_path
         named = [] if model is None else ["--model", str(model)]
@@ -100,7 +103,7 @@ class Server:
         self.process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env
         )
-        self.client = httpx.Client(base_url=self.base, timeout=60)
+        self.client = httpx.Client(base_url=self.base, timeout=60, verify=tls or True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -154,11 +157,15 @@ def run_cli(
 
 
 def serving(
-    model: Path, log_path: Path, args: Sequence[str] = (), env: dict[str, str] | None = None
+    model: Path,
+    log_path: Path,
+    args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[Server]:
     """For a fixture to ``yield from``: the model served and AVAILABLE, then stopped, which
     must end with exit 0."""
-    server = Server(model, log_path, args, env)
+    server = Server(model, log_path, args, env, tls=tls)
     server.wait_available(model.name)
     yield server
     assert server.stop() == 0, server.log()

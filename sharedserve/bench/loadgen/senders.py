@@ -3,12 +3,16 @@
 Imported only by ``loadgen.process`` (its process is monkey-patched by gevent when Locust is
 imported): the HTTP client is geventhttpclient's, and gRPC is switched to gevent's I/O before a
 channel is made. The request is built once from the model's own metadata (``payload``), so
-sending costs the load generator nothing but the transport.
+sending costs the load generator nothing but the transport. A target whose REST URL is
+``https://`` is spoken to with TLS on both protocols (``pack.targets``), verified by its
+``tls_ca_file`` and showing its client certificate where it has one.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
+from pathlib import Path
 from typing import Any
 
 from geventhttpclient import HTTPClient
@@ -21,6 +25,7 @@ from sharedserve.bench.payload import (
     rest_body,
     signature_inputs,
 )
+from sharedserve.pack import client_tls
 
 __all__ = ["Sender"]
 
@@ -33,7 +38,12 @@ class Sender:
     ) -> None:
         self.name = target["name"]
         self._timeout_s = timeout_s
-        metadata_client = HTTPClient.from_url(URL(target["rest"]), network_timeout=30)
+        self._tls = _client_tls(target)
+        tls: dict[str, Any] = {}
+        if self._tls is not None:
+            context = self._tls
+            tls["ssl_context_factory"] = lambda **_: context
+        metadata_client = HTTPClient.from_url(URL(target["rest"]), network_timeout=30, **tls)
         try:
             response = metadata_client.get(f"/v1/models/{target['model']}/metadata")
             metadata = json.loads(response.read())
@@ -58,6 +68,7 @@ class Sender:
                 concurrency=concurrency,
                 network_timeout=timeout_s,
                 connection_timeout=timeout_s,
+                **tls,
             )
 
     def _init_grpc(self, target: dict[str, Any], arrays: dict[str, Any]) -> None:
@@ -87,7 +98,13 @@ class Sender:
         # gRPC's own threads would block gevent's loop; this makes its I/O cooperative.
         grpc.experimental.gevent.init_gevent()
         self._request = request
-        self._predict = grpc.insecure_channel(target["grpc"]).unary_unary(
+        if self._tls is None:
+            channel = grpc.insecure_channel(target["grpc"])
+        else:
+            files = [target.get(f"tls_{name}_file") for name in ("ca", "key", "cert")]
+            pem = [None if f is None else Path(f).read_bytes() for f in files]
+            channel = grpc.secure_channel(target["grpc"], grpc.ssl_channel_credentials(*pem))
+        self._predict = channel.unary_unary(
             method,
             request_serializer=type(request).SerializeToString,
             response_deserializer=response.FromString,
@@ -106,3 +123,11 @@ class Sender:
             return None, len(body)
         except Exception as e:  # any transport failure is an error of this request, not ours
             return e, 0
+
+
+def _client_tls(target: dict[str, Any]) -> ssl.SSLContext | None:
+    """The TLS context of an https target (gevent's: this process is patched)."""
+    if not target["rest"].startswith("https://"):
+        return None
+    files = (target.get(f"tls_{name}_file") for name in ("ca", "cert", "key"))
+    return client_tls(*files)

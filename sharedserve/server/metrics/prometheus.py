@@ -139,8 +139,9 @@ class Metrics:
         self._refused = Counter(
             "sharedserve_connections_refused",
             "REST connections closed before a request was served: over --max-connections "
-            "(over_capacity), headers not received in time (header_timeout) or over "
-            "--max-header-bytes (header_too_large)",
+            "(over_capacity), headers not received in time (header_timeout), over "
+            "--max-header-bytes (header_too_large), or a TLS handshake that failed or timed "
+            "out (tls_handshake)",
             ["model", "reason"],
             registry=self.registry,
         )

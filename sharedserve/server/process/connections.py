@@ -31,7 +31,7 @@ A body the app does read is timed and bounded by the app (``http_io.read_body``)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 import orjson
@@ -106,10 +106,14 @@ def protocol_class(
         _linger: asyncio.TimerHandle | None = None
         _in_headers = True  # no request's headers in progress are complete: bytes are theirs
         _header_bytes = 0
+        handshaking: Collection[object] = ()
+        """Connections accepted and still in their TLS handshake (``tls.py``): they count
+        against the cap too."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._refused = len(self.connections) > limits.max_connections
+            opened = len(self.connections) + len(self.handshaking)
+            self._refused = opened > limits.max_connections
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -190,7 +194,8 @@ def protocol_class(
 
         def _linger_close(self) -> None:
             if not self.transport.is_closing():
-                self.transport.write_eof()
+                if self.transport.can_write_eof():  # TLS cannot half-close: read on alone
+                    self.transport.write_eof()
                 self.flow.resume_reading()
                 self._linger = self.loop.call_later(linger_s, self.transport.close)
 

@@ -39,6 +39,7 @@ from sharedserve.server.process.start_up import (
     size_gpu_cap,
     track_gpu_memory,
 )
+from sharedserve.server.process.tls import server_tls, tls_protocol, tls_words
 from sharedserve.server.repository import (
     Catalog,
     FixedCatalog,
@@ -70,6 +71,7 @@ class ModelServer:
         ``cpu``: the CPU limit resolved already (None: resolved here); ``backends``: how a
         model version's backend is made from its source (the frameworks', by default)."""
         self.settings, self.catalog = settings, catalog
+        self.tls = server_tls(settings.tls)  # its files read and checked before anything loads
         cpu = cpu or resolve_cpu_limit(settings.cpu_limit_cores)
         self.one_model = isinstance(catalog, FixedCatalog)
         # The names, and the first model's versions for its framework: the manager reads
@@ -184,9 +186,14 @@ class ModelServer:
             health_service=self.health,
             admin=settings.admin,
         )
+        refused = self.metrics.refuse_connection
+        http: Any = protocol_class(settings.connections, refused)
+        if self.tls is not None:
+            timeout_s = settings.connections.header_timeout_s
+            http = tls_protocol(http, self.tls.context, timeout_s, refused)
         config = uvicorn.Config(
             self.app,
-            http=protocol_class(settings.connections, self.metrics.refuse_connection),
+            http=http,
             timeout_keep_alive=settings.connections.keep_alive_timeout_s,  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
@@ -194,14 +201,17 @@ class ModelServer:
         )
         server = GracefulServer(config, settings.shutdown, self.registry, grpc_server, self.health)
         self._server, self._loop = server, asyncio.get_running_loop()
-        self.grpc_port = bind_grpc(grpc_server, settings.rest.host, settings.grpc.port)
+        credentials = None if self.tls is None else self.tls.grpc_credentials
+        self.grpc_port = bind_grpc(grpc_server, settings.rest.host, settings.grpc.port, credentials)
         await grpc_server.start()
         self.rest_address = sock.getsockname()[:2]
         log.info(
-            "REST API on http://%s:%d, gRPC on %s:%d",
+            "REST API on %s://%s:%d, gRPC on %s:%d%s",
+            "http" if self.tls is None else "https",
             *self.rest_address,
             settings.rest.host,
             self.grpc_port,
+            tls_words(self.tls),
         )
         routed = asyncio.Event()
         loading = asyncio.get_running_loop().create_task(self._load(server, routed))

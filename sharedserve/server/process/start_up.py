@@ -158,10 +158,19 @@ def check_grpc_port(host: str, port: int) -> None:
     raise ConfigError(_in_use("gRPC", host, port, first)) from first
 
 
-def bind_grpc(server: grpc.aio.Server, host: str, port: int) -> int:
+def bind_grpc(
+    server: grpc.aio.Server,
+    host: str,
+    port: int,
+    credentials: grpc.ServerCredentials | None = None,
+) -> int:
+    """-> the port bound; a secure one (TLS) with ``credentials``."""
     address = _address(host, port)
     try:
-        bound = server.add_insecure_port(address)
+        if credentials is not None:
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
     except RuntimeError as e:  # grpc raises RuntimeError("Failed to bind ...")
         raise SharedServeError(_in_use("gRPC", host, port, str(e))) from e
     if bound == 0:  # older grpc versions signal failure with port 0

@@ -42,6 +42,9 @@ def test_round_trip_and_documented_format(tmp_path: Path) -> None:
         "cpu_limit",
         "weight",
         "slo_p99_ms",
+        "tls_ca_file",
+        "tls_cert_file",
+        "tls_key_file",
     }
     assert raw["targets"][1]["pid"] is None
 
@@ -53,6 +56,7 @@ def test_files_without_weight_and_slo_read_with_the_defaults(tmp_path: Path) -> 
     path.write_text(json.dumps({"targets": [old]}))
     (target,) = read_targets(path)
     assert (target.weight, target.slo_p99_ms) == (1.0, None)
+    assert (target.tls, target.tls_ca_file, target.tls_cert_file) == (False, None, None)
     mixed = Target(name="a-0", model="a", rest="http://h:1", weight=3.0, slo_p99_ms=50.0)
     write_targets(path, [mixed])
     assert read_targets(path) == [mixed]
@@ -82,6 +86,20 @@ def test_rewrite_replaces_whole_file_and_leaves_no_temporaries(tmp_path: Path) -
             ' {"name": "a", "model": "m", "rest": "http://h:2"}]}',
             "repeats a name",
         ),
+        (
+            '{"targets": [{"name": "a", "model": "m", "rest": "http://h:1",'
+            ' "tls_ca_file": "ca.crt"}]}',
+            r"targets\[0\]\.tls_ca_file is for a server that serves TLS, whose rest URL is https",
+        ),
+        (
+            '{"targets": [{"name": "a", "model": "m", "rest": "https://h:1",'
+            ' "tls_cert_file": "c.crt"}]}',
+            "tls_cert_file and tls_key_file go together",
+        ),
+        (
+            '{"targets": [{"name": "a", "model": "m", "rest": "https://h:1", "tls_ca_file": 1}]}',
+            "tls_ca_file has the wrong type",
+        ),
     ],
 )
 def test_bad_files_are_refused_clearly(tmp_path: Path, content: str, message: str) -> None:
@@ -94,3 +112,26 @@ def test_bad_files_are_refused_clearly(tmp_path: Path, content: str, message: st
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read targets file"):
         read_targets(tmp_path / "nope.json")
+
+
+def test_tls_files_are_read_from_the_targets_files_directory(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "targets.json"
+    path.parent.mkdir()
+    entry = {
+        "name": "a",
+        "model": "m",
+        "rest": "https://h:1",
+        "grpc": "h:2",
+        "tls_ca_file": "certs/ca.crt",
+        "tls_cert_file": "/etc/client.crt",
+        "tls_key_file": "client.key",
+    }
+    path.write_text(json.dumps({"targets": [entry]}))
+    (target,) = read_targets(path)
+    assert target.tls  # REST and gRPC both: one server, one certificate
+    assert target.tls_ca_file == str(tmp_path / "run" / "certs" / "ca.crt")
+    assert target.tls_cert_file == "/etc/client.crt"  # absolute: as given
+    assert target.tls_key_file == str(tmp_path / "run" / "client.key")
+    no_ca = Target(name="b", model="m", rest="https://h:3")  # the system's trust store
+    write_targets(path, [no_ca])
+    assert read_targets(path) == [no_ca]

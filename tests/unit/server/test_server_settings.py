@@ -15,6 +15,7 @@ from sharedserve.server.settings import (
     GrpcSettings,
     RestSettings,
     ServerSettings,
+    TlsSettings,
 )
 
 GOOD = ServerSettings(model_dir=Path("m"))
@@ -76,6 +77,21 @@ MANY = ServerSettings(model_repository=Path("repo"))
             "max_batch_size",
             id="batching",
         ),
+        pytest.param(
+            replace(GOOD, tls=TlsSettings(cert_file=Path("c.pem"))),
+            "--tls-cert-file needs --tls-key-file",
+            id="tls-cert-alone",
+        ),
+        pytest.param(
+            replace(GOOD, tls=TlsSettings(key_file=Path("k.pem"))),
+            "--tls-key-file needs --tls-cert-file",
+            id="tls-key-alone",
+        ),
+        pytest.param(
+            replace(GOOD, tls=TlsSettings(ca_file=Path("ca.pem"))),
+            "--tls-ca-file .* needs the server's own --tls-cert-file",
+            id="tls-ca-alone",
+        ),
     ],
 )
 def test_refused_with_the_flag_named(settings: ServerSettings, fragment: str) -> None:
@@ -86,6 +102,8 @@ def test_refused_with_the_flag_named(settings: ServerSettings, fragment: str) ->
 def test_the_defaults_and_port_zero_are_valid() -> None:
     GOOD.validate()
     replace(GOOD, rest=RestSettings(port=0), grpc=GrpcSettings(port=0)).validate()
+    files = TlsSettings(Path("cert.pem"), Path("key.pem"), Path("ca.pem"))
+    replace(GOOD, tls=files).validate()  # the files are read at start, not here
 
 
 def test_the_management_key_is_never_in_the_settings_repr() -> None:
