@@ -1,6 +1,7 @@
 """Does a model server survive abuse from its clients? Slow bodies, header floods, a huge typed
 gRPC field and SIGTERM under load (d: clients that leave as a Service's proxies do; e: clients
-that ignore readiness), each against a fresh ``sharedserve serve`` of ``tiny``.
+that ignore readiness); the management surfaces (f, g, i, j: ``abuse_management.py``) and
+stalled TLS handshakes (h: ``abuse_tls.py``), each against a fresh ``sharedserve serve``.
 
 Loopback only, each scenario bounded in time (about four minutes in all). Memory is the server
 process's own, from ``/proc/PID/status``: ``VmRSS`` once the model is loaded and warm (idle),
@@ -32,6 +33,7 @@ from pathlib import Path
 import grpc
 from abuse_management import churn, grpc_gap, management_access, outside_roots
 from abuse_shutdown import LOST, sigterm_under_load  # benchmarks/, beside this script
+from abuse_tls import stalled_handshakes
 from machine import heading, publish
 
 from sharedserve.pack.probe import free_port, model_state
@@ -285,7 +287,7 @@ def huge_grpc_field(model: Path, count: int = 30_000_000, calls: int = 4) -> Row
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--scenarios", default="a,b,c,d,e,f,g,i,j", help="comma-separated, from a to j"
+        "--scenarios", default="a,b,c,d,e,f,g,h,i,j", help="comma-separated, from a to j"
     )
     parser.add_argument("--label", default="", help="what was measured, e.g. before or after")
     parser.add_argument("--out", type=Path)
@@ -307,6 +309,7 @@ def main() -> None:
             ),
             "f": lambda: Row(*management_access(model, work)),
             "g": lambda: Row(*outside_roots(model, work)),
+            "h": lambda: Row(*stalled_handshakes(model, work)),
             "i": lambda: Row(*churn(model, work)),
             "j": lambda: Row(*grpc_gap(lambda *f: serving(model, *f), probe_gaps, default_grpc)),
         }
