@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # apt-get as root, or through sudo where it needs no password (never a prompt).
 APT_GET := $(if $(filter 0,$(shell id -u)),,sudo -n) env DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: demo test lint unit install-dev browser clean
+.PHONY: demo test lint unit install-dev browser clean k8s-admin-key
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,15 @@ test: lint browser
 
 unit: $(VENV)/.installed-dev
 	$(BIN)/pytest tests/unit
+
+# The management key k8s/base/model (and k8s/base, k8s/overlays/dra) make their Secret from:
+# written where there is none, readable by its owner only, never committed (.gitignore). To
+# change the key, delete the file and run this again; the next apply rolls the pods onto it.
+K8S_ADMIN_KEY := k8s/base/model/admin.key
+k8s-admin-key:
+	@test -s $(K8S_ADMIN_KEY) && echo "$(K8S_ADMIN_KEY) exists: kept" || \
+	{ umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_hex(32))' > $(K8S_ADMIN_KEY) && \
+	echo "wrote a new management key to $(K8S_ADMIN_KEY)"; }
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

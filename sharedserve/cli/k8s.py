@@ -131,6 +131,15 @@ _RuntimeClass = Annotated[
         show_default="none: the node's default runtime",
     ),
 ]
+_AdminSecret = Annotated[
+    str | None,
+    typer.Option(
+        help="An existing Secret whose `key` the pods read as their management key (serve "
+        "--admin-key-file: the model repository API and reloads need it), instead of the Secret "
+        "sharedserve-admin with a new random key that is otherwise emitted with the models.",
+        show_default="none: emit sharedserve-admin with a new key",
+    ),
+]
 _Out = Annotated[
     Path | None, typer.Option(help="Write here instead of stdout.", show_default="stdout")
 ]
@@ -156,6 +165,7 @@ def render(
     replicas: _Replicas = None,
     name: _Name = ModelDeployment.name,
     runtime_class: _RuntimeClass = ModelDeployment.runtime_class,
+    admin_secret: _AdminSecret = None,
     out: _Out = None,
 ) -> None:
     """Print a ready Deployment and Service for one model (--model), or for every model of a
@@ -180,6 +190,14 @@ def render(
     the spec says. --model, --vgpu, --cpu, --replicas and --name are the spec's and are refused
     with it; weight and slo_p99_ms are bench's; an entry's gpu is refused (the scheduler
     places pods).
+
+    The management APIs (the model repository API, TF Serving's HandleReloadConfigRequest,
+    changes under /sharedserve/v1/) need a key: each pod mounts a Secret's `key` read-only and
+    passes it to serve --admin-key-file. The Secret sharedserve-admin, with a new random key,
+    comes first in the output (the key is written nowhere else); --admin-secret NAME uses an
+    existing Secret instead and emits none. Calls carry the key in the sharedserve-admin-key
+    header (REST) or metadata (gRPC); an entry's serve_args may name another with
+    --admin-header.
     """
     per_gpu_flag, per_gpu = renamed_flag(
         "--vgpus-per-gpu", vgpus_per_gpu, "--replicas-per-gpu", replicas_per_gpu
@@ -194,6 +212,8 @@ def render(
         image=image, memory=memory, model_pvc=model_pvc, namespace=namespace,
         runtime_class=runtime_class,
     )  # fmt: skip
+    if admin_secret is not None:
+        common["admin_secret"] = admin_secret
     if spec is not None:
         refuse_flags(
             {
@@ -252,7 +272,10 @@ def _render_spec(
         (per_gpu_flag, per_gpu), (_, per_vgpu_mib) = cut.items()
         size = spec_vgpu_size(gpu_memory_mib, per_gpu, per_vgpu_mib, per_gpu_flag=per_gpu_flag)
     reserve = _DEFAULT_RESERVE if context_reserve_mib is None else context_reserve_mib
-    return render_spec(spec, size, reserve, common, dra=dra, check_server_args=check_server_args)
+    return render_spec(
+        spec, size, reserve, common, dra=dra, check_server_args=check_server_args,
+        admin_secret="admin_secret" not in common,
+    )  # fmt: skip
 
 
 def _render_model(
@@ -290,7 +313,7 @@ def _render_model(
         gpu_memory=gpu_memory,
         **common,
     )
-    return render_model_yaml(deployment)
+    return render_model_yaml(deployment, admin_secret="admin_secret" not in common)
 
 
 def _model_name(model: str) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from sharedserve.contract import DRA_DRIVER
 from sharedserve.errors import ConfigError
+from sharedserve.k8s.admin import admin_secret_note, admin_secrets
 from sharedserve.k8s.render import ModelDeployment, dump_all, render_model
 from sharedserve.k8s.shared_server import SharedServerPods, shared_server_objects
 from sharedserve.quantity import parse_memory
@@ -160,10 +161,13 @@ def render_mix_yaml(
     source: str,
     basis: str = "what `pack` plans for one replica of the spec on one GPU",
     command: str = "sharedserve k8s render --spec",
+    admin_secret: bool = True,
 ) -> str:
     """Every model's objects in one YAML stream, with comments saying how their vGPUs (or
     claims) follow from the plan; ``source`` names the spec (or plan) in the header, ``basis``
-    where each replica's cap comes from and ``command`` what wrote the file."""
+    where each replica's cap comes from and ``command`` what wrote the file. With
+    ``admin_secret``, first the Secret holding a new management key for the pods of each
+    namespace (``k8s.admin``), else the pods read an existing one."""
     deployments = render_mix(models, size, context_reserve_mib=context_reserve_mib)
     pods = sum(d.replicas for d in deployments)
     objects = "a Deployment and Service"
@@ -176,7 +180,10 @@ def render_mix_yaml(
         f"{size.asks(basis, context_reserve_mib)}"
     )
     lines = textwrap.wrap(header, 97, break_long_words=False, break_on_hyphens=False)
+    for where in dict.fromkeys((d.admin_secret, d.namespace) for d in deployments):
+        lines += admin_secret_note(*where, emitted=admin_secret)
     parts = ["".join(f"# {line}\n" for line in lines)]
+    rendered = []
     for model, deployment in zip(models, deployments, strict=True):
         note = (
             f"# {deployment.model}: {_count(deployment.replicas, 'pod')} x "
@@ -188,5 +195,9 @@ def render_mix_yaml(
             objects_of = shared_server_objects(objects_of, model.shared_server)
             names = ", ".join(m.name for m in model.shared_server.models)
             note += f"; a shared server: each pod serves {names}"
-        parts.append(f"---\n{note}\n" + dump_all(objects_of))
+        rendered.append((note, objects_of))
+    if admin_secret:
+        made = admin_secrets([o for _, objects_of in rendered for o in objects_of])
+        parts.append("---\n# The pods' management key\n" + dump_all(made))
+    parts += [f"---\n{note}\n" + dump_all(objects_of) for note, objects_of in rendered]
     return "".join(parts)

@@ -12,6 +12,8 @@ differs per model; everything else, and the comments explaining it, live in that
   which answers 503 until the model has loaded and warmed up, and again from SIGTERM on; a
   ``preStop`` wait and a termination grace longer than it plus the server's shutdown grace.
 - ``maxSurge: 0``: a surge pod would need one more vGPU, which a full node does not have.
+- The management key: a Secret's ``key``, mounted read-only and passed as ``serve
+  --admin-key-file``; ``sharedserve.k8s.admin`` makes the Secret.
 
 In DRA mode (``gpu_memory`` set: ``k8s render --dra``) the pod asks the DRA driver
 ``gpu.sharedserve.io`` for GPU memory instead of vGPUs: the Component in ``model/dra/`` (which
@@ -37,6 +39,7 @@ import yaml
 from sharedserve import contract
 from sharedserve.config import REPLICA_SERVE_OPTIONS
 from sharedserve.errors import ConfigError
+from sharedserve.k8s.admin import ADMIN_SECRET, admin_secret_note, admin_secrets
 from sharedserve.quantity import parse_cpu, parse_memory
 
 __all__ = [
@@ -62,13 +65,19 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 
 
+# Beside what every replica's runner sets: the management key, a file from the pod's Secret.
+# Not --admin-header, which the manifest leaves at its default: an entry may name another.
+_POD_SERVE_OPTIONS = REPLICA_SERVE_OPTIONS | {"--admin-key-file"}
+
+
 def check_serve_args(args: Sequence[str]) -> None:
     """ConfigError for extra ``serve`` options that the pod's manifest or the allocator set."""
-    owned = [a for a in args if a.split("=", 1)[0] in REPLICA_SERVE_OPTIONS]
+    owned = [a for a in args if a.split("=", 1)[0] in _POD_SERVE_OPTIONS]
     if owned:
         raise ConfigError(
             f"serve_args {', '.join(owned)}: set by k8s render or the allocator for each pod "
-            "(model, name, ports; the GPU cap from its vGPUs, the CPU limit from its quota)"
+            "(model, name, ports, the management key's file from its Secret; the GPU cap from "
+            "its vGPUs, the CPU limit from its quota)"
         )
 
 
@@ -105,6 +114,8 @@ class ModelDeployment:
     when a pack spec entry names a model other than its directory."""
     serve_args: tuple[str, ...] = ()
     """Extra ``sharedserve serve`` options (batching, body limit), after the ones set here."""
+    admin_secret: str = ADMIN_SECRET
+    """The Secret whose ``key`` is the pods' management key (``serve --admin-key-file``)."""
 
     @property
     def directory(self) -> str:
@@ -153,6 +164,8 @@ class ModelDeployment:
             raise ConfigError(f"--namespace {self.namespace!r} is not a valid namespace name")
         if self.runtime_class is not None and not _DNS_SUBDOMAIN.fullmatch(self.runtime_class):
             raise ConfigError(f"--runtime-class {self.runtime_class!r} is not a valid name")
+        if not _DNS_SUBDOMAIN.fullmatch(self.admin_secret):
+            raise ConfigError(f"--admin-secret {self.admin_secret!r} is not a valid Secret name")
         check_serve_args(self.serve_args)
 
 
@@ -260,6 +273,8 @@ def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     container["resources"] = requirements
     volume = next(v for v in pod["volumes"] if v["name"] == "models")
     volume["persistentVolumeClaim"]["claimName"] = spec.model_pvc
+    key = next(v for v in pod["volumes"] if v["name"] == "admin-key")
+    key["secret"]["secretName"] = spec.admin_secret
     if spec.gpu_memory is None:
         return [deployment, service]
     template = _claim_template(spec, labels)
@@ -268,19 +283,26 @@ def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     return [template, deployment, service]
 
 
-def render_model_yaml(spec: ModelDeployment) -> str:
-    """``render_model`` as YAML documents, with a header saying what they are."""
+def render_model_yaml(spec: ModelDeployment, *, admin_secret: bool = True) -> str:
+    """``render_model`` as YAML documents, with a header saying what they are; with
+    ``admin_secret``, after the Secret ``spec.admin_secret`` holding a new management key
+    (``k8s.admin``), else the pods read an existing one."""
     objects = render_model(spec)
+    secret = "Secret, " if admin_secret else ""
     if spec.gpu_memory is None:
         header = (
-            f"# Model {spec.model!r} for sharedserve: Deployment and Service "
+            f"# Model {spec.model!r} for sharedserve: {secret}Deployment and Service "
             f"(sharedserve k8s render). Apply with: kubectl apply -f FILE\n"
         )
     else:
         header = (
             f"# Model {spec.model!r} for sharedserve's DRA driver {contract.DRA_DRIVER} "
-            f"(sharedserve k8s render --dra):\n# ResourceClaimTemplate, Deployment and Service; "
-            f"each pod claims {spec.gpu_memory} of one GPU's memory.\n# Apply with: kubectl "
-            f"apply -f FILE (the driver: kubectl apply -k k8s/overlays/dra/driver)\n"
+            f"(sharedserve k8s render --dra):\n# {secret}ResourceClaimTemplate, Deployment and "
+            f"Service; each pod claims {spec.gpu_memory} of one GPU's memory.\n# Apply with: "
+            f"kubectl apply -f FILE (the driver: kubectl apply -k k8s/overlays/dra/driver)\n"
         )
+    note = admin_secret_note(spec.admin_secret, spec.namespace, emitted=admin_secret)
+    header += "".join(f"# {line}\n" for line in note)
+    if admin_secret:
+        objects = [*admin_secrets(objects), *objects]
     return header + dump_all(objects)

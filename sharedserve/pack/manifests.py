@@ -76,10 +76,12 @@ def render_spec(
     *,
     dra: bool,
     check_server_args: Callable[[list[str]], object],
+    admin_secret: bool = True,
 ) -> str:
     """The spec's models as manifests; ``common``: the ModelDeployment fields every model shares
-    (image, namespace...); ``check_server_args``: the CLI's check of an entry's ``serve_args``
-    against ``sharedserve serve``'s own options."""
+    (image, namespace, the management key's Secret...); ``check_server_args``: the CLI's check of
+    an entry's ``serve_args`` against ``sharedserve serve``'s own options; ``admin_secret``: emit
+    the Secret with a new key (``k8s.admin``)."""
     from sharedserve.pack.caps import EntryOnGpu, caps_on_gpu
     from sharedserve.pack.prepare import footprint_mib  # pack's measure: pack's own plan
     from sharedserve.pack.spec import load_spec
@@ -143,8 +145,9 @@ def render_spec(
         mix.append(MixModel(deployment, share.mib, where, server))
     command = "sharedserve k8s render --dra --spec" if dra else "sharedserve k8s render --spec"
     return render_mix_yaml(
-        mix, size, context_reserve_mib=reserve, source=str(path), command=command
-    )
+        mix, size, context_reserve_mib=reserve, source=str(path), command=command,
+        admin_secret=admin_secret,
+    )  # fmt: skip
 
 
 def _shared_server_pods(

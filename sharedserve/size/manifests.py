@@ -15,6 +15,9 @@ under which every planned GPU's share fits its GPU's vGPUs: then a scheduler pac
 plan does needs no more GPUs than the plan, and no GPU takes many more pods than the plan's fullest.
 The scheduler places pods by their vGPUs, not by the plan's GPU numbers: the plan's GPU count
 holds when it packs as well.
+
+The pods read their management key from the Secret ``sharedserve-admin``, which the plan does not
+hold (``k8s render`` would make one with a new key every time): the header says how to make it.
 """
 
 from __future__ import annotations
@@ -182,6 +185,9 @@ def plan_manifests(
         source=source,
         basis="its memory in the plan",
         command="sharedserve size --fleet",
+        # A plan is a file to keep, compare and commit: no key in it. Its pods read the Secret
+        # k8s render would emit, which the header says how to make.
+        admin_secret=False,
     )
     vgpus = sum(size.vgpus_for(need[name] + reserve) * count for name, count in pods.items())
     return PlanManifests(text, size, vgpus, _unfit(size, shares))

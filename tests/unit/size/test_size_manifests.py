@@ -100,3 +100,17 @@ def test_a_name_kubernetes_refuses_names_the_model() -> None:
     })  # fmt: skip
     with pytest.raises(ConfigError, match="fleet model -bad: --model '-bad'"):
         plan_manifests(plan, fleet(), {})
+
+
+def test_the_plan_holds_no_key_and_says_how_to_make_the_secret() -> None:
+    """A plan is kept and compared: its pods read the Secret render would emit, which it does
+    not hold (a new key each run would make every plan differ)."""
+    text = plan_manifests(PLAN, fleet(namespace="ml"), {}).text
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    assert "Secret" not in {o["kind"] for o in objects}
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        (volume,) = [v for v in pod["volumes"] if "secret" in v]
+        assert volume["secret"]["secretName"] == "sharedserve-admin"
+        assert "--admin-key-file" in pod["containers"][0]["args"]
+    assert "kubectl -n ml create secret generic sharedserve-admin" in text.split("---")[0]
