@@ -88,8 +88,11 @@ def shared_server_objects(
         del args[at : at + 2]
     serve = args.index("serve") + 1
     paging = ["--paging", "lru"] if server.paging else []
-    args[serve:serve] = ["--model-repository", REPOSITORY, *paging]
     mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "models")
+    # The repository's entries are links to the models' directories: those are where it may
+    # load from (a load leading anywhere else is refused).
+    roots = [a for m in server.models for a in ("--allowed-model-roots", f"{mount}/{m.directory}")]
+    args[serve:serve] = ["--model-repository", REPOSITORY, *roots, *paging]
     container["volumeMounts"].append(
         {"name": "repository", "mountPath": REPOSITORY, "readOnly": True}
     )

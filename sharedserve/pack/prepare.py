@@ -214,6 +214,10 @@ def _shared_server_command(
     command += ["--shutdown-grace", f"{settings.stop_grace_s * _OWN_STOP_SHARE:g}"]
     if entry.paging:
         command += ["--paging", "lru"]
+    # The repository's entries are links to the models' own directories: the server may load
+    # from those (and nothing else).
+    for root in dict.fromkeys(m.model_dir.expanduser().resolve() for m in entry.models):
+        command += ["--allowed-model-roots", str(root)]
     if settings.fake_gpus is not None:
         command += ["--fake-gpus", str(settings.fake_gpus)]
     return command + list(entry.server_args)
