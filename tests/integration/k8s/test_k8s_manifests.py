@@ -278,7 +278,7 @@ def test_the_readmes_render_of_the_example_mix(
     (resnet,) = m.pod_spec(deployments["resnet50"])["containers"]
     assert "--enable-batching" in resnet["args"]
     text = out.read_text()
-    assert "3 models, 7 pods, 9 vGPUs" in m.header(text)
+    assert "3 models in 3 Deployments, 7 pods, 9 vGPUs" in m.header(text)
     assert "# resnet50: 1 pod x 3 vGPUs (12288 MiB); planned cap 9504 MiB" in text
 
 
