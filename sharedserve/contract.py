@@ -45,6 +45,8 @@ from sharedserve.errors import ConfigError
 __all__ = [
     "CUDA_DEVICE_ORDER",
     "CUDA_VISIBLE_DEVICES",
+    "DRA_COMPUTE",
+    "DRA_COMPUTE_UNITS",
     "DRA_DRIVER",
     "DRA_MEMORY",
     "FRACTION_DIGITS",
@@ -76,6 +78,13 @@ DRA_DRIVER = "gpu.sharedserve.io"
 """The DRA driver's name: its ResourceSlices, its DeviceClass and the CDI kind of its specs."""
 DRA_MEMORY = "memory"
 """The consumable capacity a claim asks for (``capacity: {requests: {memory: 6Gi}}``)."""
+DRA_COMPUTE = "compute"
+"""The consumable capacity of a GPU's time beside its memory, in percent of the GPU
+(``capacity: {requests: {compute: "40"}}``): the scheduler counts it as it counts memory. A
+whole number, because a capacity's range is checked in whole units unless the cluster enables
+fractional ranges."""
+DRA_COMPUTE_UNITS = 100
+"""The compute capacity of one GPU: percent."""
 
 NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 """The physical GPUs by UUID; the NVIDIA container runtime exposes only these."""

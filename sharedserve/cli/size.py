@@ -231,9 +231,11 @@ def size(
     its GPU's replica count. The lower bound on GPUs and how far the plan is above it are
     reported.
 
-    Writes plan.json, plan.md, plan.html, k8s.yaml (a Deployment and Service per model, as `k8s
-    render --spec` renders them: each pod asks for the vGPUs holding its planned memory, under
-    the fleet file's kubernetes: settings) and, when every model gives its files (model:),
+    Writes plan.json, plan.md, plan.html, k8s.yaml (a Deployment and Service per dedicated model
+    and per shared server, as `k8s render --spec` renders them: each pod asks for its planned
+    share of a GPU, the larger of its memory and its busy share over the target, in vGPUs or,
+    with kubernetes: {dra: true}, as DRA claims for memory and compute; pods the plan put apart
+    carry anti-affinity or a spread over nodes) and, when every model gives its files (model:),
     gpu-NNN.yaml: each GPU's share as a pack spec (`sharedserve pack --spec OUT/gpu-000.yaml`).
 
     --verify OUT/gpu-NNN.yaml runs that share on this host, shared servers included (`bench

@@ -6,14 +6,17 @@ piece users need many copies of, a model's Deployment and Service, so nobody han
 GPU into vGPUs as the allocator does, for the manifests whose pods ask for vGPUs.
 """
 
-from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix, render_mix_yaml
-from sharedserve.k8s.render import ModelDeployment, render_model, render_model_yaml
+from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, held, render_mix, render_mix_yaml
+from sharedserve.k8s.render import ModelDeployment, PodSpread, render_model, render_model_yaml
 from sharedserve.k8s.vgpus import vgpu_cut
 
 __all__ = [
+    "ClaimSize",
     "MixModel",
     "ModelDeployment",
+    "PodSpread",
     "VgpuSize",
+    "held",
     "render_mix",
     "render_mix_yaml",
     "render_model",

@@ -18,6 +18,10 @@ asks for more vGPUs than one GPU advertises: the allocator grants a pod vGPUs on
 With the DRA driver (``k8s render --dra --spec``) there are no vGPUs to round to: each pod's
 ResourceClaim asks for that memory itself (``ClaimSize``), cap plus reserve in MiB, and the
 scheduler rounds it up to the step of the driver's requestPolicy (256 MiB by default).
+
+A fleet plan (``size``) knows more than a pack spec: each replica's busy share, and the GPU it
+went on. It sets each entry's ``units`` itself (``MixModel.units``: the vGPUs, or under DRA the
+percent of a GPU's compute, each pod asks for) and the header's counts and explanation.
 """
 
 from __future__ import annotations
@@ -27,14 +31,14 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sharedserve.contract import DRA_DRIVER
+from sharedserve.contract import DRA_COMPUTE_UNITS, DRA_DRIVER
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.admin import admin_secret_note, admin_secrets
 from sharedserve.k8s.render import ModelDeployment, dump_all, render_model
 from sharedserve.k8s.shared_server import SharedServerPods, shared_server_objects
 from sharedserve.quantity import parse_memory
 
-__all__ = ["ClaimSize", "MixModel", "VgpuSize", "render_mix", "render_mix_yaml"]
+__all__ = ["ClaimSize", "MixModel", "VgpuSize", "held", "render_mix", "render_mix_yaml"]
 
 _MIB = 1 << 20
 
@@ -53,13 +57,21 @@ class VgpuSize:
     allocator_flag: str
     """The allocator's flag that cuts GPUs this way, e.g. ``--vgpus-per-gpu 8``, for the header."""
 
+    @property
+    def units(self) -> int:
+        """The units a GPU has: its vGPUs."""
+        return self.per_gpu
+
     def vgpus_for(self, mib: int) -> int:
         """The whole vGPUs holding ``mib`` MiB: at least 1, at most the GPU's."""
         return min(max(1, math.ceil(mib / self.vgpu_memory_mib)), self.per_gpu)
 
-    def sized(self, deployment: ModelDeployment, mib: int) -> ModelDeployment:
-        """``deployment`` with pods asking for the vGPUs that hold ``mib`` MiB."""
-        return replace(deployment, vgpu=self.vgpus_for(mib))
+    def sized(
+        self, deployment: ModelDeployment, mib: int, units: int | None = None
+    ) -> ModelDeployment:
+        """``deployment`` with pods asking for ``units`` vGPUs, or where None the vGPUs that
+        hold ``mib`` MiB."""
+        return replace(deployment, vgpu=self.vgpus_for(mib) if units is None else units)
 
     def total(self, deployments: Sequence[ModelDeployment]) -> str:
         vgpus = sum(d.replicas * d.vgpu for d in deployments)
@@ -84,9 +96,17 @@ class ClaimSize:
     gpu_memory_mib: int
     """One GPU's memory in MiB, which the plan shares out."""
 
-    def sized(self, deployment: ModelDeployment, mib: int) -> ModelDeployment:
-        """``deployment`` with pods claiming ``mib`` MiB of one GPU's memory."""
-        return replace(deployment, gpu_memory=f"{mib}Mi")
+    @property
+    def units(self) -> int:
+        """The units a GPU has: percent of its compute."""
+        return DRA_COMPUTE_UNITS
+
+    def sized(
+        self, deployment: ModelDeployment, mib: int, units: int | None = None
+    ) -> ModelDeployment:
+        """``deployment`` with pods claiming ``mib`` MiB of one GPU's memory, and ``units``
+        percent of its compute where given."""
+        return replace(deployment, gpu_memory=f"{mib}Mi", gpu_compute=units)
 
     def total(self, deployments: Sequence[ModelDeployment]) -> str:
         mib = sum(d.replicas * _claimed_mib(d) for d in deployments)
@@ -101,7 +121,9 @@ class ClaimSize:
         )
 
     def per_pod(self, deployment: ModelDeployment) -> str:
-        return f"{_claimed_mib(deployment)} MiB of GPU memory"
+        compute = deployment.gpu_compute
+        also = "" if compute is None else f" and {compute}% of its compute"
+        return f"{_claimed_mib(deployment)} MiB of GPU memory{also}"
 
 
 def _claimed_mib(deployment: ModelDeployment) -> int:
@@ -122,6 +144,12 @@ class MixModel:
     shared_server: SharedServerPods | None = None
     """A shared server's models, which each pod serves from one repository
     (``k8s.shared_server``)."""
+    units: int | None = None
+    """The vGPUs (under ``ClaimSize`` the percent of a GPU's compute) each pod asks for, where
+    the plan sets them; None: the vGPUs holding its cap and reserve (under ``ClaimSize``, no
+    compute)."""
+    note: str = ""
+    """More about its pods for its comment line, after the cap."""
 
 
 def render_mix(
@@ -132,7 +160,7 @@ def render_mix(
     deployments = []
     seen: dict[str, str] = {}
     for model in models:
-        deployment = size.sized(model.deployment, model.cap_mib + context_reserve_mib)
+        deployment = size.sized(model.deployment, model.cap_mib + context_reserve_mib, model.units)
         try:
             deployment.validate()
         except ConfigError as e:
@@ -150,7 +178,21 @@ def render_mix(
 
 
 def _count(n: int, what: str) -> str:
-    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+    return f"{n:,} {what}" if n == 1 else f"{n:,} {what}s"
+
+
+def held(models: int, deployments: int, pods: int, servers: int = 0, shared: int = 0) -> str:
+    """What a stream of manifests holds, each counted as what it is: ``500 models in 353
+    Deployments (74 of them shared servers, holding 221 of the models), 905 pods``. A shared
+    server is one Deployment serving several models; ``shared``: the models they serve."""
+    them = ""
+    if servers:
+        kind = "a shared server" if servers == 1 else "shared servers"
+        them = f" ({servers:,} of them {kind}, holding {shared:,} of the models)"
+    return (
+        f"{_count(models, 'model')} in {_count(deployments, 'Deployment')}{them}, "
+        f"{_count(pods, 'pod')}"
+    )
 
 
 def render_mix_yaml(
@@ -162,22 +204,31 @@ def render_mix_yaml(
     basis: str = "what `pack` plans for one replica of the spec on one GPU",
     command: str = "sharedserve k8s render --spec",
     admin_secret: bool = True,
+    counts: str | None = None,
+    asks: str | None = None,
 ) -> str:
     """Every model's objects in one YAML stream, with comments saying how their vGPUs (or
     claims) follow from the plan; ``source`` names the spec (or plan) in the header, ``basis``
     where each replica's cap comes from and ``command`` what wrote the file. With
     ``admin_secret``, first the Secret holding a new management key for the pods of each
-    namespace (``k8s.admin``), else the pods read an existing one."""
+    namespace (``k8s.admin``), else the pods read an existing one. ``counts`` and ``asks``: the
+    header's counts and what each pod asks for, where the caller words them (none: from the
+    models, and ``basis``)."""
     deployments = render_mix(models, size, context_reserve_mib=context_reserve_mib)
-    pods = sum(d.replicas for d in deployments)
+    if counts is None:
+        servers = [m.shared_server for m in models if m.shared_server is not None]
+        shared = sum(len(s.models) for s in servers)
+        pods = sum(d.replicas for d in deployments)
+        what = held(len(models) - len(servers) + shared, len(deployments), pods, len(servers),
+                    shared)  # fmt: skip
+        counts = f"{what}, {size.total(deployments)}"
     objects = "a Deployment and Service"
     if isinstance(size, ClaimSize):
         objects = "a ResourceClaimTemplate, Deployment and Service"
     header = (
         f"Models of {source} for sharedserve ({command}): {objects} "
-        f"each; {_count(len(deployments), 'model')}, {_count(pods, 'pod')}, "
-        f"{size.total(deployments)}. Apply with: kubectl apply -f FILE. "
-        f"{size.asks(basis, context_reserve_mib)}"
+        f"each; {counts}. Apply with: kubectl apply -f FILE. "
+        f"{asks or size.asks(basis, context_reserve_mib)}"
     )
     lines = textwrap.wrap(header, 97, break_long_words=False, break_on_hyphens=False)
     for where in dict.fromkeys((d.admin_secret, d.namespace) for d in deployments):
@@ -188,7 +239,7 @@ def render_mix_yaml(
         note = (
             f"# {deployment.model}: {_count(deployment.replicas, 'pod')} x "
             f"{size.per_pod(deployment)}; "
-            f"planned cap {model.cap_mib} MiB + {context_reserve_mib} MiB reserve"
+            f"planned cap {model.cap_mib} MiB + {context_reserve_mib} MiB reserve{model.note}"
         )
         objects_of = render_model(deployment)
         if model.shared_server is not None:

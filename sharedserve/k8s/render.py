@@ -14,11 +14,16 @@ differs per model; everything else, and the comments explaining it, live in that
 - ``maxSurge: 0``: a surge pod would need one more vGPU, which a full node does not have.
 - The management key: a Secret's ``key``, mounted read-only and passed as ``serve
   --admin-key-file``; ``sharedserve.k8s.admin`` makes the Secret.
+- ``spread``, where a plan put a model's pods on different GPUs (``size``): pod anti-affinity
+  over nodes where it put each on a node of its own, else a topology spread over nodes that the
+  scheduler prefers. Kubernetes places pods on nodes; which GPU of a node a pod gets is the
+  allocator's (``--policy``), which no pod-level rule reaches.
 
 In DRA mode (``gpu_memory`` set: ``k8s render --dra``) the pod asks the DRA driver
-``gpu.sharedserve.io`` for GPU memory instead of vGPUs: the Component in ``model/dra/`` (which
-``k8s/overlays/dra/model`` builds with too) adds a ResourceClaimTemplate and patches the
-Deployment to claim from it, and ``render_model`` applies the same two files.
+``gpu.sharedserve.io`` for GPU memory instead of vGPUs, and for a share of the GPU's compute
+where ``gpu_compute`` is set: the Component in ``model/dra/`` (which ``k8s/overlays/dra/model``
+builds with too) adds a ResourceClaimTemplate and patches the Deployment to claim from it, and
+``render_model`` applies the same two files.
 
 A mix of models (a pack spec) is several of these; ``sharedserve.k8s.mix`` sizes them.
 """
@@ -30,6 +35,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from importlib import resources
 from typing import Any
 
@@ -46,6 +52,7 @@ __all__ = [
     "RUN_AS_USER",
     "VGPU_RESOURCE",
     "ModelDeployment",
+    "PodSpread",
     "check_serve_args",
     "dump_all",
     "render_model",
@@ -81,6 +88,19 @@ def check_serve_args(args: Sequence[str]) -> None:
         )
 
 
+class PodSpread(str, Enum):
+    """How a Deployment's pods are kept apart, as a plan put them (``size``)."""
+
+    NONE = "none"
+    """Wherever the scheduler puts them."""
+    NODES = "nodes"
+    """Each on a node of its own (required pod anti-affinity over ``kubernetes.io/hostname``):
+    the plan put each on a node of its own."""
+    PREFERRED = "preferred"
+    """Spread over nodes where the scheduler can (a topology spread it may break): the plan put
+    them on different GPUs, some on one node."""
+
+
 @dataclass(frozen=True)
 class ModelDeployment:
     """What ``sharedserve k8s render`` needs to know about one model."""
@@ -97,6 +117,9 @@ class ModelDeployment:
     gpu_memory: str | None = None
     """DRA mode: GPU memory each pod's ResourceClaim asks of one GPU, a Kubernetes quantity
     (bytes, ``6Gi``), instead of vGPUs [default: none, the device plugin's vGPUs]."""
+    gpu_compute: int | None = None
+    """DRA mode: percent of the GPU's compute each pod's claim asks for beside its memory
+    [default: none, which the driver counts as 0]."""
     cpu: str = "500m"
     """CPU request and limit, a Kubernetes quantity (cores)."""
     memory: str = "2Gi"
@@ -116,6 +139,8 @@ class ModelDeployment:
     """Extra ``sharedserve serve`` options (batching, body limit), after the ones set here."""
     admin_secret: str = ADMIN_SECRET
     """The Secret whose ``key`` is the pods' management key (``serve --admin-key-file``)."""
+    spread: PodSpread = PodSpread.NONE
+    """How its pods are kept apart."""
 
     @property
     def directory(self) -> str:
@@ -153,6 +178,14 @@ class ModelDeployment:
             if self.vgpu != 1:
                 raise ConfigError(
                     "--vgpu with --dra: a pod asks the DRA driver for --gpu-memory, not vGPUs"
+                )
+        if self.gpu_compute is not None:
+            if self.gpu_memory is None:
+                raise ConfigError("a share of a GPU's compute is asked of the DRA driver: --dra")
+            if not 1 <= self.gpu_compute <= contract.DRA_COMPUTE_UNITS:
+                raise ConfigError(
+                    f"GPU compute must be 1-{contract.DRA_COMPUTE_UNITS} percent, got "
+                    f"{self.gpu_compute}"
                 )
         if self.replicas < 1:
             raise ConfigError(f"--replicas must be at least 1, got {self.replicas}")
@@ -224,8 +257,28 @@ def _claim_template(spec: ModelDeployment, labels: dict[str, str]) -> dict[str, 
         "labels": dict(labels),
     }
     (request,) = template["spec"]["spec"]["devices"]["requests"]
-    request["exactly"]["capacity"]["requests"][contract.DRA_MEMORY] = spec.gpu_memory
+    asked = request["exactly"]["capacity"]["requests"]
+    asked[contract.DRA_MEMORY] = spec.gpu_memory
+    if spec.gpu_compute is not None:
+        asked[contract.DRA_COMPUTE] = str(spec.gpu_compute)
     return template
+
+
+def _spread(spec: ModelDeployment) -> dict[str, Any]:
+    """The pod spec's keys that keep ``spec``'s pods apart over nodes."""
+    pods = {"labelSelector": {"matchLabels": _selector(spec)}}
+    node = "kubernetes.io/hostname"
+    if spec.spread is PodSpread.NODES:
+        required = [{**pods, "topologyKey": node}]
+        return {
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+            }
+        }
+    # Counted per ReplicaSet (pod-template-hash): a rolling update's old pods do not skew it.
+    spread = {"maxSkew": 1, "topologyKey": node, "whenUnsatisfiable": "ScheduleAnyway", **pods,
+              "matchLabelKeys": ["pod-template-hash"]}  # fmt: skip
+    return {"topologySpreadConstraints": [spread]}
 
 
 def dump_all(objects: list[dict[str, Any]]) -> str:
@@ -275,6 +328,8 @@ def render_model(spec: ModelDeployment) -> list[dict[str, Any]]:
     volume["persistentVolumeClaim"]["claimName"] = spec.model_pvc
     key = next(v for v in pod["volumes"] if v["name"] == "admin-key")
     key["secret"]["secretName"] = spec.admin_secret
+    if spec.spread is not PodSpread.NONE:
+        pod.update(_spread(spec))
     if spec.gpu_memory is None:
         return [deployment, service]
     template = _claim_template(spec, labels)
@@ -295,11 +350,12 @@ def render_model_yaml(spec: ModelDeployment, *, admin_secret: bool = True) -> st
             f"(sharedserve k8s render). Apply with: kubectl apply -f FILE\n"
         )
     else:
+        compute = "" if spec.gpu_compute is None else f" and {spec.gpu_compute}% of its compute"
         header = (
             f"# Model {spec.model!r} for sharedserve's DRA driver {contract.DRA_DRIVER} "
             f"(sharedserve k8s render --dra):\n# {secret}ResourceClaimTemplate, Deployment and "
-            f"Service; each pod claims {spec.gpu_memory} of one GPU's memory.\n# Apply with: "
-            f"kubectl apply -f FILE (the driver: kubectl apply -k k8s/overlays/dra/driver)\n"
+            f"Service; each pod claims {spec.gpu_memory} of one GPU's memory{compute}.\n# Apply "
+            f"with: kubectl apply -f FILE (the driver: kubectl apply -k k8s/overlays/dra/driver)\n"
         )
     note = admin_secret_note(spec.admin_secret, spec.namespace, emitted=admin_secret)
     header += "".join(f"# {line}\n" for line in note)

@@ -23,8 +23,9 @@ Format (YAML; JSON is YAML too)::
       namespace: sharedserve
       model_pvc: sharedserve-models
       runtime_class: nvidia          # optional
-      vgpus_per_gpu: 8               # or vgpu_memory_mib: the allocator's cut of a GPU;
-                                     # default: the coarsest cut every planned GPU's share fits
+      vgpus_per_gpu: 20              # or vgpu_memory_mib: the allocator's cut of a GPU;
+                                     # default: the coarsest that holds each pod's share
+      dra: false                     # true: claims on the DRA driver, memory and compute
 """
 
 from __future__ import annotations
@@ -174,7 +175,11 @@ class KubernetesSettings:
     ``pack`` and pods on ``k8s render``."""
     vgpu_memory_mib: PositiveWhole | None = None
     """MiB per vGPU, the allocator's ``--vgpu-memory-mib``. Neither: the plan picks the coarsest
-    ``--vgpus-per-gpu`` that every planned GPU's share fits."""
+    ``--vgpus-per-gpu`` (at most 100) that holds every pod's planned share to within a twentieth
+    of a GPU (``size.manifests``)."""
+    dra: Annotated[bool, Must("true or false", lambda v: isinstance(v, bool))] = False
+    """Pods claim their share from the DRA driver (``allocator --api dra``): GPU memory and a
+    percent of the GPU's compute, as consumable capacity, instead of vGPUs."""
 
     @model_validator(mode="before")
     @classmethod
@@ -190,6 +195,11 @@ class KubernetesSettings:
     def _one_cut(self) -> KubernetesSettings:
         if self.vgpus_per_gpu is not None and self.vgpu_memory_mib is not None:
             raise refuse("give vgpus_per_gpu or vgpu_memory_mib, not both")
+        if self.dra and (self.vgpus_per_gpu is not None or self.vgpu_memory_mib is not None):
+            raise refuse(
+                "dra: pods claim memory and compute from the DRA driver, not vGPUs: "
+                "give dra or a vGPU cut (vgpus_per_gpu, vgpu_memory_mib), not both"
+            )
         return self
 
 

@@ -1,20 +1,30 @@
 """A plan's models as Kubernetes manifests (``k8s.yaml``), by ``k8s render --spec``'s renderer.
 
 One Deployment and Service per dedicated model: its planned replicas as pods, the CPU limit its
-profile was measured under (``k8s render``'s default where it had none), and the vGPUs holding
-its planned GPU memory plus the context reserve (``sharedserve.k8s.mix``). One per shared server,
+profile was measured under (``k8s render``'s default where it had none). One per shared server,
 as ``k8s render --spec`` renders a pack spec's (``sharedserve.k8s.shared_server``): its
 replicas as pods, each one process serving the server's models from a repository its init
 container builds, their model files (weight, budget, pinned) in a ConfigMap, ``--paging lru``
-where it pages, and vGPUs holding the server's memory plus ONE reserve. Reads a model's own
-``sharedserve.yaml`` where its files are given, as ``k8s render --spec`` does.
+where it pages. Reads a model's own ``sharedserve.yaml`` where its files are given, as ``k8s
+render --spec`` does.
 
-The allocator cuts every GPU into equal vGPUs. The cut is the fleet file's
-``kubernetes.vgpus_per_gpu`` or ``vgpu_memory_mib``, else the coarsest ``--vgpus-per-gpu``
-under which every planned GPU's share fits its GPU's vGPUs: then a scheduler packing pods as the
-plan does needs no more GPUs than the plan, and no GPU takes many more pods than the plan's fullest.
-The scheduler places pods by their vGPUs, not by the plan's GPU numbers: the plan's GPU count
-holds when it packs as well.
+**What a pod asks for** is the share of a GPU its replica was planned at: the larger of its
+memory (its cap plus the context reserve; a shared server's, ONE reserve) and its busy share
+over the utilisation target, in whole units (``size.shares``): vGPUs of the allocator's cut,
+or with the DRA driver (``kubernetes.dra``) a claim for its memory in MiB and for a percent of
+the GPU's compute. The units of the processes the plan put on one GPU sum to at most the
+GPU's, and the room the plan left on a GPU (measured densities, spread, packing) goes to the
+pods on it: the pods ask for about the plan's GPUs, so a scheduler filling GPUs by units needs
+as many as the plan, and puts no more on one than it did.
+
+The vGPU cut is the fleet file's ``kubernetes.vgpus_per_gpu`` or ``vgpu_memory_mib``, else the
+coarsest ``--vgpus-per-gpu`` (at most ``FINEST``) at which every planned GPU's pods fit and no
+pod asks under its planned share by more than ``CLOSE`` of a GPU.
+
+**Spread.** Where the plan put a model's replicas on different GPUs, its pods carry a rule
+(``k8s.PodSpread``): required anti-affinity over nodes where each is on a node of its own, else
+a topology spread over nodes the scheduler prefers. The scheduler places pods on nodes; which
+GPU of a node a pod gets is the allocator's (``--policy``), which no pod-level rule reaches.
 
 The pods read their management key from the Secret ``sharedserve-admin``, which the plan does not
 hold (``k8s render`` would make one with a new key every time): the header says how to make it.
@@ -22,26 +32,49 @@ hold (``k8s render`` would make one with a new key every time): the header says 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from sharedserve.config import SharedServerModel
+from sharedserve.contract import DRA_COMPUTE_UNITS, DRA_DRIVER
 from sharedserve.errors import ConfigError
-from sharedserve.k8s.mix import MixModel, VgpuSize, render_mix_yaml
-from sharedserve.k8s.render import ModelDeployment
+from sharedserve.k8s import (
+    ClaimSize,
+    MixModel,
+    ModelDeployment,
+    PodSpread,
+    VgpuSize,
+    render_mix_yaml,
+    vgpu_cut,
+)
 from sharedserve.k8s.shared_server import SharedServerModelFiles, SharedServerPods
-from sharedserve.k8s.vgpus import vgpu_cut
 from sharedserve.pack.repository import merged_model_file, model_file
 from sharedserve.quantity import format_cpu
 from sharedserve.size.fleet import Fleet
-from sharedserve.size.plan import Plan, PlanModel, PlanServer, model_cap
-from sharedserve.vgpu_sizing import MAX_REPLICAS, Sizing
+from sharedserve.size.plan import (
+    Plan,
+    PlanKubernetes,
+    PlanModel,
+    PlanServer,
+    kubernetes_summary,
+    model_cap,
+)
+from sharedserve.size.shares import Apportioned, Need, apportion
+from sharedserve.vgpu_sizing import Sizing
 
-__all__ = ["PlanManifests", "plan_manifests"]
+__all__ = ["CLOSE", "FINEST", "PlanManifests", "plan_manifests"]
 
+FINEST = 100
+"""The finest ``--vgpus-per-gpu`` the plan picks: a vGPU a hundredth of a GPU."""
+CLOSE = 0.05
+"""How far under its planned busy share, as a share of a GPU, rounding may leave a pod at the
+cut the plan picks."""
 # The fleet file's names for the allocator's cut, which its refusals name.
 _FLEET_NAMES = ("kubernetes.vgpus_per_gpu", "kubernetes.vgpu_memory_mib")
 
@@ -50,38 +83,132 @@ _FLEET_NAMES = ("kubernetes.vgpus_per_gpu", "kubernetes.vgpu_memory_mib")
 class PlanManifests:
     text: str
     """The YAML stream."""
-    size: VgpuSize
-    vgpus: int
-    """vGPUs all pods ask for."""
+    kubernetes: PlanKubernetes
+    """What its pods ask for, as plan.json says it."""
     unfit: list[str]
-    """The planned GPUs whose share takes more vGPUs than a GPU has, under a given cut."""
+    """The planned GPUs whose pods' memory takes more vGPUs than a GPU has, under a given cut."""
+
+
+@dataclass(frozen=True)
+class _Workload:
+    """A Deployment: a dedicated model's, or a shared server's."""
+
+    pods: int
+    mib: int
+    """One pod's GPU memory: its cap plus the (one) context reserve."""
+    busy: float
+    """One pod's busy share of a GPU."""
+    gpus: list[int]
+    """The GPU of each of its replicas in the plan."""
+
+
+def _workloads(plan: Plan, reserve: int) -> dict[str, _Workload]:
+    out = {}
+    for m in plan.models:
+        if m.server is None:
+            out[m.name] = _Workload(m.replicas, math.ceil(m.gpu_memory_mib) + reserve,
+                                    m.busy_share, m.gpus)  # fmt: skip
+    for s in plan.servers:
+        out[s.name] = _Workload(s.replicas, math.ceil(s.gpu_memory_mib) + reserve,
+                                s.busy_share, s.gpus)  # fmt: skip
+    return out
+
+
+def _on_gpus(plan: Plan) -> list[Counter[str]]:
+    """Each planned GPU's pods by Deployment: a shared server's replica once, not once for each
+    model it lists."""
+    models = {s.name: len(s.models) for s in plan.servers}
+    out = []
+    for g in plan.gpus:
+        pods = Counter(r.model for r in g.replicas if r.server is None)
+        for name, listed in Counter(r.server for r in g.replicas if r.server).items():
+            pods[name] = listed // models[name]
+        out.append(pods)
+    return out
+
+
+def _needs(
+    workloads: Mapping[str, _Workload], per_gpu: int, target: float, unit_mib: int | None
+) -> dict[str, Need]:
+    """Each Deployment's share in units of a GPU of ``per_gpu``: vGPUs of ``unit_mib`` MiB,
+    whose memory is a floor; None: percent of the GPU's compute (DRA), its memory claimed
+    apart."""
+    out = {}
+    for name, w in workloads.items():
+        busy = w.busy / target * per_gpu
+        if unit_mib is None:
+            out[name] = Need(min(per_gpu, busy), 1)
+        else:
+            least = min(per_gpu, max(1, math.ceil(w.mib / unit_mib)))
+            out[name] = Need(min(per_gpu, max(w.mib / unit_mib, busy)), least)
+    return out
 
 
 def _cut(gpu_memory_mib: int, sizing: Sizing) -> VgpuSize:
     return vgpu_cut(gpu_memory_mib, sizing, names=_FLEET_NAMES)
 
 
-def _unfit(size: VgpuSize, shares: list[list[int]]) -> list[str]:
-    """The GPUs (``shares``: each GPU's replicas' MiB with reserves) that ``size`` cannot hold."""
+def _overflowing(
+    memory: int, workloads: Mapping[str, _Workload], gpus: list[Counter[str]], finest: int
+) -> list[int]:
+    """For each ``--vgpus-per-gpu`` N from 1 to ``finest`` (index N - 1), the planned GPUs whose
+    pods' memory alone, in whole vGPUs, takes more than N: cheap next to apportioning, so a
+    fleet of thousands of GPUs tries every cut."""
+    on, mib, count = [], [], []
+    for index, pods in enumerate(gpus):
+        for name, n in pods.items():
+            on.append(index)
+            mib.append(workloads[name].mib)
+            count.append(n)
+    where, need, pods_ = np.array(on), np.array(mib, dtype=float), np.array(count, dtype=float)
     out = []
-    for index, share in enumerate(shares):
-        taken = sum(size.vgpus_for(mib) for mib in share)
-        if taken > size.per_gpu:
-            out.append(f"GPU {index} ({taken} vGPUs)")
+    for n in range(1, finest + 1):
+        least = np.clip(np.ceil(need / (memory // n)), 1, n)
+        taken = np.bincount(where, weights=least * pods_, minlength=len(gpus))
+        out.append(int((taken > n).sum()))
     return out
 
 
-def _coarsest(gpu_memory_mib: int, shares: list[list[int]]) -> VgpuSize:
-    """The fewest vGPUs per GPU (the largest vGPUs, the most room in each pod's cap) that hold
-    every planned GPU's share; the finest cut when none does."""
-    # The fullest GPUs first: they refuse a coarse cut soonest.
-    hardest = sorted(shares, key=lambda s: (-len(s), -sum(s)))
-    finest = min(MAX_REPLICAS, gpu_memory_mib)
-    for n in range(1, finest + 1):
-        size = _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=n))
-        if all(sum(size.vgpus_for(mib) for mib in share) <= size.per_gpu for share in hardest):
-            return size
-    return _cut(gpu_memory_mib, Sizing(vgpus_per_gpu=finest))
+def _vgpus(
+    fleet: Fleet, workloads: Mapping[str, _Workload], gpus: list[Counter[str]]
+) -> tuple[VgpuSize, Apportioned]:
+    """The allocator's cut, the fleet's or the plan's pick, and each Deployment's vGPUs. The
+    plan's pick: the coarsest cut whose GPUs hold their pods' memory and leaves no pod under
+    its busy share by more than ``CLOSE`` of a GPU; else the finest that holds the memory; else
+    the one that leaves the fewest GPUs short of it (the plan then warns)."""
+    kube, memory, target = fleet.kubernetes, fleet.gpu.memory_mib, fleet.utilization_target
+
+    def apportioned(size: VgpuSize) -> Apportioned:
+        needs = _needs(workloads, size.per_gpu, target, size.vgpu_memory_mib)
+        return apportion(gpus, needs, size.per_gpu)
+
+    if kube.vgpus_per_gpu is not None or kube.vgpu_memory_mib is not None:
+        size = _cut(memory, Sizing(vgpus_per_gpu=kube.vgpus_per_gpu or 1,
+                                   vgpu_memory_mib=kube.vgpu_memory_mib))  # fmt: skip
+        return size, apportioned(size)
+    short = _overflowing(memory, workloads, gpus, min(FINEST, memory))
+    fitting = [n for n, full in enumerate(short, 1) if not full]
+    for n in fitting:
+        size = _cut(memory, Sizing(vgpus_per_gpu=n))
+        shares = apportioned(size)
+        if shares.under <= CLOSE * n:
+            return size, shares
+        if n * CLOSE >= 1:
+            # Rounding leaves a pod under by less than a vGPU: past CLOSE's worth, it is pods
+            # whose memory and busy shares together overfill a GPU, which finer cuts keep.
+            break
+    # Of equally short cuts the finest, where rounding costs each pod the least.
+    n = fitting[-1] if fitting else max(range(1, len(short) + 1), key=lambda n: (-short[n - 1], n))
+    size = _cut(memory, Sizing(vgpus_per_gpu=n))
+    return size, apportioned(size)
+
+
+def _spread(gpus: list[int], node_of: Mapping[int, int]) -> PodSpread:
+    """How the plan keeps a Deployment's pods apart: by the GPUs and nodes it put them on."""
+    if len(set(gpus)) < 2:
+        return PodSpread.NONE
+    nodes = [node_of[g] for g in gpus]
+    return PodSpread.NODES if len(set(nodes)) == len(nodes) else PodSpread.PREFERRED
 
 
 def _deployment(
@@ -130,6 +257,36 @@ def _server_pods(
     return SharedServerPods(tuple(out), paging=server.paging == "lru")
 
 
+def _asks(size: VgpuSize | ClaimSize, reserve: int, target: float) -> str:
+    """The header's words for what each pod asks for, and how pods are kept apart."""
+    share = (
+        f"its planned share of a GPU: the larger of its memory (its GPU memory cap plus {reserve} "
+        f"MiB for its CUDA context) and its busy share over the {target:.0%} utilisation target"
+    )
+    if isinstance(size, VgpuSize):
+        what = (
+            f"Each pod asks for vGPUs of {size.vgpu_memory_mib:,} MiB, {size.per_gpu} per "
+            f"{size.gpu_memory_mib:,} MiB GPU (the allocator's {size.allocator_flag}), holding "
+            f"{share}; its memory is never rounded down. The vGPUs of the pods the plan put on "
+            "one GPU sum to at most a GPU's"
+        )
+    else:
+        what = (
+            f"Each pod's ResourceClaim asks the DRA driver {DRA_DRIVER} (allocator --api dra) "
+            f"for its memory (its cap plus {reserve} MiB for its CUDA context, which the "
+            "scheduler rounds up to the driver's step) and for the percent of the GPU's "
+            f"compute holding its busy share over the {target:.0%} utilisation target. The "
+            "compute of the pods the plan put on one GPU sums to at most 100"
+        )
+    return (
+        f"{what}, and the room the plan left on a GPU goes to the pods on it, so they ask for "
+        "about the plan's GPUs. Pods the plan put on nodes of their own carry pod anti-affinity "
+        "over nodes; those it put on different GPUs of one node, a topology spread over nodes "
+        "the scheduler prefers: which GPU of a node a pod gets is the allocator's (its --policy "
+        "spread puts it on the least used GPU, bundle on the fullest that holds it)."
+    )
+
+
 def plan_manifests(
     plan: Plan,
     fleet: Fleet,
@@ -142,52 +299,68 @@ def plan_manifests(
     name); ``files``: their paths here, whose ``sharedserve.yaml`` a server's model file keeps.
     ConfigError names a model whose name Kubernetes would refuse."""
     files = files or {}
-    kube = fleet.kubernetes
-    reserve = fleet.context_reserve_mib
-    memory = fleet.gpu.memory_mib
-    need = {m.name: math.ceil(m.gpu_memory_mib) for m in plan.models}
-    need |= {s.name: math.ceil(s.gpu_memory_mib) for s in plan.servers}
-    by_name = {s.name: s for s in plan.servers}
-    # A process a pod: a shared server's replica once, not once for each model it lists.
-    shares = []
-    for g in plan.gpus:
-        share = [need[r.model] + reserve for r in g.replicas if r.server is None]
-        for name, listed_ in Counter(r.server for r in g.replicas if r.server).items():
-            share += [need[name] + reserve] * (listed_ // len(by_name[name].models))
-        shares.append(share)
-    if kube.vgpus_per_gpu is not None:
-        size = _cut(memory, Sizing(vgpus_per_gpu=kube.vgpus_per_gpu))
-    elif kube.vgpu_memory_mib is not None:
-        size = _cut(memory, Sizing(vgpu_memory_mib=kube.vgpu_memory_mib))
+    reserve, target = fleet.context_reserve_mib, fleet.utilization_target
+    workloads = _workloads(plan, reserve)
+    gpus = _on_gpus(plan)
+    size: VgpuSize | ClaimSize
+    if fleet.kubernetes.dra:
+        size = ClaimSize(fleet.gpu.memory_mib)
+        shares = apportion(gpus, _needs(workloads, DRA_COMPUTE_UNITS, target, None),
+                           DRA_COMPUTE_UNITS)  # fmt: skip
     else:
-        size = _coarsest(memory, shares)
-    mix = []
-    pods = {}
+        size, shares = _vgpus(fleet, workloads, gpus)
+    node_of = {g.index: g.node for g in plan.gpus}
+    entries: list[MixModel] = []
+
+    def add(name: str, cpu_limit: float | None, directory: str | None, where: str,
+            server: SharedServerPods | None = None) -> None:  # fmt: skip
+        w = workloads[name]
+        placed = _spread(w.gpus, node_of)
+        deployment = _deployment(fleet, name, w.pods, cpu_limit, directory)
+        note = (
+            f"; planned {w.mib / fleet.gpu.memory_mib:.1%} of a GPU's memory, {w.busy:.1%} of "
+            f"its time (target {target:.0%})"
+        )
+        if placed is not PodSpread.NONE:
+            note += f"; kept apart ({placed.value})"
+        entries.append(MixModel(dataclasses.replace(deployment, spread=placed), w.mib - reserve,
+                                where, server, shares.units[name], note))  # fmt: skip
+
     for m in plan.models:
         if m.server is None:
-            deployment = _deployment(fleet, m.name, m.replicas, m.cpu_limit,
-                                     directories.get(m.name))  # fmt: skip
-            mix.append(MixModel(deployment, need[m.name], f"fleet model {m.name}"))
-            pods[m.name] = m.replicas
+            add(m.name, m.cpu_limit, directories.get(m.name), f"fleet model {m.name}")
     models = {m.name: m for m in plan.models}
     for s in plan.servers:
         first = s.models[0]
-        deployment = _deployment(fleet, s.name, s.replicas, s.cpu_limit,
-                                 directories.get(first, first))  # fmt: skip
-        pods_of = _server_pods(fleet, s, models, directories, files)
-        mix.append(MixModel(deployment, need[s.name], f"shared server {s.name}", pods_of))
-        pods[s.name] = s.replicas
-    source = "the fleet plan" if fleet.source is None else f"the plan of {fleet.source}"
-    text = render_mix_yaml(
-        mix,
-        size,
-        context_reserve_mib=reserve,
-        source=source,
-        basis="its memory in the plan",
-        command="sharedserve size --fleet",
-        # A plan is a file to keep, compare and commit: no key in it. Its pods read the Secret
-        # k8s render would emit, which the header says how to make.
-        admin_secret=False,
+        pods = _server_pods(fleet, s, models, directories, files)
+        add(s.name, s.cpu_limit, directories.get(first, first), f"shared server {s.name}", pods)
+    spread = sum(e.deployment.spread is not PodSpread.NONE for e in entries)
+    units = sum(shares.units[name] * w.pods for name, w in workloads.items())
+    vgpus = isinstance(size, VgpuSize)
+    kubernetes = PlanKubernetes(
+        manifests="k8s.yaml",
+        allocator_flag=size.allocator_flag if isinstance(size, VgpuSize) else "--api dra",
+        vgpu_memory_mib=size.vgpu_memory_mib if isinstance(size, VgpuSize) else None,
+        vgpus_per_gpu=size.per_gpu if isinstance(size, VgpuSize) else None,
+        vgpus=units if vgpus else None,
+        gpus_worth=round(units / size.units, 2),
+        deployments=len(entries),
+        pods=sum(w.pods for w in workloads.values()),
+        spread=spread,
+        compute_percent=None if vgpus else units,
+        memory_mib=None if vgpus else sum(w.mib * w.pods for w in workloads.values()),
+        under_share=round(shares.under / size.units, 4),
     )
-    vgpus = sum(size.vgpus_for(need[name] + reserve) * count for name, count in pods.items())
-    return PlanManifests(text, size, vgpus, _unfit(size, shares))
+    source = "the fleet plan" if fleet.source is None else f"the plan of {fleet.source}"
+    summary = kubernetes_summary(dataclasses.replace(plan, kubernetes=kubernetes))
+    text = render_mix_yaml(entries, size, context_reserve_mib=reserve, source=source,
+                           command="sharedserve size --fleet", counts=summary,
+                           asks=_asks(size, reserve, target),
+                           # A plan is a file to keep, compare and commit: no key in it. Its pods
+                           # read the Secret k8s render would emit; the header says how to make it.
+                           admin_secret=False)  # fmt: skip
+    unfit = []
+    for index in shares.full:
+        taken = sum(shares.units[name] * n for name, n in gpus[index].items())
+        unfit.append(f"GPU {index} ({taken} vGPUs)")
+    return PlanManifests(text, kubernetes, unfit)

@@ -22,10 +22,9 @@ from sharedserve.server import find_model
 from sharedserve.size.demand import Demand, demands
 from sharedserve.size.fleet import Fleet, PagingSettings, listed, load_fleet
 from sharedserve.size.grouping import Grouping, dedicated, group
-from sharedserve.size.manifests import plan_manifests
+from sharedserve.size.manifests import CLOSE, plan_manifests
 from sharedserve.size.plan import (
     Plan,
-    PlanKubernetes,
     build_plan,
     gpu_specs,
     spec_index,
@@ -50,6 +49,10 @@ moves a model out of its server, or gives it more replicas or fewer neighbours, 
 packing may crowd another corrected model's GPU."""
 
 
+UNASKED = 0.02
+"""The share of the plan's GPUs its manifests may leave unasked before the plan warns."""
+
+
 def _files(fleet: Fleet) -> tuple[dict[str, float], dict[str, str]]:
     """The size on disk (their weights, at least) and the directory name of every model whose
     files the fleet gives."""
@@ -71,22 +74,32 @@ def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_
     files = {m.name: m.model for m in fleet.models if m.model is not None}
     manifests = plan_manifests(plan, fleet, directories, files)
     write_atomic(out_dir / "k8s.yaml", manifests.text.encode())
-    size = manifests.size
-    kubernetes = PlanKubernetes(
-        manifests="k8s.yaml",
-        allocator_flag=size.allocator_flag,
-        vgpu_memory_mib=size.vgpu_memory_mib,
-        vgpus_per_gpu=size.per_gpu,
-        vgpus=manifests.vgpus,
-        gpus_worth=round(manifests.vgpus / size.per_gpu, 2),
-    )
+    kubernetes = manifests.kubernetes
     warnings = list(plan.warnings)
     if manifests.unfit:
         warnings.append(
-            f"k8s.yaml: with the allocator's {size.allocator_flag} ({size.per_gpu} vGPUs a GPU), "
-            f"{listed(manifests.unfit)} "
+            f"k8s.yaml: with the allocator's {kubernetes.allocator_flag} "
+            f"({kubernetes.vgpus_per_gpu} vGPUs a GPU), {listed(manifests.unfit)} "
             "would need more vGPUs than a GPU has: the cluster needs more GPUs than the plan; "
             "cut GPUs finer (kubernetes.vgpus_per_gpu)"
+        )
+    if kubernetes.gpus_worth < (1 - UNASKED) * plan.gpu_count:
+        warnings.append(
+            f"k8s.yaml: its pods ask for {kubernetes.gpus_worth:g} GPUs' worth against the "
+            f"plan's {plan.gpu_count} GPUs: all pods of a Deployment ask the same, as much as "
+            "its fullest GPU leaves room for, so room the plan left on its other GPUs goes "
+            "unasked, and a scheduler filling GPUs by what pods ask may put more on a GPU than "
+            "the plan did"
+        )
+    if kubernetes.under_share > CLOSE:
+        warnings.append(
+            f"k8s.yaml: with the allocator's {kubernetes.allocator_flag}, a pod asks for less "
+            f"than its planned busy share by up to {kubernetes.under_share:.0%} of a GPU, so a "
+            "scheduler may put more busy share on a GPU than the plan did: a vGPU counts one "
+            "figure a pod, and where the plan put pods bound by memory beside pods bound by "
+            "time on one GPU, their larger shares add up to more than the GPU (a coarse cut's "
+            "rounding does too); DRA claims count memory and compute apart (kubernetes: "
+            "{dra: true}), or cut GPUs finer (kubernetes.vgpus_per_gpu)"
         )
     return dataclasses.replace(plan, kubernetes=kubernetes, warnings=warnings)
 

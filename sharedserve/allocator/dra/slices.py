@@ -1,10 +1,14 @@
 """This node's ResourceSlice: the GPUs the scheduler may allocate, as ``resource.k8s.io/v1``. Pure.
 
-Two shapes. By default one device per GPU whose ``memory`` capacity may be allocated many times
-(consumable capacity, KEP-5075): the scheduler subtracts each claim's ``memory`` request from
-the GPU's, so a pod asks for "6Gi of a GPU". With ``--slots N``, for clusters without that
-feature, each GPU is N ordinary devices of an equal share instead, like the device plugin's
-vGPUs.
+Two shapes. By default one device per GPU whose ``memory`` and ``compute`` capacities may be
+allocated many times (consumable capacity, KEP-5075): the scheduler subtracts each claim's
+``memory`` and ``compute`` requests from the GPU's, so a pod asks for "6Gi and 40% of a GPU".
+Compute is in percent of the GPU (``contract.DRA_COMPUTE_UNITS``); a claim that names no
+compute consumes none of it (its policy's default is 0), so claims that ask for memory alone
+share a GPU as they did before compute was published, and only the claims that name a share
+(``size``'s manifests) book the GPU's time. With ``--slots N``, for clusters without that
+feature, each GPU is N ordinary devices of an equal share of both instead, like the device
+plugin's vGPUs.
 
 An unhealthy GPU leaves the slice rather than being tainted: device taints need the
 DRADeviceTaints feature gate, off by default before 1.36, without which the API server drops
@@ -23,7 +27,7 @@ from typing import Any
 
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import PhysicalGpu
-from sharedserve.contract import DRA_DRIVER, DRA_MEMORY
+from sharedserve.contract import DRA_COMPUTE, DRA_COMPUTE_UNITS, DRA_DRIVER, DRA_MEMORY
 from sharedserve.errors import ConfigError
 
 __all__ = [
@@ -36,6 +40,7 @@ __all__ = [
     "resource_slice",
     "semver",
     "slice_name",
+    "slot_compute",
     "slot_memory_mib",
 ]
 
@@ -88,6 +93,11 @@ def slot_memory_mib(gpu: PhysicalGpu, slots: int) -> int:
     return gpu.memory_mib // slots
 
 
+def slot_compute(slots: int) -> int:
+    """A slot's share of its GPU's compute, in percent."""
+    return DRA_COMPUTE_UNITS // slots
+
+
 def slice_name(node: str) -> str:
     """One slice per node, named after it; the driver name keeps it apart from other drivers'."""
     return f"{node}-{DRA_DRIVER}"
@@ -130,21 +140,30 @@ def _shared_device(gpu: PhysicalGpu, step: int, driver_version: str | None) -> d
             "default": _mi(usable),
             "validRange": {"min": _mi(step), "step": _mi(step), "max": _mi(usable)},
         }
+    # Any whole percent; none named consumes none (see the module's docstring).
+    compute = {
+        "value": str(DRA_COMPUTE_UNITS),
+        "requestPolicy": {
+            "default": "0",
+            "validRange": {"min": "0", "step": "1", "max": str(DRA_COMPUTE_UNITS)},
+        },
+    }
     return {
         "name": device_name(gpu.index),
         "attributes": _attributes(gpu, driver_version),
-        "capacity": {DRA_MEMORY: capacity},
+        "capacity": {DRA_MEMORY: capacity, DRA_COMPUTE: compute},
         "allowMultipleAllocations": True,
     }
 
 
 def _slot_devices(gpu: PhysicalGpu, slots: int, driver_version: str | None) -> list[Any]:
     memory = _mi(slot_memory_mib(gpu, slots))
+    compute = str(slot_compute(slots))
     return [
         {
             "name": device_name(gpu.index, slot),
             "attributes": {**_attributes(gpu, driver_version), "slot": {"int": slot}},
-            "capacity": {DRA_MEMORY: {"value": memory}},
+            "capacity": {DRA_MEMORY: {"value": memory}, DRA_COMPUTE: {"value": compute}},
         }
         for slot in range(slots)
     ]

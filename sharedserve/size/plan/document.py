@@ -26,6 +26,7 @@ from pydantic.dataclasses import dataclass
 
 from sharedserve.documents import DOCUMENT, dump, json_schema, parse, read_document
 from sharedserve.files import write_atomic
+from sharedserve.k8s import held
 from sharedserve.size.fleet import GpuType, NodeType
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "PlanModel",
     "PlanServer",
     "PlannedReplica",
+    "kubernetes_summary",
     "plan_schema",
     "read_plan",
     "spec_index",
@@ -196,15 +198,32 @@ class LowerBound:
 
 @dataclass(frozen=True, config=DOCUMENT)
 class PlanKubernetes:
-    """The plan's k8s.yaml and the allocator cut it asks for."""
+    """The plan's k8s.yaml: what its pods ask of the allocator (``size.manifests``)."""
 
     manifests: str
     allocator_flag: str
-    vgpu_memory_mib: int
-    vgpus_per_gpu: int
-    vgpus: int
-    """vGPUs all pods ask for."""
+    """How the allocator must run for it: ``--vgpus-per-gpu N`` (or ``--vgpu-memory-mib M``),
+    or ``--api dra``."""
+    vgpu_memory_mib: int | None
+    """MiB per vGPU; None: DRA claims."""
+    vgpus_per_gpu: int | None
+    """vGPUs per GPU; None: DRA claims."""
+    vgpus: int | None
+    """vGPUs all pods ask for; None: DRA claims."""
     gpus_worth: float
+    """GPUs' worth all pods ask for: their vGPUs (under DRA, their compute) over one GPU's."""
+    deployments: int = 0
+    """Deployments: one a dedicated model, one a shared server."""
+    pods: int = 0
+    spread: int = 0
+    """Deployments whose pods carry a spread constraint (the plan put them on different GPUs)."""
+    compute_percent: int | None = None
+    """DRA: percent of a GPU's compute all claims ask for; None: vGPUs."""
+    memory_mib: int | None = None
+    """DRA: GPU memory all claims ask for, MiB; None: vGPUs."""
+    under_share: float = 0.0
+    """The most any pod asks under its planned busy share, as a share of a GPU (rounding to
+    whole units on a GPU the plan filled); 0: none."""
 
 
 @dataclass(frozen=True, config=DOCUMENT)
@@ -242,6 +261,27 @@ class Plan:
     kubernetes: PlanKubernetes | None = None
     node_host_memory_mib: list[float] = Field(default_factory=list)
     """Host memory each node's processes need (``size.host``): one runtime a process."""
+
+
+def kubernetes_summary(plan: Plan) -> str:
+    """What k8s.yaml holds and asks for, in the words its header, plan.md and plan.html share:
+    models, Deployments and pods, each counted as what it is, and the GPUs' worth they ask
+    for beside the plan's GPUs."""
+    kube = plan.kubernetes
+    assert kube is not None
+    shared = sum(len(s.models) for s in plan.servers)
+    counts = held(len(plan.models), kube.deployments, kube.pods, len(plan.servers), shared)
+    if kube.vgpus is not None:
+        asked = f"{kube.vgpus:,} vGPUs of {kube.vgpu_memory_mib:,} MiB"
+    else:
+        asked = (
+            f"{kube.memory_mib or 0:,} MiB of GPU memory and {kube.compute_percent or 0:,} "
+            "percent of a GPU's compute"
+        )
+    return (
+        f"{counts}; they ask for {asked}, {kube.gpus_worth:g} GPUs' worth against the plan's "
+        f"{plan.gpu_count:,} GPUs (the allocator: `{kube.allocator_flag}`)"
+    )
 
 
 def write_plan(plan: Plan, path: Path) -> Path:

@@ -3,7 +3,7 @@ last once ``size --verify`` has run some of its GPUs. Pure."""
 
 from __future__ import annotations
 
-from sharedserve.size.plan.document import Plan, PlanModel
+from sharedserve.size.plan.document import Plan, PlanModel, kubernetes_summary
 from sharedserve.size.plan.verified import Verified, verified_markdown
 
 __all__ = ["plan_markdown"]
@@ -49,12 +49,7 @@ def plan_markdown(plan: Plan, specs: list[str], verified: Verified | None = None
     ]
     kube = plan.kubernetes
     if kube:
-        lines += [
-            f"Kubernetes: `{kube.manifests}`, {kube.vgpus} vGPUs of "
-            f"{kube.vgpu_memory_mib:,} MiB ({kube.gpus_worth:g} GPUs' worth) with the "
-            f"allocator at `{kube.allocator_flag}`.",
-            "",
-        ]
+        lines += [f"Kubernetes: `{kube.manifests}` holds {kubernetes_summary(plan)}.", ""]
     if plan.warnings:
         lines += ["## Warnings", "", *(f"- {w}" for w in plan.warnings), ""]
     lines += [

@@ -8,10 +8,11 @@ GPUs, predicted against measured (``verified``). Styles are ``report.html``'s, i
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from sharedserve.bench.report import CSS
-from sharedserve.size.plan.document import Plan, PlanModel
+from sharedserve.size.plan.document import Plan, PlanModel, kubernetes_summary
 from sharedserve.size.plan.verified import VERIFIED_CSS, Verified, verified_html
 
 __all__ = ["plan_html"]
@@ -36,6 +37,11 @@ def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
     cells = "".join(f"<th>{escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     return f'<table class="{cls}"><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _code(text: str) -> str:
+    """Markdown's `code` spans as HTML, the rest escaped."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escape(text))
 
 
 def _meter(share: float, limit: float | None, kind: str) -> str:
@@ -117,6 +123,13 @@ def plan_html(plan: Plan, verified: Verified | None = None) -> str:
         f"{target:.0%} utilisation target, {plan.context_reserve_mib} MiB context reserve per "
         "process, 730 hours a month.</p>"
     )
+    kube = plan.kubernetes
+    kubernetes = ""
+    if kube:
+        kubernetes = (
+            f"<p>Kubernetes: <code>{escape(kube.manifests)}</code> holds "
+            f"{_code(kubernetes_summary(plan))}.</p>"
+        )
     warnings = "".join(f"<li>{escape(w)}</li>" for w in plan.warnings)
     models = _table(
         ["model", "serving", "peak QPS", "replicas", "QPS / replica", "capacity",
@@ -144,7 +157,7 @@ def plan_html(plan: Plan, verified: Verified | None = None) -> str:
     )  # fmt: skip
     body = [
         "<h1>sharedserve fleet plan</h1>",
-        f'<div class="verdict good">{verdict}{cost}</div>',
+        f'<div class="verdict good">{verdict}{cost}{kubernetes}</div>',
         f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "",
         f"<h2>Models</h2>{models}",
         _servers(plan),

@@ -104,6 +104,8 @@ def test_publishes_one_shared_device_per_gpu(node: DraNode) -> None:
         "max": "15360Mi",
     }
     assert found["gpu-1"]["capacity"]["memory"]["value"] == "81920Mi"
+    # Its time beside its memory, in percent: what size's claims ask for as well.
+    assert t4["capacity"]["compute"]["value"] == "100"
     assert node.api.unexpected == []
 
 

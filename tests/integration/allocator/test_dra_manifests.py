@@ -286,5 +286,6 @@ def test_render_spec_dra_claims_the_planned_memory(models_dir: Path, tmp_path: P
         (request,) = template["spec"]["spec"]["devices"]["requests"]
         assert request["exactly"]["capacity"]["requests"] == {"memory": memory}, name
     text = out.read_text()
-    assert "2 models, 4 pods, 16382 MiB of GPU memory (1.0 GPUs' worth)" in m.header(text)
+    counted = "2 models in 2 Deployments, 4 pods, 16382 MiB of GPU memory (1.0 GPUs' worth)"
+    assert counted in m.header(text)
     assert "# tiny: 3 pods x 4290 MiB of GPU memory; planned cap 3778 MiB + 512 MiB" in text

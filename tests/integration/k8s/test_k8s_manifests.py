@@ -364,7 +364,7 @@ def test_the_readmes_render_of_the_example_mix(
     (resnet,) = m.pod_spec(deployments["resnet50"])["containers"]
     assert "--enable-batching" in resnet["args"]
     text = out.read_text()
-    assert "3 models, 7 pods, 9 vGPUs" in m.header(text)
+    assert "3 models in 3 Deployments, 7 pods, 9 vGPUs" in m.header(text)
     assert "# resnet50: 1 pod x 3 vGPUs (12288 MiB); planned cap 9504 MiB" in text
 
 
@@ -616,3 +616,35 @@ def test_every_container_is_hardened_and_bounded(builds: dict[str, list[Obj]]) -
                 user = security.get("runAsUser", pod["securityContext"].get("runAsUser"))
                 assert user == RUN_AS_USER, name
     assert len(seen) == 7
+
+
+@pytest.mark.parametrize("dra", [False, True], ids=["vgpus", "dra"])
+def test_size_writes_manifests_that_validate_strictly(tmp_path: Path, dra: bool) -> None:
+    """The plan's k8s.yaml (size --fleet), its pods kept apart as the plan put them and, under
+    DRA, claiming memory and compute: the golden plan's fleet, which needs no model files."""
+    data = Path(__file__).resolve().parents[2] / "data" / "plan"
+    fleet = (
+        (data / "fleet.yaml")
+        .read_text()
+        .replace("profile: profiles/", f"profile: {data}/profiles/")
+    )
+    if dra:
+        fleet = fleet.replace(
+            "kubernetes: {namespace: models}", "kubernetes: {namespace: models, dra: true}"
+        )
+    (tmp_path / "fleet.yaml").write_text(fleet)
+    result = invoke(
+        "size", "--fleet", str(tmp_path / "fleet.yaml"), "--out", str(tmp_path / "plan")
+    )
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "plan" / "k8s.yaml"
+    version = m.DRA_KUBERNETES_VERSION if dra else m.KUBERNETES_VERSION
+    m.validate([out], version)
+    objects = m.load(out.read_text())
+    pods = [m.pod_spec(o) for o in objects if o["kind"] == "Deployment"]
+    assert all("affinity" in pod for pod in pods)  # every model's replicas on nodes of their own
+    templates = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
+    assert len(templates) == (len(pods) if dra else 0)
+    for template in templates:
+        (request,) = template["spec"]["spec"]["devices"]["requests"]
+        assert set(request["exactly"]["capacity"]["requests"]) == {"memory", "compute"}

@@ -15,7 +15,14 @@ from sharedserve.allocator.dra.claims import (
     prepare_claim,
 )
 from sharedserve.allocator.inventory import PhysicalGpu, Sizing, build_inventory
-from sharedserve.contract import CUDA_VISIBLE_DEVICES, DRA_DRIVER, DRA_MEMORY, Grant, fraction_of
+from sharedserve.contract import (
+    CUDA_VISIBLE_DEVICES,
+    DRA_COMPUTE,
+    DRA_DRIVER,
+    DRA_MEMORY,
+    Grant,
+    fraction_of,
+)
 from sharedserve.errors import InvalidInput
 from sharedserve.gpu.info import GpuInfo
 
@@ -79,6 +86,14 @@ def test_claims_share_one_gpu(memory: str, mib: int) -> None:
     assert prepared.devices == (
         PreparedDevice("gpu", POOL, "gpu-0", "a1", (f"{CDI_KIND}={cdi_name(UID, 'gpu')}",)),
     )
+
+
+def test_a_claims_compute_share_books_the_gpu_and_leaves_its_memory_cap_as_it_was() -> None:
+    # size's claims ask for memory and a percent of the GPU's compute: the scheduler counts both,
+    # the container's env carries the memory cap, as a claim for memory alone does.
+    with_compute = result("gpu-0", "6Gi")
+    with_compute["consumedCapacity"][DRA_COMPUTE] = "40"
+    assert prepare(claim(with_compute)).envs == prepare(claim(result("gpu-0", "6Gi"))).envs
 
 
 def test_request_granted_two_gpus() -> None:

@@ -18,7 +18,7 @@ from sharedserve.allocator.dra.slices import (
 )
 from sharedserve.allocator.health_state import Health
 from sharedserve.allocator.inventory import PhysicalGpu, Sizing, build_inventory
-from sharedserve.contract import DRA_DRIVER, DRA_MEMORY
+from sharedserve.contract import DRA_COMPUTE, DRA_DRIVER, DRA_MEMORY
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 
@@ -59,6 +59,12 @@ def test_shared_device(name: str, memory_mib: int, usable_mib: int | None) -> No
         "index": {"int": 0},
         "driverVersion": {"version": "535.104.5"},
     }
+    # Its time, in percent: any whole share, and none for a claim that names none (a claim for
+    # memory alone counts no compute, as before the driver published it).
+    assert device["capacity"][DRA_COMPUTE] == {
+        "value": "100",
+        "requestPolicy": {"default": "0", "validRange": {"min": "0", "step": "1", "max": "100"}},
+    }
     capacity = device["capacity"][DRA_MEMORY]
     assert capacity["value"] == f"{memory_mib}Mi"
     if usable_mib is None:
@@ -87,7 +93,10 @@ def test_slot_devices(slots: int) -> None:
         assert device["attributes"]["slot"] == {"int": slot}
         assert device["attributes"]["uuid"] == {"string": gpu.uuid}
         per_slot = gpu.memory_mib // slots
-        assert device["capacity"] == {DRA_MEMORY: {"value": f"{per_slot}Mi"}}
+        assert device["capacity"] == {
+            DRA_MEMORY: {"value": f"{per_slot}Mi"},
+            DRA_COMPUTE: {"value": str(100 // slots)},  # percent of the GPU's time
+        }
         assert "allowMultipleAllocations" not in device
 
 

@@ -178,7 +178,8 @@ def test_the_mix_stream() -> None:
     header = text.split("---\n", 1)[0]
     assert header.startswith("# Models of mix.yaml for sharedserve")
     assert all(line.startswith("# ") and len(line) <= 99 for line in header.splitlines())
-    assert "2 models, 5 pods, 9 vGPUs (1.1 GPUs' worth)" in " ".join(header.split())
+    counted = "2 models in 2 Deployments, 5 pods, 9 vGPUs (1.1 GPUs' worth)"
+    assert counted in " ".join(header.split())
     assert "# resnet50: 1 pod x 5 vGPUs (10240 MiB); planned cap 8152 MiB + 512 MiB reserve" in text
     deployments = render_mix(models, vgpu, context_reserve_mib=RESERVE)
     assert [d.vgpu for d in deployments] == [1, 5]
@@ -199,7 +200,7 @@ def test_the_mix_stream_for_the_dra_driver() -> None:
     assert all(line.startswith("# ") and len(line) <= 99 for line in header.splitlines())
     flat = " ".join(line.removeprefix("# ") for line in header.splitlines())
     assert "a ResourceClaimTemplate, Deployment and Service each" in flat
-    assert "2 models, 5 pods, 11044 MiB of GPU memory (0.7 GPUs' worth)" in flat
+    assert "2 models in 2 Deployments, 5 pods, 11044 MiB of GPU memory (0.7 GPUs' worth)" in flat
     assert "# resnet50: 1 pod x 8664 MiB of GPU memory; planned cap 8152 MiB + 512 MiB" in text
     deployments = render_mix(models, claims, context_reserve_mib=RESERVE)
     assert [(d.gpu_memory, d.vgpu) for d in deployments] == [("595Mi", 1), ("8664Mi", 1)]
