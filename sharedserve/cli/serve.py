@@ -133,6 +133,25 @@ _ModelRepository = Annotated[
         show_default="none",
     ),
 ]
+_ExitOnError = Annotated[
+    bool,
+    typer.Option(
+        "--exit-on-error",
+        help="Many models: stop if a model named at start cannot be read (exit 2, before "
+        "anything starts) or fails to load (exit 1), as Triton's flag. Off: it is reported "
+        "(status END, repository index, log, metrics) and the others serve. --model always "
+        "stops.",
+    ),
+]
+_StrictReadiness = Annotated[
+    bool,
+    typer.Option(
+        "--strict-readiness",
+        help="Many models: /v2/health/ready and gRPC health say ready only while every model "
+        "serves (one failed or loading: not ready), as Triton's flag. Off: ready once the "
+        "loads at start settle, whatever failed; each model's own readiness says which.",
+    ),
+]
 _Name = Annotated[str | None, typer.Option(help="--model's name in URLs.", show_default="dir name")]
 _Host = Annotated[str, typer.Option(help="Address to listen on.")]
 _RestPort = Annotated[
@@ -212,6 +231,8 @@ def serve(
     model_repository: _ModelRepository = None,
     model_config_file_poll_wait_seconds: _ModelConfigPoll = ServerSettings.model_config_poll_s,
     allowed_model_roots: AllowedModelRoots = None,
+    exit_on_error: _ExitOnError = ServerSettings.exit_on_error,
+    strict_readiness: _StrictReadiness = ServerSettings.strict_readiness,
     admin_key_file: AdminKeyFile = None,
     admin_header: AdminHeader = ADMIN_HEADER,
     name: _Name = ServerSettings.model_name,
@@ -276,6 +297,8 @@ def serve(
         model_repository=model_repository,
         model_config_poll_s=model_config_file_poll_wait_seconds,
         allowed_model_roots=tuple(allowed_model_roots or ()),
+        exit_on_error=exit_on_error,
+        strict_readiness=strict_readiness,
         admin=AdminSettings(admin_key(admin_key_file), admin_header),
         rest=RestSettings(host, rest_port, max_body_bytes, max_decoding_bytes, max_arriving_bytes),
         grpc=GrpcSettings(port=grpc_port, max_message_bytes=grpc_max_message_bytes),

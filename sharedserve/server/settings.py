@@ -277,6 +277,14 @@ class ServerSettings:
     """Directories models may be loaded from besides ``model_repository``; with
     ``model_config_file``, instead of each base path the file names at start
     (``repository/roots.py``). Loads and reloads leading elsewhere are refused."""
+    exit_on_error: bool = False
+    """Many models: one named at start that cannot be read or loaded stops the server (exit 2
+    before anything starts, or 1 once the loads settle), as Triton's ``--exit-on-error``; off,
+    it is reported and the others serve. ``--model``'s one model always stops it."""
+    strict_readiness: bool = False
+    """Many models: the server is ready only while every model it routes serves (one that failed
+    to load, or is loading, makes it not ready), as Triton's ``--strict-readiness``; off, it is
+    ready once the loads at start settle, whatever failed (``registry.py``)."""
     admin: AdminSettings = field(default_factory=AdminSettings)
     rest: RestSettings = field(default_factory=RestSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)

@@ -2,16 +2,17 @@
 
 A registry per server instead of the library's global one: tests run servers in-process. A
 process may serve many models: the per-model series (requests, latency, batch size, queue depth
-and wait)
-take each model's name (``for_model``); the process-wide ones (connections refused, arriving
-bytes, GPU memory), and requests never routed to a model (an unknown name, a message refused
-before it is parsed), take the process's label: the model's name when it serves one, as before.
-GPU memory is read from NVML at scrape time, only when NVML sees a real GPU: a simulated
+and wait, whether its last load failed) take each model's name (``for_model``); the
+process-wide ones (connections refused, arriving bytes, GPU memory), and requests never routed
+to a model (an unknown name, a message refused before it is parsed), take the process's label:
+the model's name when it serves one, as before. GPU memory is read from NVML at scrape time,
+only when NVML sees a real GPU: a simulated
 inventory has no memory use to report.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -136,6 +137,13 @@ class Metrics:
         )
         self._arriving.labels(model).set(0)
         self.paging = PagingMetrics(self.registry)
+        self._load_failed = Gauge(
+            "sharedserve_model_load_failed",
+            "1 while a model's last load failed (at start, a reload, a poll or the repository "
+            "API; the repository index says why), 0 once it loaded",
+            ["model"],
+            registry=self.registry,
+        )
         self._refused = Counter(
             "sharedserve_connections_refused",
             "REST connections closed before a request was served: over --max-connections "
@@ -173,6 +181,15 @@ class Metrics:
             self._queue.labels(name).set(0)
             self._models[name] = ModelMetrics(self, name)
         return self._models[name]
+
+    def model_load(self, name: str, *, failed: bool) -> None:
+        """Model ``name``'s last load failed, or loaded."""
+        self._load_failed.labels(name).set(1 if failed else 0)
+
+    def forget_model_load(self, name: str) -> None:
+        """Model ``name`` is no longer named by the server's config: no series."""
+        with contextlib.suppress(KeyError):  # none yet
+            self._load_failed.remove(name)
 
     def track_arriving_bytes(self, held: Callable[[], float]) -> None:
         self._arriving.labels(self.model).set_function(held)

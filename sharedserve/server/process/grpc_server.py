@@ -4,7 +4,7 @@ service."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -23,32 +23,45 @@ __all__ = ["GrpcHealth", "create_grpc_server"]
 class GrpcHealth:
     """The standard gRPC health service (``grpc.health.v1.Health``), which Kubernetes' gRPC probe
     and gRPC-aware proxies ask, for the server (service "") and for each model's name: a model
-    NOT_SERVING until it is AVAILABLE, SERVING then, the server SERVING once every model is, and
+    NOT_SERVING until it is AVAILABLE, SERVING then, NOT_SERVING again once it is unloaded or
+    while it is failed or loading anew; the server as ``/v2/health/ready`` says (``ready``),
+    NOT_SERVING until the loads at start settle, then asked again at each model's change; and
     all NOT_SERVING for good once a shutdown begins (``server/shutdown.py``). Its methods run on
     the gRPC server's event loop."""
 
-    def __init__(self, model_names: Sequence[str]) -> None:
+    def __init__(self, model_names: Sequence[str], ready: Callable[[], bool]) -> None:
         self.servicer = health.aio.HealthServicer()
         self._services = ("", *dict.fromkeys(model_names))
+        self._ready = ready
+        self._settled = False
 
     async def not_yet(self) -> None:
         for service in self._services:
             await self.servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def model_serving(self, name: str) -> None:
-        """Model ``name`` is AVAILABLE (the server is not, until every model is)."""
+        """Model ``name`` is AVAILABLE."""
         await self.servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._server()
 
     async def model_not_serving(self, name: str) -> None:
-        """Model ``name`` was unloaded."""
+        """Model ``name`` was unloaded, failed to load or is loading with nothing serving."""
         await self.servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self._server()
 
-    async def serving(self) -> None:
-        for service in self._services:
-            await self.servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    async def settled(self) -> None:
+        """The loads at start are over: the server's status as readiness says from now on."""
+        self._settled = True
+        await self._server()
 
     async def stopping(self) -> None:
         await self.servicer.enter_graceful_shutdown()  # later set()s are ignored
+
+    async def _server(self) -> None:
+        if self._settled:
+            serving = self._ready()
+            status = health_pb2.HealthCheckResponse
+            await self.servicer.set("", status.SERVING if serving else status.NOT_SERVING)
 
 
 def create_grpc_server(

@@ -7,8 +7,9 @@ in use fails at once) and gRPC, with every wire format on each; status and readi
 (LOADING) during a long load, and predictions get 503 until their model is warm. Then the
 models, loaded by the repository manager one after another, each AVAILABLE as soon as it is
 warm. With ``--model`` a model that fails to load stops the server (exit 1); with many, it is
-reported (status END with its error, the repository index) and the others serve. SIGTERM stops
-it gracefully (``shutdown.py``).
+reported (status END with its error, the repository index, the log, metrics) and the others
+serve, unless ``--exit-on-error``. Readiness then follows ``--strict-readiness``
+(``repository/registry.py``). SIGTERM stops it gracefully (``shutdown.py``).
 
 ``serve`` (``run.py``) and the tests' in-process servers run this same object.
 """
@@ -48,7 +49,13 @@ from sharedserve.server.repository import (
     poll_config_file,
 )
 from sharedserve.server.settings import ServerSettings
-from sharedserve.server.version import BackendFactory, Frameworks, RuntimeConfig, make_backend
+from sharedserve.server.version import (
+    BackendFactory,
+    Frameworks,
+    ModelSource,
+    RuntimeConfig,
+    make_backend,
+)
 from sharedserve.server.wire import DECODE_WAIT_S, DecodingBytes
 
 __all__ = ["ModelServer"]
@@ -74,12 +81,12 @@ class ModelServer:
         self.tls = server_tls(settings.tls)  # its files read and checked before anything loads
         cpu = cpu or resolve_cpu_limit(settings.cpu_limit_cores)
         self.one_model = isinstance(catalog, FixedCatalog)
-        # The names, and the first model's versions for its framework: the manager reads
-        # every model's as it loads them, once the listeners answer.
+        # The names, and the first readable model's versions for its framework: the manager
+        # reads every model's as it loads them, once the listeners answer.
         names = catalog.names()
         if not names:
             raise ConfigError("no model to serve: the model config file or repository names none")
-        first_source = catalog.versions(names[0])[0].source
+        first_source = _first_source(catalog, names)
         gpu_backend, gpu_cap = size_gpu_cap(settings)
         self.metrics = Metrics(names[0] if len(names) == 1 else EVERY_MODEL)
         self.memory = model_memory(settings, gpu_cap, self.metrics)  # paging needs a cap
@@ -98,8 +105,8 @@ class ModelServer:
             Share(max_inflight=settings.max_inflight_per_model),
             settings.request_element_limit,
         )
-        self.registry = ModelRegistry(self.metrics)
-        self.health = GrpcHealth(sorted(names))
+        self.registry = ModelRegistry(self.metrics, strict=settings.strict_readiness)
+        self.health = GrpcHealth(sorted(names), lambda: self.registry.ready)
         self.manager = ModelManager(
             self.registry,
             self.path,
@@ -133,7 +140,8 @@ class ModelServer:
         self.loaded = threading.Event()
         """The models named at start have loaded or failed."""
         self.failed = False
-        """``--model``'s one model failed to load: the server stopped (exit 1)."""
+        """``--model``'s one model, or with ``--exit-on-error`` any named at start, failed to
+        load: the server stopped (exit 1)."""
         self._server: GracefulServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -231,17 +239,25 @@ class ModelServer:
 
     async def _load(self, server: GracefulServer, routed: asyncio.Event) -> None:
         try:
+            failures: dict[str, str] | None = None  # None: the loads themselves broke
             try:
-                failed = bool(await self.manager.start(routed))
+                failures = await self.manager.start(routed)
             except Exception:
                 log.exception("loading the models named at start failed")
                 routed.set()
-                failed = True
-            if failed and self.one_model:
+            if (failures is None or failures) and (self.one_model or self.settings.exit_on_error):
+                if failures and not self.one_model:
+                    log.error(
+                        "stopping (--exit-on-error): %s",
+                        "; ".join(
+                            f"{name!r} failed to load: {why}" for name, why in failures.items()
+                        ),
+                    )
                 self.failed = True
                 server.should_exit = True
                 return
-            await self.health.serving()
+            self.registry.settle()
+            await self.health.settled()
             # The framework and the models leave hundreds of thousands of objects that live as
             # long as the process. A large JSON body allocates enough lists to start full
             # collections, each of which would walk all of them; frozen, they are skipped
@@ -256,3 +272,18 @@ class ModelServer:
         if path is None or not wait_s:
             return None
         return asyncio.get_running_loop().create_task(poll_config_file(self.manager, path, wait_s))
+
+
+def _first_source(catalog: Catalog, names: list[str]) -> ModelSource:
+    """The first model version the catalog can read (its framework is configured first, as the
+    cap says); ConfigError, naming each model and why, where none can be: a server with no model
+    it could ever load is refused at start, as one with none named is."""
+    why: list[str] = []
+    for name in names:
+        try:
+            return catalog.versions(name)[0].source
+        except ConfigError as e:
+            why.append(e.message)
+    raise ConfigError(
+        f"no model to serve: none of the {len(names)} models named can be read: " + "; ".join(why)
+    )

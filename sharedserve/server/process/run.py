@@ -18,6 +18,7 @@ from sharedserve.server.repository import (
     FixedCatalog,
     RepositoryCatalog,
     VersionToServe,
+    check_model_repository,
     read_model_config_file,
     read_model_repository,
     versions_of,
@@ -45,15 +46,22 @@ def run(settings: ServerSettings) -> int:
 
 def catalog_of(settings: ServerSettings) -> Catalog:
     """What ``--model``, ``--model-config-file`` or ``--model-repository`` names, read from
-    disk now, so that a broken one is refused before anything starts."""
+    disk now, so that what cannot be served at all is refused before anything starts: a config
+    file that does not parse, a repository that does not exist. A model of many that cannot be
+    read is the manager's to report while the others serve, as it would be at run time; with
+    ``--exit-on-error`` every model's versions are read now, and the first that cannot be is
+    refused here."""
     batching = settings.batching
     if settings.model_config_file is not None:
         entries = read_model_config_file(settings.model_config_file)
-        versions_of(entries, batching)  # every model's versions on disk, or a ConfigError now
+        if settings.exit_on_error:
+            versions_of(entries, batching)  # every model's versions on disk, or a ConfigError
         return ConfigCatalog(entries, batching)
     if settings.model_repository is not None:
-        versions_of(read_model_repository(settings.model_repository), batching)
-        return RepositoryCatalog(settings.model_repository, batching)
+        if settings.exit_on_error:
+            versions_of(read_model_repository(settings.model_repository), batching)
+        root = check_model_repository(settings.model_repository)
+        return RepositoryCatalog(root, batching)
     assert settings.model_dir is not None  # ServerSettings.validate: exactly one is given
     source = find_model(settings.model_dir, settings.model_name)
     return FixedCatalog([VersionToServe(source, ModelSettings(batching=batching))])

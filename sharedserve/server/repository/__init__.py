@@ -11,6 +11,7 @@ from sharedserve.server.repository.config_file import (
 from sharedserve.server.repository.directory import (
     MODEL_FILE,
     ModelFile,
+    check_model_repository,
     model_schema,
     read_model_repository,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "ModelRoots",
     "RepositoryCatalog",
     "VersionToServe",
+    "check_model_repository",
     "model_config_entries",
     "model_schema",
     "poll_config_file",

@@ -21,14 +21,17 @@ The first three keys mean what they mean in a TF Serving model config file (``mo
 and ``pinned`` the process memory's (``paging.py``). A key the server
 cannot honour yet is refused like a misspelt one, not read and ignored.
 
-A subdirectory that holds no model is an error naming it, and nothing is served: Triton, by
-default (``--exit-on-error``), also refuses to start when a model fails, and a server that
-starts without a model its clients call fails them later and less clearly. Hidden directories
-(``.git``, ``.ipynb_checkpoints``) and plain files are passed over.
+A subdirectory that holds no model is an error naming it: the server reports that model as
+failed to load and serves the others (``serve --exit-on-error``: it refuses to start instead,
+as Triton does by default). One that holds no version folder but a model one folder down
+(``NAME/NAME2/1``: a copy made into a folder that already existed) says so, and one that holds
+both its versions and such a copy is served with a warning that the copy is not. Hidden
+directories (``.git``, ``.ipynb_checkpoints``) and plain files are passed over.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -57,18 +60,21 @@ from sharedserve.server.repository.config_file import (
     check_model_name,
 )
 from sharedserve.server.version.settings import ModelSettings
-from sharedserve.server.version.source import find_model, find_version_sources
+from sharedserve.server.version.source import find_model, find_version_sources, find_versions
 
 __all__ = [
     "MODEL_FILE",
     "BatchingFile",
     "ModelFile",
+    "check_model_repository",
     "model_schema",
     "read_model_file",
     "read_model_repository",
     "read_repository_model",
     "repository_names",
 ]
+
+log = logging.getLogger(__name__)
 
 MODEL_FILE = "sharedserve.yaml"
 
@@ -234,6 +240,38 @@ def _batching(given: BatchingFile | None, where: str) -> BatchingSettings | None
     return settings
 
 
+def _numbered(name: str) -> bool:
+    return name.isascii() and name.isdigit()
+
+
+def _nested(model_dir: Path) -> list[str]:
+    """The subdirectories of ``model_dir`` that are a model themselves (version folders, or a
+    model's files): what ``cp -r MODEL DIR/NAME`` leaves when ``DIR/NAME`` already existed."""
+    found = []
+    for child in sorted(model_dir.iterdir()):
+        if not child.is_dir() or child.name.startswith(".") or _numbered(child.name):
+            continue
+        try:
+            find_model(child)
+        except ConfigError:
+            continue
+        found.append(child.name)
+    return found
+
+
+def _no_model(model_dir: Path, why: ConfigError) -> ConfigError:
+    name = model_dir.name
+    nested = _nested(model_dir)
+    if not nested:
+        return ConfigError(f"model repository: {name!r} holds no model: {why.message}")
+    inner = nested[0]
+    return ConfigError(
+        f"model repository: {name!r} holds no version folder (1/, 2/, ...) of its own but a "
+        f"model one folder down, {name}/{inner}/ (a copy made into a folder that already "
+        f"existed?): move the version folders of {model_dir / inner} up into {model_dir}"
+    )
+
+
 def _entry(model_dir: Path) -> ModelEntry:
     name = model_dir.name
     check_model_name(name, str(model_dir))
@@ -241,7 +279,17 @@ def _entry(model_dir: Path) -> ModelEntry:
         try:
             find_model(model_dir, name)  # a bare model directory, as --model takes one
         except ConfigError as e:
-            raise ConfigError(f"model repository: {name!r} holds no model: {e.message}") from None
+            raise _no_model(model_dir, e) from None
+    else:
+        for inner in _nested(model_dir):
+            log.warning(
+                "model repository: %r also holds a model one folder down, %s/%s/ (versions "
+                "%s), which is not served: a copy made into a folder that already existed?",
+                name,
+                name,
+                inner,
+                find_versions(model_dir / inner) or [1],
+            )
     file = model_dir / MODEL_FILE
     settings = read_model_file(file) if file.is_file() else ModelFile()
     policy = (
@@ -257,9 +305,9 @@ def _entry(model_dir: Path) -> ModelEntry:
     )
 
 
-def read_model_repository(root: Path) -> list[ModelEntry]:
-    """Every model in ``root``, by name; ConfigError for a subdirectory with no model, a bad
-    model file, or a ``root`` that is one model rather than a repository of them."""
+def check_model_repository(root: Path) -> Path:
+    """``root`` resolved, as a repository of models, its models unread; ConfigError for a
+    ``root`` that does not exist or is one model rather than a repository of them."""
     root = root.expanduser()
     if not root.is_dir():
         raise ConfigError(f"model repository {root} does not exist or is not a directory")
@@ -267,12 +315,17 @@ def read_model_repository(root: Path) -> list[ModelEntry]:
     try:
         find_model(root)
     except ConfigError:
-        pass  # not one model: a repository of them
-    else:
-        raise ConfigError(
-            f"{root} is one model (a model directory or its base path), not a model "
-            "repository; serve it with --model, or pass the directory above it"
-        )
+        return root  # not one model: a repository of them
+    raise ConfigError(
+        f"{root} is one model (a model directory or its base path), not a model "
+        "repository; serve it with --model, or pass the directory above it"
+    )
+
+
+def read_model_repository(root: Path) -> list[ModelEntry]:
+    """Every model in ``root``, by name; ConfigError for a subdirectory with no model, a bad
+    model file, or a ``root`` that is one model rather than a repository of them."""
+    root = check_model_repository(root)
     return [_entry(root / name) for name in repository_names(root)]
 
 

@@ -10,7 +10,10 @@ what it no longer routes: once idle (its requests in flight finished, at most ``
 off the scheduler, unloaded. A model with no version serving is routed from the start of its
 load, so that status and readiness say LOADING, then why it failed; a model still serving keeps
 serving its old versions until the new ones are ready, and a failed reload leaves it as it was.
-A failure is cleaned up in one place, ``_fail``.
+A model none of whose versions can even be made (its path missing, its folder empty or
+half-copied) and of which nothing serves is routed as a stand-in, FAILED with the reason, so
+that it is reported as one that failed to load. A failure is cleaned up in one place, ``_fail``,
+at start and while serving alike.
 
 Nothing is read from outside the roots the operator allows (``roots.py``): every load's
 directories are checked first, and a reloaded config is checked whole before anything changes,
@@ -23,7 +26,8 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import NoReturn, Protocol
 
 from anyio import to_thread
 
@@ -32,6 +36,7 @@ from sharedserve.errors import (
     InsufficientMemory,
     InvalidInput,
     LoadFailed,
+    NotFound,
     PermissionDenied,
     SharedServeError,
     quoted,
@@ -41,7 +46,11 @@ from sharedserve.server.memory import Memory
 from sharedserve.server.repository.config_file import ModelEntry
 from sharedserve.server.repository.registry import ModelRegistry
 from sharedserve.server.repository.roots import ModelRoots
-from sharedserve.server.repository.threads import in_loader_thread, unload_versions
+from sharedserve.server.repository.threads import (
+    in_loader_thread,
+    load_versions,
+    unload_versions,
+)
 from sharedserve.server.repository.versions import (
     Catalog,
     ConfigCatalog,
@@ -141,14 +150,14 @@ class ModelManager:
                 try:
                     changes.append(await self._prepare(name, reuse=False))
                 except SharedServeError as e:
-                    log.error("failed to load model %r: %s", name, e.message)
+                    log.error("%s", e.message)  # "failed to load 'NAME': why"
             if routed is not None:
                 routed.set()
             for change in changes:
                 try:
                     await self._complete(change)
                 except SharedServeError as e:
-                    log.error("failed to load model %r: %s", change.name, e.message)
+                    log.error("%s", e.message)
             return dict(self._failures)
 
     # -- the repository API ----------------------------------------------------------------
@@ -181,9 +190,8 @@ class ModelManager:
         for name in sorted({*names, *served, *self._failures, *self._loading}):
             versions = self.registry.statuses(name) if name in served else []
             for version in versions:
-                rows.append(
-                    IndexEntry(name, version.version, version.state, False, version.error or "")
-                )
+                number = None if version.is_stand_in else version.version
+                rows.append(IndexEntry(name, number, version.state, False, version.error or ""))
             if not versions:
                 reason = self._failures.get(name, "unloaded")
                 rows.append(IndexEntry(name, None, None, name in self._loading, reason))
@@ -218,6 +226,7 @@ class ModelManager:
             for name in list(self._failures):
                 if name not in wanted:
                     del self._failures[name]
+                    self.registry.metrics.forget_model_load(name)
             if failures:
                 raise LoadFailed("; ".join(failures))
 
@@ -258,17 +267,11 @@ class ModelManager:
 
     async def _prepare(self, name: str, *, reuse: bool) -> _Change:
         """Model ``name``'s versions made (not loaded) and on the inference path, kept where
-        ``reuse`` and unchanged; routed now where none of the model's serves."""
+        ``reuse`` and unchanged; routed now where none of the model's serves. NotFound for a
+        name the catalog does not know; where none can be made, ``_unmade``."""
         self._loading.add(name)
         try:
-            try:
-                entries = await to_thread.run_sync(self._versions, name)
-            except ConfigError as e:
-                self._failures[name] = e.message
-                raise LoadFailed(f"failed to load {quoted(name)}: {e.message}") from None
-            except PermissionDenied as e:
-                self._failures[name] = e.message
-                raise PermissionDenied(f"failed to load {quoted(name)}: {e.message}") from None
+            entries = await to_thread.run_sync(self._versions, name)
             current = self.registry.versions_by_number(name)
             change = _Change(name, [], [], dict(entries[0].labels))
             for entry in entries:
@@ -276,20 +279,33 @@ class ModelManager:
                 if reuse and old is not None and old.serving and _same(old, entry):
                     change.kept.append(old)
                 else:
-                    try:
-                        change.fresh.append(self._version(entry))
-                    except SharedServeError as e:  # its framework missing, typically
-                        self._failures[name] = e.message
-                        raise LoadFailed(f"failed to load {quoted(name)}: {e.message}") from None
-        except BaseException:
+                    change.fresh.append(self._version(entry))  # its framework missing: raises
+        except BaseException as e:
             self._loading.discard(name)
+            if isinstance(e, SharedServeError) and not isinstance(e, NotFound):
+                await self._unmade(name, e)  # the files, the roots or the framework
             raise
         for version in change.fresh:
             self.path.add(version)
         if not any(v.serving for v in current.values()):
             change.routed_early = True
             await self._retire(self.registry.replace(name, [*change.kept, *change.fresh], {}))
+            await self.events.model_not_serving(name)  # loading: strict readiness says so
         return change
+
+    async def _unmade(self, name: str, error: SharedServeError) -> NoReturn:
+        """No version of model ``name`` could be made: where none of it serves (and the roots
+        did not refuse it: a refused load changes nothing), a stand-in is routed in its place
+        (``ModelVersion.stand_in``), FAILED with the reason; then the one cleanup, which
+        raises."""
+        serving = any(v.serving for v in self.registry.versions_by_number(name).values())
+        change = _Change(name, [], [])
+        if not serving and not isinstance(error, PermissionDenied):
+            change.fresh.append(ModelVersion.stand_in(name, error.message))
+            change.routed_early = True
+            self.path.add(change.fresh[0])  # its model's lane: a request is admitted, then 503
+            await self._retire(self.registry.replace(name, change.fresh, {}))
+        await self._fail(change, error)
 
     def _version(self, entry: VersionToServe) -> ModelVersion:
         source = entry.source
@@ -307,7 +323,7 @@ class ModelManager:
         keeps, and what the model no longer routes retired."""
         name = change.name
         try:
-            error = await in_loader_thread(self._load_versions, change.fresh)
+            error = await in_loader_thread(partial(load_versions, self.memory), change.fresh)
             if error is not None:
                 await self._fail(change, error)
             for version in change.fresh:
@@ -316,42 +332,22 @@ class ModelManager:
         finally:
             self._loading.discard(name)
         self._failures.pop(name, None)
+        self.registry.metrics.model_load(name, failed=False)
         log.info("model %r loaded: versions %s", name, self.registry.served().get(name))
         await self.events.model_serving(name)
         await self._retire(gone)
 
-    def _load_versions(self, versions: Sequence[ModelVersion]) -> Exception | None:
-        """In a worker thread: each version loaded, warmed and counted in the process's memory,
-        one after another; the first failure (the others are loaded all the same)."""
-        first: Exception | None = None
-        for version in versions:
-            try:
-                self.memory.load(version)
-            except Exception as e:
-                log.error(
-                    "failed to load model %r version %d: %s",
-                    version.name,
-                    version.version,
-                    version.error or getattr(e, "message", None) or str(e),
-                )
-                first = first or e
-                continue
-            log.info(
-                "model %r version %d AVAILABLE (loaded and warmed up in %.1f s)",
-                version.name,
-                version.version,
-                version.load_seconds or 0.0,
-            )
-        return first
-
-    async def _fail(self, change: _Change, error: Exception) -> None:
+    async def _fail(self, change: _Change, error: Exception) -> NoReturn:
         """The one cleanup of a failed load. Routed early (nothing of the model served before),
         its versions stay routed: the loaded serve, the failed say why (FAILED). Otherwise the
-        model goes on as it was, and every version the load made is retired. Then raises: 507
-        where the server's room was short, else LoadFailed, both naming the model."""
+        model goes on as it was, and every version the load made is retired. Either way the
+        failure is counted (``sharedserve_model_load_failed``). Then raises: 507 where the
+        server's room was short, 403 where the roots refused it, else LoadFailed, each naming
+        the model."""
         name = change.name
         reason = getattr(error, "message", None) or str(error)
         self._failures[name] = reason
+        self.registry.metrics.model_load(name, failed=True)
         if change.routed_early:
             for version in change.fresh:
                 if version.state is VersionState.FAILED:
@@ -361,10 +357,14 @@ class ModelManager:
             self.registry.replace(name, [*change.kept, *change.fresh], {})
             if any(v.serving for v in change.fresh):
                 await self.events.model_serving(name)
+            else:
+                await self.events.model_not_serving(name)
         else:
             await self._retire(change.fresh)
         if isinstance(error, InsufficientMemory):  # 507: the server's room, not the files
             raise InsufficientMemory(f"failed to load {quoted(name)}: {reason}")
+        if isinstance(error, PermissionDenied):
+            raise PermissionDenied(f"failed to load {quoted(name)}: {reason}")
         raise LoadFailed(f"failed to load {quoted(name)}: {reason}")
 
     async def _unload(self, name: str) -> None:

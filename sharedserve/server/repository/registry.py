@@ -11,9 +11,14 @@ The table changes while serving (``manager.py`` loads and unloads): a writer bui
 and swaps it in with one assignment, under a lock that only writers take, so a lookup reads one
 table, the old or the new, and never waits.
 
-Readiness is the server's as well as its versions': from the first stop signal on
-(``begin_shutdown``) every readiness answer says not-ready, while the versions keep serving
-until the listeners close.
+Readiness is the server's as well as its versions'. The server is ready once the models named
+at start have each loaded or failed (``settle``): a model that failed is reported (status, the
+repository index, metrics) and does not hold the others' traffic back, as TF Serving's server
+serves what loaded; later loads, unloads and failures leave it ready, each model's own
+readiness saying where it is. Strict (``--strict-readiness``, Triton's default), it is ready
+only while every routed version serves: a model that failed, at start or since, or one loading
+makes it not ready. From the first stop signal on (``begin_shutdown``) every readiness answer
+says not-ready, while the versions keep serving until the listeners close.
 """
 
 from __future__ import annotations
@@ -41,10 +46,13 @@ class _Table:
 class ModelRegistry:
     """Routed model versions by name and number; ``metrics`` is the process's one registry."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
+    def __init__(self, metrics: Metrics, *, strict: bool = False) -> None:
+        """``strict``: ready only while every routed version serves (module docstring)."""
+        self.metrics, self.strict = metrics, strict
         self.stopping = False
         """A stop signal came: not ready from now on (``process/shutdown.py``)."""
+        self.settled = False
+        """The models named at start have each loaded or failed (``settle``)."""
         self._table = _Table()
         self._writing = threading.Lock()
 
@@ -77,6 +85,11 @@ class ModelRegistry:
                 del all_labels[name]
             self._table = _Table(MappingProxyType(all_versions), MappingProxyType(all_labels))
         return [v for v in old if all(v is not w for w in versions)]
+
+    def settle(self) -> None:
+        """The loads at start are over, each model loaded or failed: ready from now on, unless
+        strict readiness says otherwise or a stop signal came."""
+        self.settled = True
 
     def begin_shutdown(self) -> None:
         """Not ready from now on; every version still answers until the listeners close."""
@@ -136,18 +149,21 @@ class ModelRegistry:
 
     def require_ready(self, version: ModelVersion | None = None) -> None:
         """NotReady, saying why, unless ``version`` is ready for traffic, or (None) the whole
-        server is: every version serving, the OIP's "all the models are ready for
-        inferencing". A version that failed to load does not count: it is reported (status,
-        repository index), and the others serve; a server that stays unready for it would take
-        their traffic away too. No longer ready from a stop signal on."""
+        server is (module docstring): the OIP's "all the models are ready for inferencing",
+        where a model that failed to load is reported instead, unless readiness is strict. A
+        server that stayed unready for one failed model would take the others' traffic away."""
         if version is not None:
             self._require_ready(version)
             return
-        for each in self.versions():
-            if each.state is not VersionState.FAILED:
-                self._require_ready(each)
         if self.stopping:
             raise NotReady("the server is shutting down (not ready)")
+        if self.settled and not self.strict:
+            return
+        for each in self.versions():
+            if self.strict or each.state is not VersionState.FAILED:
+                self._require_ready(each)
+        if not self.settled:
+            raise NotReady("the models named at start are still loading (not ready)")
 
     def _require_ready(self, version: ModelVersion) -> None:
         if version.state not in SERVING:

@@ -1,17 +1,21 @@
-"""The load path's work off the event loop: loads in a daemon thread of their own, unloads with
-the collection that frees a framework's objects."""
+"""The load path's work off the event loop: loads in a daemon thread of their own, one version
+after another, unloads with the collection that frees a framework's objects."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
+import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from sharedserve.server.memory import Memory
 from sharedserve.server.version import ModelVersion, unfrozen
 
-__all__ = ["in_loader_thread", "unload_versions"]
+__all__ = ["in_loader_thread", "load_versions", "unload_versions"]
+
+log = logging.getLogger(__name__)
 
 
 async def in_loader_thread(
@@ -42,6 +46,31 @@ async def in_loader_thread(
 
     threading.Thread(target=work, name="model-loader", daemon=True).start()
     return await done
+
+
+def load_versions(memory: Memory, versions: Sequence[ModelVersion]) -> Exception | None:
+    """In a worker thread: each version loaded, warmed and counted in ``memory``, one after
+    another; the first failure (the others are loaded all the same)."""
+    first: Exception | None = None
+    for version in versions:
+        try:
+            memory.load(version)
+        except Exception as e:
+            log.error(
+                "failed to load model %r version %d: %s",
+                version.name,
+                version.version,
+                version.error or getattr(e, "message", None) or str(e),
+            )
+            first = first or e
+            continue
+        log.info(
+            "model %r version %d AVAILABLE (loaded and warmed up in %.1f s)",
+            version.name,
+            version.version,
+            version.load_seconds or 0.0,
+        )
+    return first
 
 
 def unload_versions(versions: Sequence[ModelVersion]) -> None:

@@ -110,9 +110,10 @@ class ConfigCatalog:
         return versions_of(found, self.batching)
 
     def roots(self, allowed: Sequence[Path]) -> ModelRoots:
-        """The roots given, else the file's base paths; the file's own paths trusted."""
+        """The roots given, else the file's base paths (those that exist: a missing one is its
+        model's failure to report, not the server's); the file's own paths trusted."""
         base_paths = [e.base_path for e in self.entries]
-        return ModelRoots(allowed or base_paths, trusted=base_paths)
+        return ModelRoots(allowed or [p for p in base_paths if p.is_dir()], trusted=base_paths)
 
 
 class RepositoryCatalog:

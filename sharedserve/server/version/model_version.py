@@ -12,7 +12,8 @@ its one state, with every transition in this file.
 - AVAILABLE: resident and serving. PAGING_OUT, PAGED_OUT, PAGING_IN: moved off the device to
   make room for another version, and back (``memory/``); still served: a request pages it in.
 - RETIRING: no longer routed, idle, being unloaded; GONE: unloaded.
-- FAILED: it could not load (``error`` says why); reported, never served.
+- FAILED: it could not load (``error`` says why); reported, never served. A stand-in for a
+  model none of whose versions could be made (``stand_in``) is FAILED from the start.
 
 One lock, ``LOCK``, guards every version's state and counts and the process memory's totals:
 requests take it on the event loop (a state check and a counter), loads and moves in worker
@@ -34,12 +35,14 @@ import threading
 import time
 from collections.abc import Iterator
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sharedserve.enums import Framework
 from sharedserve.errors import InvalidInput, NotFound, NotReady, ResourceExhausted, quoted
-from sharedserve.server.version.backends.base import Backend, warm_up
+from sharedserve.server.version.backends.base import Backend, NoModel, warm_up
 from sharedserve.server.version.footprint import Footprint, mib, shown
 from sharedserve.server.version.settings import ModelSettings
 from sharedserve.server.version.signature import Signature
@@ -158,6 +161,27 @@ class ModelVersion:
         self.paging_in: Any = None  # the page-in under way (an asyncio task), for its waiters
         self._idle = threading.Event()
         self._idle.set()
+
+    @classmethod
+    def stand_in(cls, name: str, reason: str) -> ModelVersion:
+        """In the place of a model none of whose versions could be made (its path missing, its
+        folder empty or half-copied, its framework not installed): FAILED with ``reason`` from
+        the start, so that it is routed and reported as a version that failed to load is
+        (status END with the reason, the repository index, readiness, 503 to its requests)
+        until the model's next load replaces it. Version 0, for status's sake; no files, so
+        its framework is never read (a FAILED version has no metadata)."""
+        stand_in = cls(
+            ModelSource(name, 0, Path(), Framework.TENSORFLOW), ModelSettings(), NoModel()
+        )
+        stand_in.to(S.LOADING)
+        stand_in.to(S.FAILED)
+        stand_in.error = reason
+        return stand_in
+
+    @property
+    def is_stand_in(self) -> bool:
+        """A stand-in (``stand_in``), not a version on disk."""
+        return isinstance(self.backend, NoModel)
 
     @property
     def name(self) -> str:

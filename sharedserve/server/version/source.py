@@ -78,9 +78,15 @@ def find_model(model_dir: Path, name: str | None = None) -> ModelSource:
     hint = ""
     children = sorted(p.name for p in model_dir.iterdir() if p.is_dir())
     nested = [c for c in children if find_versions(model_dir / c)]
+    numbered = sorted(int(c) for c in children if _is_version(c))
     if nested:
         hint = (
             f"; it holds model base paths {nested}: pass one of them, e.g. {model_dir / nested[0]}"
+        )
+    elif numbered:
+        hint = (
+            f"; its version folders {numbered} hold no {_SAVED_MODEL_FILES[0]} or "
+            f"{_TORCHSCRIPT_FILE}: copied in part, or still being copied?"
         )
     raise ConfigError(
         f"{model_dir} is neither a SavedModel or TorchScript directory (saved_model.pb, "

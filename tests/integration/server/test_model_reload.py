@@ -23,7 +23,7 @@ from tensorflow_serving.apis import (
     model_service_pb2_grpc,
 )
 
-from tests.support.servers import Server
+from tests.support.servers import Server, clean_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
@@ -146,3 +146,49 @@ def test_the_polled_config_file_is_applied_and_a_bad_one_ignored(
     config.write_text(_config(f"name: 'd' base_path: '{tiny}'"))
     _wait(lambda: _versions(server, "a") == {}, "a to be unloaded")
     assert _versions(server, "d") == {"1": "AVAILABLE"}
+
+
+def _write(path: Path, text: str) -> None:
+    """Whole or not at all, as an editor saves: a poll never reads half a file."""
+    part = path.with_suffix(".part")
+    part.write_text(text)
+    part.replace(path)
+
+
+def test_a_bad_polled_config_file_is_logged_once_per_change(
+    paths: dict[str, Path], tmp_path: Path
+) -> None:
+    config = tmp_path / "models.config"
+    good = _config(f"name: 'a' base_path: '{paths['tiny']}'")
+    _write(config, good)
+    args = ["--model-config-file", str(config), "--model-config-file-poll-wait-seconds", "0.02"]
+    # At debug level each poll says so: the polls are counted, not waited for.
+    server = Server(
+        None, tmp_path / "serve.log", args, env=clean_env(SHAREDSERVE_LOG_LEVEL="debug")
+    )
+
+    def polls(refused: bool) -> int:
+        lines = server.log().splitlines()
+        mark = f"model config file {config} polled"
+        return sum(line.endswith(mark) != refused and mark in line for line in lines)
+
+    def logged() -> int:
+        return server.log().count("model config file not applied")
+
+    def after(text: str, refused: bool = True, polled: int = 10) -> None:
+        before = polls(refused)
+        _write(config, text)
+        _wait(lambda: polls(refused) >= before + polled, f"{polled} more polls")
+
+    try:
+        server.wait_available("a")
+        after("model_config_list { config { name: 'a' base_pa")
+        assert logged() == 1, server.log()
+        after("model_config_list { config { nmae: 'a' } }")  # another error: said again
+        assert logged() == 2
+        after(good, refused=False, polled=1)
+        after("model_config_list { config { nmae: 'a' } }")  # broken anew: said again
+        assert logged() == 3
+        assert _versions(server, "a") == {"1": "AVAILABLE"}  # served as before throughout
+    finally:
+        assert server.stop() == 0, server.log()

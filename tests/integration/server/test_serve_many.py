@@ -1,6 +1,7 @@
 """`sharedserve serve` given many models: TF Serving's model config file, as a TF Serving user
 writes it, naming a TensorFlow and a TorchScript model served by one process; and what `serve`
-refuses before it starts when the models are named wrongly.
+refuses before it starts when the models are named wrongly (models that cannot load at start:
+tests/integration/server/test_start_failures.py).
 
 Routing by name, version and label on every wire format is
 tests/integration/server/test_multimodel.py's (in process); this is the command a user runs.
@@ -100,10 +101,14 @@ def test_models_named_once_and_only_once(args: list[str], fragment: str) -> None
     assert fragment in result.stderr
 
 
-def test_a_repository_subdirectory_without_a_model_is_named(tmp_path: Path) -> None:
+def test_a_repository_with_no_model_that_can_be_read_is_refused_naming_each(
+    tmp_path: Path,
+) -> None:
+    # One broken model among others is reported while they serve (test_start_failures.py).
     (tmp_path / "empty-model").mkdir()
     result = invoke("serve", "--model-repository", str(tmp_path))
     assert result.exit_code == 2, result.output
+    assert "none of the 1 models named can be read" in result.stderr
     assert "'empty-model' holds no model" in result.stderr
 
 

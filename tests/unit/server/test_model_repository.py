@@ -20,6 +20,7 @@ from sharedserve.server.repository.directory import (
     MODEL_FILE,
     read_model_file,
     read_model_repository,
+    read_repository_model,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -92,6 +93,36 @@ def test_a_subdirectory_with_no_model_is_an_error_naming_it(tmp_path: Path) -> N
     (tmp_path / "notes" / "1").mkdir(parents=True)  # a version directory with nothing in it
     with pytest.raises(ConfigError, match=r"model repository: 'notes' holds no model: .*notes"):
         read_model_repository(tmp_path)
+
+
+def test_a_half_copied_version_is_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "half" / "1" / "variables").mkdir(parents=True)  # no saved_model.pb yet
+    with pytest.raises(ConfigError, match=r"its version folders \[1\] hold no saved_model.pb"):
+        read_repository_model(tmp_path, "half")
+
+
+def test_a_model_copied_into_an_existing_folder_is_named_not_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `cp -r models/tiny repository/tf-tiny` run twice: the second copy lands one level down.
+    model(tmp_path / "nested", "tiny", 1)
+    with pytest.raises(ConfigError) as raised:
+        read_repository_model(tmp_path, "nested")
+    assert raised.value.message == (
+        "model repository: 'nested' holds no version folder (1/, 2/, ...) of its own but a "
+        "model one folder down, nested/tiny/ (a copy made into a folder that already "
+        f"existed?): move the version folders of {tmp_path / 'nested' / 'tiny'} up into "
+        f"{tmp_path / 'nested'}"
+    )
+    model(tmp_path, "twice", 1)
+    model(tmp_path / "twice", "tiny", 1)
+    with caplog.at_level("WARNING", logger="sharedserve.server.repository.directory"):
+        entry = read_repository_model(tmp_path, "twice")
+    assert entry is not None and [s.version for s in versions_to_serve(entry)] == [1]
+    assert caplog.messages == [
+        "model repository: 'twice' also holds a model one folder down, twice/tiny/ (versions "
+        "[1]), which is not served: a copy made into a folder that already existed?"
+    ]
 
 
 def test_a_model_is_not_taken_for_a_repository(tmp_path: Path) -> None:

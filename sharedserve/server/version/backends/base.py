@@ -16,7 +16,7 @@ from sharedserve.errors import SharedServeError
 from sharedserve.limits.gpu import GpuCap
 from sharedserve.server.version.signature import Signature
 
-__all__ = ["AppliedRuntime", "Backend", "DeviceMemory", "RuntimeConfig", "warm_up"]
+__all__ = ["AppliedRuntime", "Backend", "DeviceMemory", "NoModel", "RuntimeConfig", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,51 @@ class Backend(Protocol):
     def page_in(self) -> None:
         """Make a paged-out model servable again, answering as before; a no-op if resident."""
         ...
+
+
+class NoModel:
+    """The backend of a stand-in for a model none of whose versions could be made
+    (``ModelVersion.stand_in``): there are no files, so nothing is loaded; it is FAILED from the
+    start and never run, so every call but ``unload`` is a bug."""
+
+    framework = "none"
+    pages_to_host = False
+
+    def _never(self) -> SharedServeError:
+        return SharedServeError("a model that could not be read has no backend to run")
+
+    def configure(self, config: RuntimeConfig) -> AppliedRuntime:
+        raise self._never()
+
+    def load(self) -> None:
+        raise self._never()
+
+    def unload(self) -> None:
+        """Nothing was loaded."""
+
+    def signatures(self) -> dict[str, Signature]:
+        raise self._never()
+
+    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raise self._never()
+
+    def allocator_reserved_bytes(self) -> int | None:
+        return None
+
+    def weight_bytes(self) -> int:
+        return 0
+
+    def device_memory(self) -> DeviceMemory | None:
+        return None
+
+    def reset_peak(self) -> None:
+        """Nothing to measure."""
+
+    def page_out(self) -> None:
+        raise self._never()
+
+    def page_in(self) -> None:
+        raise self._never()
 
 
 def warm_up(backend: Backend, rows: int = 1) -> int:
