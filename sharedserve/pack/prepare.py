@@ -28,7 +28,7 @@ from sharedserve.pack.replica import HeldModel, ReplicaSpec
 from sharedserve.pack.repository import write_repository
 from sharedserve.server import ModelSource, find_model
 
-__all__ = ["PreparedPack", "footprint_mib", "prepare_pack", "release_cgroups"]
+__all__ = ["PreparedPack", "check_pack", "footprint_mib", "prepare_pack", "release_cgroups"]
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,12 @@ def _repositories(
             root, [(s.name, m) for s, m in zip(row, entry.models, strict=True)]
         )
     return out
+
+
+def check_pack(settings: PackSettings) -> None:
+    """Every refusal a run of ``settings`` would make, made now (ConfigError); nothing is made
+    or started. ``bench`` checks its first scale so, before it says anything."""
+    prepare_pack(settings, dry_run=True)
 
 
 def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPack:
