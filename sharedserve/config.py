@@ -260,6 +260,9 @@ class SharedServerModel:
     """Never paged out (the shared server's ``paging: lru``)."""
     max_inflight: int | None = None
     """Its requests queued or running at most in each process of the shared server."""
+    origin: str | None = field(default=None, compare=False)
+    """Where a spec file gives it (``pack.yaml: servers[0] (shared): models[1]``), for errors;
+    not part of what it is."""
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,9 @@ class PackEntry:
     process's, and ``model_dir`` its first model's. Empty: the entry is one model."""
     paging: bool = False
     """A shared server's processes page models out by LRU under the cap (``serve --paging lru``)."""
+    origin: str | None = field(default=None, compare=False)
+    """Where a spec file gives the entry (``pack.yaml: models[1] (tiny-b)``), for errors that
+    must name it; None for one given by flags. Not part of what the entry is."""
 
     @property
     def is_shared_server(self) -> bool:

@@ -15,13 +15,27 @@ from typing import Any
 
 from rich.console import Console
 
-from sharedserve.bench.progress import Estimate, estimate, step_progress
+from sharedserve.bench.estimate import Estimate, estimate
+from sharedserve.bench.progress import step_progress
 from sharedserve.config import BenchSettings, PackEntry, PackSettings
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
+from sharedserve.pack import Target, check_pack, read_targets
 from sharedserve.pack.stopping import StopSignals
 
-__all__ = ["model_pack", "parse_scales", "run_stoppable", "run_with_progress"]
+__all__ = [
+    "ENDPOINTS",
+    "check_sweep",
+    "describe_targets",
+    "model_pack",
+    "parse_scales",
+    "run_stoppable",
+    "run_with_progress",
+]
+
+ENDPOINTS = "the running endpoints"
+"""What a ``--targets`` run measures, as its estimate, its step and its row name it: one
+measurement of servers as they are, neither a density nor a scale."""
 
 
 def model_pack(
@@ -49,6 +63,35 @@ def parse_scales(flag: str, text: str) -> tuple[int, ...]:
     if not values or any(v < 1 for v in values):
         raise ConfigError(f"{flag} must be positive integers, got {text!r}")
     return values
+
+
+def check_sweep(settings: BenchSettings) -> None:
+    """Every refusal the sweep would meet, met now, before anything is printed or written: the
+    settings, the targets file, or the first scale's pack (its models found, their frameworks
+    installed, its replicas placed) as ``pack --dry-run`` checks it. ConfigError."""
+    settings.validate()
+    if settings.targets_file is not None:
+        read_targets(settings.targets_file)
+        return
+    assert settings.pack is not None  # validate: a pack or a targets file
+    first = settings.scales[0]
+    check_pack(
+        replace(
+            settings.pack,
+            entries=tuple(replace(e, replicas=e.replicas * first) for e in settings.pack.entries),
+        )
+    )
+
+
+def describe_targets(targets: list[Target]) -> str:
+    """What a targets run measures, in a few words: its servers (the processes a row's density
+    counts) and the models they serve."""
+    servers = len({t.rest for t in targets})
+    models = len({t.model for t in targets})
+    return (
+        f"{ENDPOINTS} ({servers} server{'' if servers == 1 else 's'}, "
+        f"{models} model{'' if models == 1 else 's'})"
+    )
 
 
 def run_stoppable(
@@ -89,6 +132,8 @@ def run_with_progress(
     plan = plan or estimate(settings)
 
     def label(scale: int, replicas: int) -> str:
+        if settings.targets_file is not None:
+            return prefix + ENDPOINTS  # its estimate said what they are, once
         return prefix + (f"scale {scale} ({replicas} replicas)" if mix else f"density {replicas}")
 
     with step_progress(console, plan, done) as steps:

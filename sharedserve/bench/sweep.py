@@ -306,7 +306,7 @@ def run_bench(
     try:
         if settings.targets_file is not None:
             targets = read_targets(settings.targets_file)
-            on_scale(1, len(targets))
+            on_scale(1, len({t.rest for t in targets}))  # processes, as the row's density
             run.record_limits(targets)
             _measure_repeats(run, targets, 1, None, on_row)
         else:

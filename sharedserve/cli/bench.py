@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -220,13 +221,13 @@ def bench(
     from rich.console import Console
 
     from sharedserve.bench.display import print_summary
-    from sharedserve.bench.progress import estimate
-    from sharedserve.bench.run import run_with_progress
+    from sharedserve.bench.estimate import estimate
+    from sharedserve.bench.run import describe_targets, run_with_progress
+    from sharedserve.pack import read_targets
 
-    settings.validate()
     n = len(settings.scales)
     noun = ("density", "densities") if model else ("scale", "scales")
-    what = "the running endpoints" if targets else f"{n} {noun[n != 1]}"
+    what = describe_targets(read_targets(targets)) if targets else f"{n} {noun[n != 1]}"
     # Up front, on stderr with the progress: a long sweep is no surprise, and stdout stays the
     # results.
     progress = Console(stderr=True)
@@ -339,7 +340,10 @@ def _settings(
     server_cpus: str,
     loadgen_cpus: str,
 ) -> BenchSettings:
-    """The flags as settings; ConfigError for flags that clash or a spec that cannot be read."""
+    """The flags as settings, checked as the sweep will need them (``check_sweep``);
+    ConfigError for flags that clash, a spec, model or targets file that cannot be read."""
+    from sharedserve.bench.run import check_sweep
+
     sources = [f for f, v in (("--model", model), ("--spec", spec), ("--targets", targets)) if v]
     if len(sources) != 1:
         what = "give one of"
@@ -353,7 +357,7 @@ def _settings(
     pack = _pack(
         extra, model, spec, policy, gpu, gpu_memory_fraction, gpu_memory_mib, cpu_limit, fake_gpus
     )
-    return BenchSettings(
+    settings = BenchSettings(
         out_dir=out,
         scales=sweep,
         pack=pack,
@@ -373,9 +377,15 @@ def _settings(
         external_workers=expect_workers,
         master_bind_port=master_bind_port,
         seed=seed,
-        **cpu_settings(server_cpus, loadgen_cpus, servers_started=targets is None),
         # Without the executable's path: the report may be shared.
         command=("sharedserve", *sys.argv[1:]),
+    )
+    # Every refusal before anything is said (the CPU split's log line included) or written: a
+    # model not found would otherwise surface as the first step starts, after the estimate, and
+    # leave an empty --out behind.
+    check_sweep(settings)
+    return replace(
+        settings, **cpu_settings(server_cpus, loadgen_cpus, servers_started=targets is None)
     )
 
 

@@ -142,7 +142,7 @@ def profile(
     from rich.console import Console
 
     from sharedserve.bench.display import print_summary
-    from sharedserve.bench.progress import estimate
+    from sharedserve.bench.estimate import estimate
     from sharedserve.bench.run import model_pack, parse_scales, run_with_progress
     from sharedserve.server import find_model
 
@@ -182,9 +182,9 @@ def profile(
     for settings in sweeps:
         settings.validate()
     # One estimate for every sweep, said before any starts; the time left counts it down. The
-    # open-loop sweep is one row (density 1), and each neighbour's another.
+    # open-loop sweep is one row (density 1), and each neighbour's another (two processes).
     swept = len(sweeps) * len(scales)
-    plan = replace(estimate(sweeps[0], sweeps=len(sweeps)), steps=swept + 1 + len(others))
+    plan = estimate(sweeps[0], sweeps=len(sweeps), then=(1, *[2] * len(others)))
     rows = f"{len(scales)} densit{'y' if len(scales) == 1 else 'ies'}"
     what = f"{len(sweeps)} sweeps of {rows} and an open-loop row"
     if others:

@@ -63,25 +63,43 @@ def _cpu_text(cpu: float | None, enforced: bool, note: str | None) -> str:
     return f"CPU: {limit} per replica NOT enforced ({note}); servers size their threads to it"
 
 
+def _objective(slo_p99_ms: float | None) -> str:
+    return "" if slo_p99_ms is None else f", P99 objective {slo_p99_ms:g} ms"
+
+
 def describe_plan(pack: Pack) -> list[str]:
     """Lines that say what the pack run set up, printed once every replica is up."""
     plan = pack.plan
     assert plan is not None
     models = list(dict.fromkeys(spec.model for spec in plan.specs))
     lines: list[str] = []
-    if len(models) == 1:
+    if len(models) == 1 and not plan.entries[0].is_shared_server:
         text = _share_text(plan.share, plan.simulated_gpus)
         lines.append(f"{len(plan.specs)} replicas of {plan.specs[0].model}; {text}")
         entry = plan.entries[0]
         lines.append(_cpu_text(entry.cpu_limit_cores, plan.cpu_quota_enforced, plan.cpu_quota_note))
     else:
-        lines.append(f"{len(plan.specs)} replicas of {len(models)} models:")
+        # A shared server's models are counted, not the server: its name is the group's.
+        served = {m.name for spec in plan.specs for m in spec.models}
+        served |= {spec.model for spec in plan.specs if not spec.models}
+        lines.append(f"{len(plan.specs)} replicas of {len(served)} models:")
         for model in models:
             rows = [i for i, spec in enumerate(plan.specs) if spec.model == model]
             entry = plan.entries[rows[0]]
-            slo = "" if entry.slo_p99_ms is None else f", P99 objective {entry.slo_p99_ms:g} ms"
             count = f"{len(rows)} replica{'' if len(rows) == 1 else 's'}"
-            lines.append(f"  {model}: {count}, weight {entry.weight:g}{slo}")
+            if entry.is_shared_server:
+                # Its weight and objective are its models', not the group's: each is said.
+                held = plan.specs[rows[0]].models
+                lines.append(
+                    f"  {model}: {count} of a shared server, each holding {len(held)} models:"
+                )
+                lines += [
+                    f"    {m.name}: weight {m.weight:g}{_objective(m.slo_p99_ms)}" for m in held
+                ]
+            else:
+                lines.append(
+                    f"  {model}: {count}, weight {entry.weight:g}{_objective(entry.slo_p99_ms)}"
+                )
             shares = list(dict.fromkeys(plan.shares[i] for i in rows))
             for share in sorted(shares, key=lambda s: -1 if s.gpu is None else s.gpu.index):
                 on = len([i for i in rows if plan.shares[i] == share])

@@ -28,7 +28,7 @@ from sharedserve.pack.replica import HeldModel, ReplicaSpec
 from sharedserve.pack.repository import write_repository
 from sharedserve.server import ModelSource, find_model
 
-__all__ = ["PreparedPack", "footprint_mib", "prepare_pack", "release_cgroups"]
+__all__ = ["PreparedPack", "check_pack", "footprint_mib", "prepare_pack", "release_cgroups"]
 
 log = logging.getLogger(__name__)
 
@@ -184,12 +184,22 @@ def _contract_env(settings: PackSettings, share: ReplicaShare, slot: int) -> dic
     return {**settings.environment, **grant.to_env()}
 
 
+def _found(path: Path, name: str | None, origin: str | None) -> ModelSource:
+    """``find_model``, its refusal led by the spec entry that names the path, where one does."""
+    try:
+        return find_model(path, name)
+    except ConfigError as e:
+        if origin is None:
+            raise
+        raise ConfigError(f"{origin}: model: {e.message}") from e
+
+
 def _sources(entries: tuple[PackEntry, ...]) -> list[list[ModelSource]]:
     """Each entry's models: its one, or a shared server's, each found on disk."""
     sources = [
-        [find_model(m.model_dir, m.name) for m in e.models]
+        [_found(m.model_dir, m.name, m.origin) for m in e.models]
         if e.is_shared_server
-        else [find_model(e.model_dir, e.name)]
+        else [_found(e.model_dir, e.name, e.origin)]
         for e in entries
     ]
     for entry, row in zip(entries, sources, strict=True):
@@ -249,6 +259,12 @@ def _repositories(
             root, [(s.name, m) for s, m in zip(row, entry.models, strict=True)]
         )
     return out
+
+
+def check_pack(settings: PackSettings) -> None:
+    """Every refusal a run of ``settings`` would make, made now (ConfigError); nothing is made
+    or started. ``bench`` checks its first scale so, before it says anything."""
+    prepare_pack(settings, dry_run=True)
 
 
 def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPack:

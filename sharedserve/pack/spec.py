@@ -302,11 +302,23 @@ def load_spec(path: Path) -> PackSpec:
 def parse_spec(data: Any, *, base_dir: Path, where: str = "pack spec") -> PackSpec:
     """Check parsed spec data; model paths are taken relative to ``base_dir``."""
     spec = parse(PackSpecFile, data, where=where)
-    servers = tuple(_shared_server(s, base_dir) for s in spec.servers or ())
+    servers = tuple(
+        _shared_server(s, base_dir, _place(where, "servers", i, s.name))
+        for i, s in enumerate(spec.servers or ())
+    )
     return PackSpec(
-        servers + tuple(_entry(e, base_dir) for e in spec.models or ()),
+        servers
+        + tuple(
+            _entry(e, base_dir, _place(where, "models", i, e.name))
+            for i, e in enumerate(spec.models or ())
+        ),
         None if where == "pack spec" else Path(where),
     )
+
+
+def _place(where: str, key: str, index: int, name: str | None) -> str:
+    """An entry's place in the file, as its parse errors say it: ``pack.yaml: models[1] (b)``."""
+    return f"{where}: {key}[{index}]" + ("" if name is None else f" ({name})")
 
 
 def spec_yaml(spec: PackSpecFile) -> str:
@@ -327,7 +339,7 @@ def pack_schema() -> dict[str, Any]:
     return schema
 
 
-def _entry(entry: SpecEntry, base_dir: Path) -> PackEntry:
+def _entry(entry: SpecEntry, base_dir: Path, origin: str) -> PackEntry:
     cap = NO_CAP
     if entry.gpu_memory_fraction is not None:
         cap = GpuCapRequest.of(CapSource.FLAG, fraction=entry.gpu_memory_fraction)
@@ -344,10 +356,11 @@ def _entry(entry: SpecEntry, base_dir: Path) -> PackEntry:
         server_args=tuple(str(a) for a in entry.serve_args or ()),
         slo_p99_ms=entry.slo_p99_ms,
         weight=1.0 if entry.weight is None else entry.weight,
+        origin=origin,
     )
 
 
-def _shared_server(server: ServerGroup, base_dir: Path) -> PackEntry:
+def _shared_server(server: ServerGroup, base_dir: Path, origin: str) -> PackEntry:
     models = tuple(
         SharedServerModel(
             model_dir=base_dir / Path(m.model).expanduser(),
@@ -357,8 +370,9 @@ def _shared_server(server: ServerGroup, base_dir: Path) -> PackEntry:
             gpu_memory_mib=m.gpu_memory_mib,
             pinned=m.pinned,
             max_inflight=m.max_inflight,
+            origin=_place(origin, "models", j, m.name),
         )
-        for m in server.models
+        for j, m in enumerate(server.models)
     )
     cap = NO_CAP
     if server.gpu_memory_mib is not None:
@@ -373,4 +387,5 @@ def _shared_server(server: ServerGroup, base_dir: Path) -> PackEntry:
         server_args=tuple(str(a) for a in server.serve_args or ()),
         models=models,
         paging=server.paging == "lru",
+        origin=origin,
     )

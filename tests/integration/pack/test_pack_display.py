@@ -13,10 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from sharedserve.config import PackEntry, PackSettings
-from sharedserve.pack.display import placement_table, replica_table
+from sharedserve.pack import Pack
+from sharedserve.pack.display import describe_plan, placement_table, replica_table
 from sharedserve.pack.dry_run import dry_run
 from sharedserve.pack.prepare import PreparedPack, prepare_pack
 from sharedserve.pack.replica import Replica, ReplicaState
+from sharedserve.pack.spec import parse_spec
 from tests.support.gpus import fake_gpu_file
 
 pytestmark = [pytest.mark.tensorflow]
@@ -113,3 +115,35 @@ def test_the_dry_run_prints_at_the_terminals_width(
     assert len(table) > settings.entries[0].replicas
     assert all(len(line) <= 80 for line in table), out
     assert "GPU 0 Tesla T4" in out and "dry run: nothing was started" in out
+
+
+def test_the_summary_names_a_shared_servers_models_with_their_weights(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    # It said "shared: 2 replicas, weight 1": the group's default weight, its models unnamed.
+    spec = parse_spec(
+        {
+            "servers": [
+                {
+                    "name": "shared", "replicas": 2, "cpu_limit": 0.5,
+                    "models": [
+                        {"model": "tiny", "name": "t1", "weight": 3, "slo_p99_ms": 50},
+                        {"model": "tiny", "name": "t2"},
+                    ],
+                }
+            ],
+            "models": [{"model": "tiny", "name": "solo", "weight": 2}],
+        },
+        base_dir=models_dir,
+    )  # fmt: skip
+    pack = Pack(PackSettings(entries=spec.entries, fake_gpus=fake_gpu_file(tmp_path, [16384])))
+    pack.plan = prepare_pack(pack.settings, dry_run=True)
+    lines = describe_plan(pack)
+    assert lines[0] == "3 replicas of 3 models:"
+    at = lines.index("  shared: 2 replicas of a shared server, each holding 2 models:")
+    assert lines[at + 1 : at + 3] == [
+        "    t1: weight 3, P99 objective 50 ms",
+        "    t2: weight 1",
+    ]
+    assert "  solo: 1 replica, weight 2" in lines
+    assert not any("shared" in line and "weight" in line for line in lines)

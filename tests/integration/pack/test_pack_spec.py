@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.cli import invoke
 from tests.support.pack import PackRun, alive, cgroups_now, write_pack_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
@@ -107,3 +108,25 @@ def test_a_spec_that_cannot_fit_is_refused_with_a_table(models_dir: Path, tmp_pa
     assert "entry" in log and "cap each MiB" in log
     assert not (tmp_path / "logs").exists()
     assert cgroups_now() == before
+
+
+def test_a_model_path_not_there_names_its_entry(models_dir: Path, tmp_path: Path) -> None:
+    # It said only "model directory ... does not exist": in a spec of many entries, which?
+    spec, gpus = write_pack_spec(
+        tmp_path,
+        models_dir,
+        "models:\n  - {model: MODELS/tiny}\n  - {model: MODELS/tinny, name: b}\n"
+        "servers:\n  - name: shared\n    models: [{model: MODELS/tiny, name: t2}, "
+        "{model: MODELS/gone}]\n",
+    )
+    result = invoke("pack", "--spec", str(spec), "--fake-gpus", str(gpus), "--dry-run")
+    assert result.exit_code == 2, result.output
+    # Shared servers come first, as pack starts them.
+    assert f"error: {spec}: servers[0] (shared): models[1]: model: model directory " in (
+        result.stderr
+    )
+    spec.write_text(spec.read_text().split("servers:")[0])
+    result = invoke("pack", "--spec", str(spec), "--fake-gpus", str(gpus), "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert f"error: {spec}: models[1] (b): model: model directory " in result.stderr
+    assert "tinny does not exist" in result.stderr

@@ -123,3 +123,27 @@ def test_the_example_mix_loads_and_points_at_the_readmes_models() -> None:
     assert [e.replicas for e in spec.entries] == [4, 2, 1]
     assert all(e.cpu_limit_cores == 1.0 and e.slo_p99_ms for e in spec.entries)
     assert spec.entries[2].server_args[:1] == ("--enable-batching",)
+
+
+def test_each_entry_knows_its_place_in_the_file_for_the_errors_found_later(
+    tmp_path: Path,
+) -> None:
+    # A model path is checked when the pack is prepared, not here (k8s render --spec reads
+    # specs whose models are elsewhere): the entry must still be named then.
+    spec = tmp_path / "pack.yaml"
+    spec.write_text(
+        "servers:\n  - name: shared\n    models: [{model: a}, {model: b, name: bee}]\n"
+        "models:\n  - {model: c}\n  - {model: d, name: dee}\n"
+    )
+    shared, c, d = load_spec(spec).entries
+    assert [m.origin for m in shared.models] == [
+        f"{spec}: servers[0] (shared): models[0]",
+        f"{spec}: servers[0] (shared): models[1] (bee)",
+    ]
+    assert (shared.origin, c.origin, d.origin) == (
+        f"{spec}: servers[0] (shared)",
+        f"{spec}: models[0]",
+        f"{spec}: models[1] (dee)",
+    )
+    # Where an entry was written is not what it is: equal entries from two places are equal.
+    assert parse_spec({"models": [{"model": "c"}]}, base_dir=tmp_path).entries == (c,)
