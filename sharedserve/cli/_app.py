@@ -62,6 +62,8 @@ def _setup_logging(level: str) -> None:
     # show or hide the frameworks as this one does.
     os.environ["SHAREDSERVE_LOG_LEVEL"] = level
     framework_output.hide_startup_output(level != "debug")
+    # PyTorch's "`torch.jit.load` is deprecated" on every build and load, as one line of the log.
+    framework_output.route_upstream_deprecations()
     if level == "debug":
         return  # the frameworks as they are, start-up lines and all
     # The frameworks' start-up and routine lines alarm more than they inform (cuInit's "error"
