@@ -79,7 +79,18 @@ _TargetsOut = Annotated[
 ]
 _LogDir = Annotated[
     Path | None,
-    typer.Option(help="Where replica logs go.", show_default="a new temp directory"),
+    typer.Option(
+        help="Where replica logs go; kept after the run.",
+        show_default="a new temp directory, removed at a clean stop",
+    ),
+]
+_KeepLogs = Annotated[
+    bool,
+    typer.Option(
+        "--keep-logs",
+        help="Keep the temp directory of replica logs after a clean stop (after a failure it "
+        "is kept anyway, and its path logged).",
+    ),
 ]
 _StartTimeout = Annotated[
     float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
@@ -124,6 +135,7 @@ def pack(
     base_port: _BasePort = PackSettings.base_port,
     targets_out: _TargetsOut = PackSettings.targets_out,
     log_dir: _LogDir = PackSettings.log_dir,
+    keep_logs: _KeepLogs = PackSettings.keep_logs,
     fake_gpus: FakeGpus = PackSettings.fake_gpus,
     start_timeout: _StartTimeout = PackSettings.start_timeout_s,
     stop_grace: _StopGrace = PackSettings.stop_grace_s,
@@ -147,8 +159,8 @@ def pack(
 
     Once every replica is AVAILABLE the targets file (the format `sharedserve bench --targets`
     reads) is written. A replica that dies is restarted on the same ports with exponential
-    backoff (1, 2, 4 ... 30 s). Ctrl-C or SIGTERM stops every replica, removes the cgroups and
-    the targets file, and exits 0.
+    backoff (1, 2, 4 ... 30 s). Ctrl-C or SIGTERM stops every replica, removes the cgroups, the
+    targets file and the temporary log directory (--keep-logs keeps it), and exits 0.
 
     Options after the known ones are passed to every `serve`, e.g. --enable-batching
     --max-batch-size 8.
@@ -178,6 +190,7 @@ def pack(
         base_port=base_port,
         targets_out=targets_out,
         log_dir=log_dir,
+        keep_logs=keep_logs,
         fake_gpus=fake_gpus,
         environment=replica_environment(),
         start_timeout_s=start_timeout,
