@@ -325,7 +325,11 @@ class PackSettings:
     targets_out: Path | None = None
     """Where the targets file is written; None: ``targets.json`` in the log directory."""
     log_dir: Path | None = None
-    """Directory for each replica's log (``NAME-i.log``); None: a new temporary directory."""
+    """Directory for each replica's log (``NAME-i.log``); None: a new temporary directory, which
+    a clean stop removes unless ``keep_logs``."""
+    keep_logs: bool = False
+    """Keep the temporary log directory after a clean stop (one given as ``log_dir`` is always
+    kept, and so is the temporary one after a failure)."""
     fake_gpus: Path | None = None
     """Simulated GPU inventory (JSON) instead of NVML; reported as simulated."""
     environment: dict[str, str] = field(default_factory=dict)

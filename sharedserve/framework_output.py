@@ -9,8 +9,14 @@ switch hides them. ``framework_startup`` hides what is written to the process's 
 framework is imported and finds its devices; sharedserve then says in one line of its own
 whether a GPU is there and the cap enforced.
 
-Stdlib only, and inert until the CLI calls ``hide_startup_output``: a library user of sharedserve
-sees the frameworks exactly as they print. ``framework_needed`` turns a framework that is not
+PyTorch deprecates TorchScript, the format sharedserve builds and serves torch models in, and
+warns (a ``FutureWarning`` since 2.14) on every script, save and load.
+``route_upstream_deprecations`` turns those warnings into one line of sharedserve's log per
+process, with where to read more.
+
+Stdlib only, and inert until the CLI calls ``hide_startup_output`` and
+``route_upstream_deprecations``: a library user of sharedserve sees the frameworks exactly as
+they print. ``framework_needed`` turns a framework that is not
 installed into one line that says what to install (a ``ConfigError``), not an import traceback;
 ``require_installed`` says it before any work, without importing the framework.
 """
@@ -19,11 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib.metadata
 import importlib.util
+import logging
 import os
+import re
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TextIO
 
 from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
@@ -35,7 +47,10 @@ __all__ = [
     "framework_startup",
     "hide_startup_output",
     "require_installed",
+    "route_upstream_deprecations",
 ]
+
+log = logging.getLogger(__name__)
 
 QUIET_ENV = {
     # TensorFlow's C++ logging: 2 drops INFO and WARNING, keeps ERROR and FATAL.
@@ -137,3 +152,68 @@ def framework_startup() -> Iterator[None]:
                 sink.seek(0)
                 with open(2, "wb", closefd=False) as stderr:
                     stderr.write(sink.read())
+
+
+TORCHSCRIPT_DOCS = "https://docs.pytorch.org/docs/stable/jit.html"
+"""Where PyTorch says that TorchScript is deprecated, and what it recommends instead."""
+
+# torch.jit.script, .save and .load warn with this message: a FutureWarning from torch 2.14, a
+# DeprecationWarning (hidden by Python's default filters) before it. Matched from the start.
+_TORCHSCRIPT_DEPRECATED = re.compile(r"`torch\.jit\.\w+` is deprecated")
+
+
+class _DeprecationRouter:
+    """``warnings.showwarning`` that turns TorchScript's deprecation into one log line per
+    process and passes every other warning on as it was (and that one too with debug)."""
+
+    def __init__(self, shown: Callable[..., None]) -> None:
+        self.shown = shown
+        self._lock = threading.Lock()
+        self._said = False
+
+    def __call__(  # noqa: PLR0917 - warnings.showwarning's signature
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        said_by_torch = _TORCHSCRIPT_DEPRECATED.match(str(message))
+        if said_by_torch is None or not issubclass(category, (FutureWarning, DeprecationWarning)):
+            self.shown(message, category, filename, lineno, file, line)
+            return
+        with self._lock:
+            said, self._said = self._said, True
+        if not said:
+            log.info(
+                "TorchScript is deprecated upstream (PyTorch %s: %s); sharedserve builds and "
+                "serves TorchScript models as before. Read more: %s",
+                _torch_version(),
+                said_by_torch.group(),
+                TORCHSCRIPT_DOCS,
+            )
+        if not _switch.hidden:  # --log-level debug: the framework as it prints, too
+            self.shown(message, category, filename, lineno, file, line)
+
+
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # torch from a source tree, say
+        return "installed"
+
+
+def route_upstream_deprecations() -> None:
+    """From now on in this process, PyTorch's warnings that TorchScript is deprecated are one
+    INFO line of the log (the first time), not a ``FutureWarning`` on the terminal at every
+    build, serve and load; any other warning is shown as before. Idempotent."""
+    for category in (FutureWarning, DeprecationWarning):
+        # "default": shown (to the router) once per place in torch that warns, whatever filter
+        # was there before; DeprecationWarning included, so that torch before 2.14 says so too.
+        warnings.filterwarnings(
+            "default", message=_TORCHSCRIPT_DEPRECATED.pattern, category=category
+        )
+    if not isinstance(warnings.showwarning, _DeprecationRouter):
+        warnings.showwarning = _DeprecationRouter(warnings.showwarning)

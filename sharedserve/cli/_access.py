@@ -13,6 +13,8 @@ from sharedserve.errors import ConfigError
 from sharedserve.server import ADMIN_KEY_VARIABLE
 
 __all__ = [
+    "PANEL_ACCESS",
+    "PANEL_LISTENERS",
     "AdminHeader",
     "AdminKeyFile",
     "AllowedModelRoots",
@@ -22,6 +24,10 @@ __all__ = [
     "admin_key",
 ]
 
+# serve --help's panels for these (cli/_help.py).
+PANEL_LISTENERS = "Listeners and TLS"
+PANEL_ACCESS = "Management access"
+
 TlsCertFile = Annotated[
     Path | None,
     typer.Option(
@@ -30,6 +36,7 @@ TlsCertFile = Annotated[
         "--ssl_config_file, Triton's --grpc-use-ssl, but one certificate for both). Needs "
         "--tls-key-file.",
         show_default="none: plain text",
+        rich_help_panel=PANEL_LISTENERS,
     ),
 ]
 TlsKeyFile = Annotated[
@@ -37,6 +44,7 @@ TlsKeyFile = Annotated[
     typer.Option(
         help="The private key of --tls-cert-file's certificate (PEM, unencrypted).",
         show_default="none",
+        rich_help_panel=PANEL_LISTENERS,
     ),
 ]
 TlsCaFile = Annotated[
@@ -45,6 +53,7 @@ TlsCaFile = Annotated[
         help="Mutual TLS: CA certificates (PEM) that clients' certificates must be signed by; "
         "a client without one is refused, on REST and gRPC alike. Needs --tls-cert-file.",
         show_default="none: any client",
+        rich_help_panel=PANEL_LISTENERS,
     ),
 ]
 
@@ -56,6 +65,7 @@ AllowedModelRoots = Annotated[
         "models the file names at start. Loads and HandleReloadConfigRequest base paths that "
         "lead elsewhere, symlinks included, are refused (403 / PERMISSION_DENIED).",
         show_default="the repository; the model config file's base paths",
+        rich_help_panel=PANEL_ACCESS,
     ),
 ]
 AdminKeyFile = Annotated[
@@ -67,11 +77,15 @@ AdminKeyFile = Annotated[
         f"inference, health, status, metadata and metrics stay open. Or set {ADMIN_KEY_VARIABLE}. "
         "Make one with `openssl rand -hex 32`.",
         show_default="management open to every client, as in TF Serving and Triton",
+        rich_help_panel=PANEL_ACCESS,
     ),
 ]
 AdminHeader = Annotated[
     str,
-    typer.Option(help="The REST header and gRPC metadata key carrying the management key."),
+    typer.Option(
+        help="The REST header and gRPC metadata key carrying the management key.",
+        rich_help_panel=PANEL_ACCESS,
+    ),
 ]
 
 

@@ -8,23 +8,30 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
 from sharedserve import framework_output
+from sharedserve.cli._help import keep_flag_names_whole
 from sharedserve.enums import Protocol
 from sharedserve.errors import ConfigError
 
 __all__ = [
+    "PANEL_GPUS",
+    "PANEL_LOAD",
     "ExampleModelName",
+    "GpusOption",
+    "LoadOption",
     "app",
     "exit_when_stopped",
     "models_app",
     "refuse_flags",
 ]
 
+keep_flag_names_whole()
 app = typer.Typer(
     help="Pack many inference models onto one GPU, and measure how many is too many.",
     no_args_is_help=True,
@@ -62,6 +69,8 @@ def _setup_logging(level: str) -> None:
     # show or hide the frameworks as this one does.
     os.environ["SHAREDSERVE_LOG_LEVEL"] = level
     framework_output.hide_startup_output(level != "debug")
+    # PyTorch's "`torch.jit.load` is deprecated" on every build and load, as one line of the log.
+    framework_output.route_upstream_deprecations()
     if level == "debug":
         return  # the frameworks as they are, start-up lines and all
     # The frameworks' start-up and routine lines alarm more than they inform (cuInit's "error"
@@ -121,6 +130,15 @@ DeprecatedVgpusPerGpu = Annotated[
 ]
 
 
+# The help panel (``rich_help_panel``) of the options on GPUs, caps and CPUs, on every command
+# that has them: a command's long list of options reads in groups (cli/_help.py).
+PANEL_GPUS = "GPUs and CPUs"
+PANEL_LOAD = "Load"
+GpusOption = partial(typer.Option, rich_help_panel=PANEL_GPUS)
+"""``typer.Option`` in the GPUs and CPUs panel."""
+LoadOption = partial(typer.Option, rich_help_panel=PANEL_LOAD)
+"""``typer.Option`` in the panel of the load a measurement offers."""
+
 # Options that mean the same on every command that takes them.
 FakeGpus = Annotated[
     Path | None,
@@ -128,6 +146,7 @@ FakeGpus = Annotated[
         help="Simulated GPUs (a JSON inventory: docs/fake-gpus.md, `sharedserve schema "
         "fake-gpus`), for hosts without one.",
         show_default="none: real GPUs through NVML",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
 ProtocolOption = Annotated[
@@ -136,6 +155,7 @@ ProtocolOption = Annotated[
         help="rest or grpc (TF Serving's APIs), oip-rest (Open Inference Protocol, binary "
         "tensors) or oip-grpc.",
         case_sensitive=False,
+        rich_help_panel=PANEL_LOAD,
     ),
 ]
 
@@ -144,6 +164,7 @@ ServerCpus = Annotated[
     typer.Option(
         help="CPUs the model servers may run on: auto, all (not pinned) or a list such as 0-2. "
         "auto, on 2 or more CPUs: every CPU but the load generator's. Recorded in the report.",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
 LoadgenCpus = Annotated[
@@ -152,6 +173,7 @@ LoadgenCpus = Annotated[
         help="CPUs the load generator may run on: auto, all or a list such as 3. auto: the last "
         "quarter of the CPUs (at least one) on 2 or more, so that it neither lags behind nor "
         "slows the servers it measures; the rest when --server-cpus is a list.",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
 

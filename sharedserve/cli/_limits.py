@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 __all__ = [
+    "PANEL_CONNECTIONS",
+    "PANEL_REQUESTS",
     "BodyTimeout",
     "DrainDelay",
     "GrpcMaxMessageBytes",
@@ -23,8 +25,16 @@ __all__ = [
     "ShutdownGrace",
 ]
 
+# serve --help's panels for these (cli/_help.py).
+PANEL_REQUESTS = "Request limits"
+PANEL_CONNECTIONS = "Connections and shutdown"
+
 MaxBodyBytes = Annotated[
-    int, typer.Option(help="Largest REST request body in bytes; larger gets HTTP 413.")
+    int,
+    typer.Option(
+        help="Largest REST request body in bytes; larger gets HTTP 413.",
+        rich_help_panel=PANEL_REQUESTS,
+    ),
 ]
 
 GrpcMaxMessageBytes = Annotated[
@@ -34,6 +44,7 @@ GrpcMaxMessageBytes = Annotated[
         "grpcio copies each message whole on the server's event loop (about 1.5 ms a MB), and "
         "REST requests, health probes included, wait meanwhile: the default keeps that under "
         "100 ms. Raise it for larger batches, knowing the probe waits longer.",
+        rich_help_panel=PANEL_REQUESTS,
     ),
 ]
 
@@ -43,6 +54,7 @@ MaxRequestElements = Annotated[
         help="Most elements a request's tensors may hold, counted from their shapes before "
         "anything is allocated; more gets 413 / RESOURCE_EXHAUSTED.",
         show_default="--max-body-bytes / 2, what a full JSON body can carry",
+        rich_help_panel=PANEL_REQUESTS,
     ),
 ]
 
@@ -51,6 +63,7 @@ MaxInflightPerModel = Annotated[
     typer.Option(
         help="Requests of one model queued or running at most, unless its model file sets "
         "max_inflight; more get 503 / RESOURCE_EXHAUSTED at once, naming the model.",
+        rich_help_panel=PANEL_REQUESTS,
     ),
 ]
 
@@ -61,6 +74,7 @@ MaxDecodingBytes = Annotated[
         "in memory, so this bounds a burst of large bodies. A body that finds no room waits up "
         "to 10 s, then gets 503.",
         show_default="--max-body-bytes",
+        rich_help_panel=PANEL_REQUESTS,
     ),
 ]
 
@@ -71,6 +85,7 @@ MaxArrivingBytes = Annotated[
         "body's memory grows with what arrived, and one that would pass this gets 503 at once, "
         "so slow clients declaring large bodies cannot fill memory.",
         show_default="4 x --max-body-bytes",
+        rich_help_panel=PANEL_REQUESTS,
     ),
 ]
 
@@ -79,6 +94,7 @@ MaxHeaderBytes = Annotated[
     typer.Option(
         help="Bytes of a REST request's line and headers at most; more gets 431 and a close.",
         show_default=True,
+        rich_help_panel=PANEL_REQUESTS,
     ),
 ]
 
@@ -88,6 +104,7 @@ DrainDelay = Annotated[
         help="Seconds after SIGTERM that requests are still served while readiness answers "
         "not-ready, for the endpoints to be removed; 0 where the pod's preStop hook waits.",
         show_default=True,
+        rich_help_panel=PANEL_CONNECTIONS,
     ),
 ]
 
@@ -98,6 +115,7 @@ ShutdownGrace = Annotated[
         "in-flight requests finish, what is left then is cut. Keep it under the pod's "
         "terminationGracePeriodSeconds.",
         show_default=True,
+        rich_help_panel=PANEL_CONNECTIONS,
     ),
 ]
 
@@ -107,6 +125,7 @@ KeepAliveTimeout = Annotated[
         help="Seconds a connection may sit idle between requests (REST and gRPC); longer than "
         "the 60 s of the proxies usually in front, as nginx's.",
         show_default=True,
+        rich_help_panel=PANEL_CONNECTIONS,
     ),
 ]
 
@@ -116,6 +135,7 @@ HeaderTimeout = Annotated[
         help="Seconds a request's line and headers (gRPC: its connection preface) may take to "
         "arrive; then 408, or a close if nothing came.",
         show_default=True,
+        rich_help_panel=PANEL_CONNECTIONS,
     ),
 ]
 
@@ -124,6 +144,7 @@ BodyTimeout = Annotated[
     typer.Option(
         help="Longest pause in seconds between two reads of a request body; then 408.",
         show_default=True,
+        rich_help_panel=PANEL_CONNECTIONS,
     ),
 ]
 
@@ -133,5 +154,6 @@ MaxConnections = Annotated[
         help="Open connections per API at most; past it REST answers 503 and closes, gRPC "
         "closes the connection.",
         show_default=True,
+        rich_help_panel=PANEL_CONNECTIONS,
     ),
 ]

@@ -40,6 +40,12 @@ def _check_mode(api: Api, device_plugin_only: dict[str, bool], dra_only: dict[st
         raise ConfigError(f"{', '.join(given)} only applies to {mode}")
 
 
+# --help's panels (cli/_help.py).
+_PANEL_MPS = "MPS and CDI"
+_PANEL_PLUGIN = "Device plugin"
+_PANEL_HEALTH = "Health and metrics"
+_PANEL_DRA = "DRA"
+
 _ApiOpt = Annotated[
     Api,
     typer.Option(
@@ -77,13 +83,17 @@ _AllowMultiGpu = Annotated[
     typer.Option(help="Allow a container vGPUs on several GPUs (env values become one per GPU)."),
 ]
 _Cdi = Annotated[
-    bool, typer.Option(help=f"Also name each GPU as a CDI device ({CDI_KIND}=<uuid>).")
+    bool,
+    typer.Option(
+        help=f"Also name each GPU as a CDI device ({CDI_KIND}=<uuid>).", rich_help_panel=_PANEL_MPS
+    ),
 ]
 _Mps = Annotated[
     bool,
     typer.Option(
         help="CUDA MPS: set per-pod thread percentage and pinned memory limit, mount the MPS "
-        "pipe directory. Needs an MPS control daemon on the node."
+        "pipe directory. Needs an MPS control daemon on the node.",
+        rich_help_panel=_PANEL_MPS,
     ),
 ]
 _MpsPipeDir = Annotated[
@@ -91,7 +101,8 @@ _MpsPipeDir = Annotated[
     typer.Option(
         help="MPS control daemon's pipe directory, the same path on the host, in this container "
         "and in model containers. vGPUs are Unhealthy while the daemon's pid file is missing "
-        "from it."
+        "from it.",
+        rich_help_panel=_PANEL_MPS,
     ),
 ]
 _MpsShmDir = Annotated[
@@ -100,60 +111,95 @@ _MpsShmDir = Annotated[
         help="With --mps: host directory the MPS daemon uses as /dev/shm, mounted as each model "
         "container's /dev/shm.",
         show_default="none: /dev/shm is not shared",
+        rich_help_panel=_PANEL_MPS,
     ),
 ]
 _DevicePluginDir = Annotated[
-    Path, typer.Option(help="Directory with the kubelet's kubelet.sock; ours goes there too.")
+    Path,
+    typer.Option(
+        help="Directory with the kubelet's kubelet.sock; ours goes there too.",
+        rich_help_panel=_PANEL_PLUGIN,
+    ),
 ]
-_ResourceName = Annotated[str, typer.Option(help="Extended resource name pods request.")]
-_HealthInterval = Annotated[float, typer.Option(help="Seconds between GPU health probes.")]
+_ResourceName = Annotated[
+    str, typer.Option(help="Extended resource name pods request.", rich_help_panel=_PANEL_PLUGIN)
+]
+_HealthInterval = Annotated[
+    float, typer.Option(help="Seconds between GPU health probes.", rich_help_panel=_PANEL_HEALTH)
+]
 _IgnoredXids = Annotated[
     str,
     typer.Option(
         help="XID errors that leave a GPU healthy, comma-separated (NVIDIA's device plugin's "
-        "application-error list by default; empty: none)."
+        "application-error list by default; empty: none).",
+        rich_help_panel=_PANEL_HEALTH,
     ),
 ]
 _XidRecoveryProbes = Annotated[
-    int, typer.Option(help="Passing probes a GPU needs after a critical XID to recover.")
+    int,
+    typer.Option(
+        help="Passing probes a GPU needs after a critical XID to recover.",
+        rich_help_panel=_PANEL_HEALTH,
+    ),
 ]
 _MetricsPort = Annotated[
-    int, typer.Option(help="Port for Prometheus /metrics; 0 turns metrics off.")
+    int,
+    typer.Option(
+        help="Port for Prometheus /metrics; 0 turns metrics off.", rich_help_panel=_PANEL_HEALTH
+    ),
 ]
-_MetricsHost = Annotated[str, typer.Option(help="Address /metrics listens on.")]
+_MetricsHost = Annotated[
+    str, typer.Option(help="Address /metrics listens on.", rich_help_panel=_PANEL_HEALTH)
+]
 _NodeName = Annotated[
     str | None,
     typer.Option(
         envvar="NODE_NAME",
         help="DRA: this node's name (set NODE_NAME from the pod's spec.nodeName).",
         show_default="$NODE_NAME",
+        rich_help_panel=_PANEL_DRA,
     ),
 ]
 _Kubeconfig = Annotated[
     Path | None,
     typer.Option(
-        help="DRA: kubeconfig for the API server.", show_default="in-cluster service account"
+        help="DRA: kubeconfig for the API server.",
+        show_default="in-cluster service account",
+        rich_help_panel=_PANEL_DRA,
     ),
 ]
 _DraPluginDir = Annotated[
-    Path, typer.Option(help="DRA: directory for our DRA socket and claim checkpoint.")
+    Path,
+    typer.Option(
+        help="DRA: directory for our DRA socket and claim checkpoint.", rich_help_panel=_PANEL_DRA
+    ),
 ]
 _PluginRegistryDir = Annotated[
-    Path, typer.Option(help="DRA: the kubelet's plugin registry (registration socket).")
+    Path,
+    typer.Option(
+        help="DRA: the kubelet's plugin registry (registration socket).", rich_help_panel=_PANEL_DRA
+    ),
 ]
-_CdiDir = Annotated[Path, typer.Option(help="DRA: where CDI specs of prepared claims are written.")]
+_CdiDir = Annotated[
+    Path,
+    typer.Option(
+        help="DRA: where CDI specs of prepared claims are written.", rich_help_panel=_PANEL_DRA
+    ),
+]
 _Slots = Annotated[
     int | None,
     typer.Option(
         help=f"DRA without consumable capacity: publish each GPU as N (1-{MAX_SLOTS}) exclusive "
         "devices of an equal share of its memory.",
         show_default="off: one shared device per GPU, memory as consumable capacity",
+        rich_help_panel=_PANEL_DRA,
     ),
 ]
 _MemoryStepMib = Annotated[
     int,
     typer.Option(
-        help="DRA: smallest memory a claim gets, in MiB; requests round up to a multiple."
+        help="DRA: smallest memory a claim gets, in MiB; requests round up to a multiple.",
+        rich_help_panel=_PANEL_DRA,
     ),
 ]
 _FakeGpus = Annotated[

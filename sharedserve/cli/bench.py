@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,9 @@ import typer
 
 from sharedserve.cli._app import (
     FakeGpus,
+    GpusOption,
     LoadgenCpus,
+    LoadOption,
     ProtocolOption,
     ServerCpus,
     app,
@@ -32,6 +35,7 @@ __all__: list[str] = []
 # model takes BenchSettings.scales (1, 2, 4, 8 replicas).
 _MIX_SCALES = (1, 2, 4)
 _SOURCE = "none: give --model, --spec or --targets"
+_WorkersOption = partial(typer.Option, rich_help_panel="Locust workers")  # --help's panel
 _PER_REPLICA_FLAGS = ("--gpu", "--gpu-memory-fraction", "--gpu-memory-mib", "--cpu-limit")
 
 
@@ -82,39 +86,39 @@ _Policy = Annotated[
 ]
 _Pattern = Annotated[
     LoadPattern,
-    typer.Option(
+    LoadOption(
         help="sequential: 1 in flight per replica; parallel: --concurrency users; poisson: open "
         "loop at --rate."
     ),
 ]
 _Concurrency = Annotated[
     int,
-    typer.Option(
+    LoadOption(
         help="Parallel: users of the whole mix at scale 1, split by model weight, at least one "
         "per replica; scale s runs s times as many. With --model: users per replica."
     ),
 ]
 _Rate = Annotated[
     float,
-    typer.Option(
+    LoadOption(
         help="Poisson: requests/s of the whole mix at scale 1, split by model weight, then over "
         "each model's replicas; scale s offers s times as much. With --model: per replica."
     ),
 ]
 _MaxInFlight = Annotated[
     int,
-    typer.Option(help="Poisson: requests in flight per replica past which new ones are dropped."),
+    LoadOption(help="Poisson: requests in flight per replica past which new ones are dropped."),
 ]
 _Duration = Annotated[
     float,
-    typer.Option(
+    LoadOption(
         help="Seconds measured per density: the row's figures cover this long, measured in "
         "--stability-windows windows of equal length."
     ),
 ]
 _StabilityWindows = Annotated[
     int,
-    typer.Option(
+    LoadOption(
         help="Windows (each --duration / N seconds) whose QPS and p99 must each be within 10% "
         "of their mean for a row to be stable. Until the last N agree, more windows of the same "
         "length are measured, up to --max-duration; a row still not stable is flagged unstable "
@@ -123,12 +127,12 @@ _StabilityWindows = Annotated[
 ]
 _MaxDuration = Annotated[
     float | None,
-    typer.Option(
+    LoadOption(
         help="Most seconds measured per density while waiting for the windows to agree.",
         show_default="3 x --duration",
     ),
 ]
-_Warmup = Annotated[float, typer.Option(help="Seconds of load before measuring.")]
+_Warmup = Annotated[float, LoadOption(help="Seconds of load before measuring.")]
 _SloP99Ms = Annotated[
     float | None,
     typer.Option(
@@ -138,29 +142,29 @@ _SloP99Ms = Annotated[
     ),
 ]
 _Gpu = Annotated[
-    str | None, typer.Option(help="GPU to pack onto: index or UUID.", show_default="lowest index")
+    str | None, GpusOption(help="GPU to pack onto: index or UUID.", show_default="lowest index")
 ]
 _GpuMemoryFraction = Annotated[
-    float | None, typer.Option(help="Cap per replica.", show_default="pack's even split")
+    float | None, GpusOption(help="Cap per replica.", show_default="pack's even split")
 ]
 _GpuMemoryMib = Annotated[
-    int | None, typer.Option(help="Cap per replica in MiB.", show_default="none: the fraction")
+    int | None, GpusOption(help="Cap per replica in MiB.", show_default="none: the fraction")
 ]
 _CpuLimit = Annotated[
     float | None,
-    typer.Option(help="CPU quota per replica in cores.", show_default="none: no quota"),
+    GpusOption(help="CPU quota per replica in cores.", show_default="none: no quota"),
 ]
 _LoadgenWorkers = Annotated[
     int | None,
-    typer.Option(help="Local Locust workers.", show_default="sized to the load; 0 = master only"),
+    _WorkersOption(help="Local Locust workers.", show_default="sized to the load; 0 = master only"),
 ]
 _ExpectWorkers = Annotated[
-    int, typer.Option(help="Remote `bench-worker` processes to wait for (Kubernetes).")
+    int, _WorkersOption(help="Remote `bench-worker` processes to wait for (Kubernetes).")
 ]
 _MasterBindPort = Annotated[
-    int, typer.Option(help="Port the Locust master listens on for remote workers.")
+    int, _WorkersOption(help="Port the Locust master listens on for remote workers.")
 ]
-_Seed = Annotated[int, typer.Option(help="Seed of request data and Poisson arrivals.")]
+_Seed = Annotated[int, LoadOption(help="Seed of request data and Poisson arrivals.")]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -23,6 +23,9 @@ k8s_app = typer.Typer(
 app.add_typer(k8s_app, name="k8s")
 
 _DEFAULT_RESERVE = PackSettings.context_reserve_mib
+# render --help's panels (cli/_help.py).
+_PANEL_SPEC = "With --spec: how a GPU is cut"
+_PANEL_POD = "A pod's GPU, CPU and memory"
 
 _Image = Annotated[str, typer.Option(help="sharedserve image, e.g. REGISTRY/sharedserve:TAG.")]
 _Model = Annotated[
@@ -49,6 +52,7 @@ _GpuMemoryMib = Annotated[
         help="With --spec: one GPU's memory in MiB (nvidia-smi's memory.total), which the spec's "
         "plan shares out.",
         show_default="none: required with --spec",
+        rich_help_panel=_PANEL_SPEC,
     ),
 ]
 _VgpusPerGpu = Annotated[
@@ -56,6 +60,7 @@ _VgpusPerGpu = Annotated[
     typer.Option(
         help="With --spec: vGPUs per GPU, the allocator's --vgpus-per-gpu.",
         show_default="none: this or --vgpu-memory-mib with --spec",
+        rich_help_panel=_PANEL_SPEC,
     ),
 ]
 _VgpuMemoryMib = Annotated[
@@ -63,6 +68,7 @@ _VgpuMemoryMib = Annotated[
     typer.Option(
         help="With --spec: memory per vGPU in MiB, the allocator's --vgpu-memory-mib.",
         show_default="none: this or --vgpus-per-gpu with --spec",
+        rich_help_panel=_PANEL_SPEC,
     ),
 ]
 _ContextReserveMib = Annotated[
@@ -71,6 +77,7 @@ _ContextReserveMib = Annotated[
         help="With --spec: GPU memory per replica kept outside its cap for its CUDA context, as "
         "for `pack`.",
         show_default=str(_DEFAULT_RESERVE),
+        rich_help_panel=_PANEL_SPEC,
     ),
 ]
 _Vgpu = Annotated[
@@ -78,6 +85,7 @@ _Vgpu = Annotated[
     typer.Option(
         help="With --model: vGPUs per pod (sharedserve.io/vgpu); --spec sizes them.",
         show_default=str(ModelDeployment.vgpu),
+        rich_help_panel=_PANEL_POD,
     ),
 ]
 _Dra = Annotated[
@@ -87,6 +95,7 @@ _Dra = Annotated[
         help="For the DRA driver gpu.sharedserve.io (`allocator --api dra`, k8s/overlays/dra) "
         "instead of the device plugin: each pod claims GPU memory through a "
         "ResourceClaimTemplate rather than asking for sharedserve.io/vgpu.",
+        rich_help_panel=_PANEL_POD,
     ),
 ]
 _GpuMemory = Annotated[
@@ -95,6 +104,7 @@ _GpuMemory = Annotated[
         help="With --dra --model: GPU memory each pod claims of one GPU (Kubernetes quantity, "
         "e.g. 6Gi), which also becomes the server's cap; --spec sizes it from its plan.",
         show_default="none: required with --dra --model",
+        rich_help_panel=_PANEL_POD,
     ),
 ]
 _Cpu = Annotated[
@@ -103,11 +113,15 @@ _Cpu = Annotated[
         help="With --model: CPU request and limit (Kubernetes quantity); --spec: each entry's "
         "cpu_limit.",
         show_default=ModelDeployment.cpu,
+        rich_help_panel=_PANEL_POD,
     ),
 ]
 _Memory = Annotated[
     str,
-    typer.Option(help="Memory request and limit (Kubernetes quantity), of every model's pods."),
+    typer.Option(
+        help="Memory request and limit (Kubernetes quantity), of every model's pods.",
+        rich_help_panel=_PANEL_POD,
+    ),
 ]
 _ModelPvc = Annotated[
     str, typer.Option(help="PersistentVolumeClaim with the models, mounted at /models.")

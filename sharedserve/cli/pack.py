@@ -8,13 +8,15 @@ from typing import Annotated
 
 import typer
 
-from sharedserve.cli._app import FakeGpus, app
+from sharedserve.cli._app import PANEL_GPUS, FakeGpus, app
 from sharedserve.cli._replicas import check_server_args, replica_environment, spec_entries
 from sharedserve.config import PackEntry, PackSettings
 from sharedserve.enums import PlacementPolicy
 from sharedserve.errors import ConfigError
 
 __all__: list[str] = []
+
+PANEL_REPLICAS = "Replicas: ports, logs, restarts"
 
 _Model = Annotated[
     Path | None,
@@ -46,53 +48,99 @@ _Name = Annotated[
 ]
 _Gpu = Annotated[
     str | None,
-    typer.Option(help="GPU to pack onto: NVML index or UUID.", show_default="lowest index"),
+    typer.Option(
+        help="GPU to pack onto: NVML index or UUID.",
+        show_default="lowest index",
+        rich_help_panel=PANEL_GPUS,
+    ),
 ]
 _GpuMemoryFraction = Annotated[
     float | None,
     typer.Option(
-        help="Cap per replica as a share of the GPU.", show_default="even split, see below"
+        help="Cap per replica as a share of the GPU.",
+        show_default="even split, see below",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
 _GpuMemoryMib = Annotated[
     int | None,
     typer.Option(
-        help="Cap per replica in MiB (instead of a fraction).", show_default="none: the fraction"
+        help="Cap per replica in MiB (instead of a fraction).",
+        show_default="none: the fraction",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
 _ContextReserveMib = Annotated[
-    int, typer.Option(help="GPU memory kept outside each cap for the replica's CUDA context.")
+    int,
+    typer.Option(
+        help="GPU memory kept outside each cap for the replica's CUDA context.",
+        rich_help_panel=PANEL_GPUS,
+    ),
 ]
 _CpuLimit = Annotated[
     float | None,
     typer.Option(
-        help="CPU quota per replica in cores (a cgroup each).", show_default="none: no quota"
+        help="CPU quota per replica in cores (a cgroup each).",
+        show_default="none: no quota",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
-_Host = Annotated[str, typer.Option(help="Address the replicas listen on.")]
+_Host = Annotated[
+    str, typer.Option(help="Address the replicas listen on.", rich_help_panel=PANEL_REPLICAS)
+]
 _BasePort = Annotated[
     int | None,
-    typer.Option(help="Replica i gets REST port P+2i and gRPC P+2i+1.", show_default="free ports"),
+    typer.Option(
+        help="Replica i gets REST port P+2i and gRPC P+2i+1.",
+        show_default="free ports",
+        rich_help_panel=PANEL_REPLICAS,
+    ),
 ]
 _TargetsOut = Annotated[
-    Path | None, typer.Option(help="Targets file to write.", show_default="LOG_DIR/targets.json")
+    Path | None,
+    typer.Option(
+        help="Targets file to write.",
+        show_default="LOG_DIR/targets.json",
+        rich_help_panel=PANEL_REPLICAS,
+    ),
 ]
 _LogDir = Annotated[
     Path | None,
-    typer.Option(help="Where replica logs go.", show_default="a new temp directory"),
+    typer.Option(
+        help="Where replica logs go; kept after the run.",
+        show_default="a new temp directory, removed at a clean stop",
+        rich_help_panel=PANEL_REPLICAS,
+    ),
+]
+_KeepLogs = Annotated[
+    bool,
+    typer.Option(
+        "--keep-logs",
+        help="Keep the temp directory of replica logs after a clean stop (after a failure it "
+        "is kept anyway, and its path logged).",
+        rich_help_panel=PANEL_REPLICAS,
+    ),
 ]
 _StartTimeout = Annotated[
-    float, typer.Option(help="Seconds a replica may take to become AVAILABLE.")
+    float,
+    typer.Option(
+        help="Seconds a replica may take to become AVAILABLE.", rich_help_panel=PANEL_REPLICAS
+    ),
 ]
 _StopGrace = Annotated[
     float,
     typer.Option(
         help="Seconds from SIGTERM to SIGKILL on stop; each replica is told to drain and exit "
         "within 90% of it (serve --shutdown-grace).",
+        rich_help_panel=PANEL_REPLICAS,
     ),
 ]
 _MaxRestarts = Annotated[
-    int, typer.Option(help="Restarts in a row after which a crashing replica is given up.")
+    int,
+    typer.Option(
+        help="Restarts in a row after which a crashing replica is given up.",
+        rich_help_panel=PANEL_REPLICAS,
+    ),
 ]
 _Live = Annotated[
     bool | None,
@@ -124,6 +172,7 @@ def pack(
     base_port: _BasePort = PackSettings.base_port,
     targets_out: _TargetsOut = PackSettings.targets_out,
     log_dir: _LogDir = PackSettings.log_dir,
+    keep_logs: _KeepLogs = PackSettings.keep_logs,
     fake_gpus: FakeGpus = PackSettings.fake_gpus,
     start_timeout: _StartTimeout = PackSettings.start_timeout_s,
     stop_grace: _StopGrace = PackSettings.stop_grace_s,
@@ -147,8 +196,8 @@ def pack(
 
     Once every replica is AVAILABLE the targets file (the format `sharedserve bench --targets`
     reads) is written. A replica that dies is restarted on the same ports with exponential
-    backoff (1, 2, 4 ... 30 s). Ctrl-C or SIGTERM stops every replica, removes the cgroups and
-    the targets file, and exits 0.
+    backoff (1, 2, 4 ... 30 s). Ctrl-C or SIGTERM stops every replica, removes the cgroups, the
+    targets file and the temporary log directory (--keep-logs keeps it), and exits 0.
 
     Options after the known ones are passed to every `serve`, e.g. --enable-batching
     --max-batch-size 8.
@@ -178,6 +227,7 @@ def pack(
         base_port=base_port,
         targets_out=targets_out,
         log_dir=log_dir,
+        keep_logs=keep_logs,
         fake_gpus=fake_gpus,
         environment=replica_environment(),
         start_timeout_s=start_timeout,

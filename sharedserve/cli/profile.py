@@ -6,6 +6,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +14,9 @@ import typer
 
 from sharedserve.cli._app import (
     FakeGpus,
+    GpusOption,
     LoadgenCpus,
+    LoadOption,
     ProtocolOption,
     ServerCpus,
     app,
@@ -51,34 +54,35 @@ _DURATION_S = 20.0
 _DENSITIES = ",".join(str(s) for s in BenchSettings.scales)
 _JUDGED_BY_SIZE = "size judges each density against the fleet file's slo_p99_ms"
 
+_BesideOption = partial(typer.Option, rich_help_panel="Beside a neighbour")  # --help's panel
 _Model = Annotated[Path, typer.Option(help="Model base path, as for `serve --model`.")]
 _Out = Annotated[
     Path, typer.Option(help="Directory of the profile: a fleet file's `profile:` may name it.")
 ]
 _Densities = Annotated[str, typer.Option(help="Replicas on the GPU to measure.")]
-_Concurrency = Annotated[int, typer.Option(help="Users per replica in the parallel sweep.")]
-_Duration = Annotated[float, typer.Option(help="Seconds measured per density.")]
-_Warmup = Annotated[float, typer.Option(help="Seconds of load before measuring.")]
+_Concurrency = Annotated[int, LoadOption(help="Users per replica in the parallel sweep.")]
+_Duration = Annotated[float, LoadOption(help="Seconds measured per density.")]
+_Warmup = Annotated[float, LoadOption(help="Seconds of load before measuring.")]
 _StabilityWindows = Annotated[
     int,
-    typer.Option(
+    LoadOption(
         help="As for bench: windows that must agree for a density to count (size uses only "
         "those that did); 1 turns the check off."
     ),
 ]
 _CpuLimit = Annotated[
     float | None,
-    typer.Option(
+    GpusOption(
         help="CPU quota per replica in cores, as it will run.", show_default="none: no quota"
     ),
 ]
 _Gpu = Annotated[
     str | None,
-    typer.Option(help="GPU to measure on: index or UUID.", show_default="lowest index"),
+    GpusOption(help="GPU to measure on: index or UUID.", show_default="lowest index"),
 ]
 _Beside = Annotated[
     list[Path] | None,
-    typer.Option(
+    _BesideOption(
         help="A neighbour's model base path. After the open-loop row, the profiled model is "
         "measured once more at that row's rate beside the neighbour, each in a process of its "
         "own (the neighbour under the same --cpu-limit, on the same GPU, sent its "
@@ -92,7 +96,7 @@ _Beside = Annotated[
 ]
 _BesideRate = Annotated[
     list[float] | None,
-    typer.Option(
+    _BesideOption(
         help="Requests/s sent open loop to the --beside neighbour in the same position (the "
         "first rate to the first --beside): what it would carry on the model's GPU. One per "
         "--beside.",

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from sharedserve.cli._access import (
+    PANEL_LISTENERS,
     AdminHeader,
     AdminKeyFile,
     AllowedModelRoots,
@@ -17,7 +18,7 @@ from sharedserve.cli._access import (
     TlsKeyFile,
     admin_key,
 )
-from sharedserve.cli._app import ExampleModelName, FakeGpus, app, models_app
+from sharedserve.cli._app import PANEL_GPUS, ExampleModelName, FakeGpus, app, models_app
 from sharedserve.cli._limits import (
     BodyTimeout,
     DrainDelay,
@@ -99,6 +100,8 @@ def models_list() -> None:
         typer.echo(f"{model.name:14} {frameworks:9} {model.description}")
 
 
+_PANEL_BATCHING = "Batching"
+
 _Model = Annotated[
     Path | None,
     typer.Option(
@@ -153,19 +156,21 @@ _StrictReadiness = Annotated[
     ),
 ]
 _Name = Annotated[str | None, typer.Option(help="--model's name in URLs.", show_default="dir name")]
-_Host = Annotated[str, typer.Option(help="Address to listen on.")]
+_Host = Annotated[str, typer.Option(help="Address to listen on.", rich_help_panel=PANEL_LISTENERS)]
 _RestPort = Annotated[
     int,
     typer.Option(
         help="REST port (TF Serving and OIP); 0 picks a free one. A second server on this host "
-        "needs another --grpc-port too."
+        "needs another --grpc-port too.",
+        rich_help_panel=PANEL_LISTENERS,
     ),
 ]
 _GrpcPort = Annotated[
     int,
     typer.Option(
         help="gRPC port (TF Serving and OIP); 0 picks a free one. A second server on this host "
-        "needs another --rest-port too."
+        "needs another --rest-port too.",
+        rich_help_panel=PANEL_LISTENERS,
     ),
 ]
 _Paging = Annotated[
@@ -191,6 +196,7 @@ _GpuMemoryFraction = Annotated[
     typer.Option(
         help="Share of the GPU's memory this process may use, in (0, 1].",
         show_default="the env contract's, else no cap",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
 _GpuMemoryMib = Annotated[
@@ -198,28 +204,50 @@ _GpuMemoryMib = Annotated[
     typer.Option(
         help="GPU memory cap in MiB (instead of a fraction).",
         show_default="the env contract's, else no cap",
+        rich_help_panel=PANEL_GPUS,
     ),
 ]
 _CpuLimit = Annotated[
     float | None,
-    typer.Option(help="CPU limit in cores; sizes thread pools.", show_default="the cgroup quota"),
+    typer.Option(
+        help="CPU limit in cores; sizes thread pools.",
+        show_default="the cgroup quota",
+        rich_help_panel=PANEL_GPUS,
+    ),
 ]
 _EnableBatching = Annotated[
-    bool, typer.Option(help="Merge concurrent requests into batches (off, as in TF Serving).")
+    bool,
+    typer.Option(
+        help="Merge concurrent requests into batches (off, as in TF Serving).",
+        rich_help_panel=_PANEL_BATCHING,
+    ),
 ]
-_MaxBatchSize = Annotated[int, typer.Option(help="Rows per merged batch.")]
+_MaxBatchSize = Annotated[
+    int, typer.Option(help="Rows per merged batch.", rich_help_panel=_PANEL_BATCHING)
+]
 _BatchTimeoutMicros = Annotated[
-    int, typer.Option(help="How long a batch waits for more requests, in microseconds.")
+    int,
+    typer.Option(
+        help="How long a batch waits for more requests, in microseconds.",
+        rich_help_panel=_PANEL_BATCHING,
+    ),
 ]
 _MaxEnqueuedBatches = Annotated[
-    int, typer.Option(help="Queue bound in batches; past it requests get 503 at once.")
+    int,
+    typer.Option(
+        help="Queue bound in batches; past it requests get 503 at once.",
+        rich_help_panel=_PANEL_BATCHING,
+    ),
 ]
-_NumBatchThreads = Annotated[int, typer.Option(help="Batches run concurrently.")]
+_NumBatchThreads = Annotated[
+    int, typer.Option(help="Batches run concurrently.", rich_help_panel=_PANEL_BATCHING)
+]
 _BatchingParametersFile = Annotated[
     Path | None,
     typer.Option(
         help="TF Serving batching_parameters.txt; implies --enable-batching.",
         show_default="none: the flags",
+        rich_help_panel=_PANEL_BATCHING,
     ),
 ]
 

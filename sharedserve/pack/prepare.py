@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, replace
@@ -48,6 +49,8 @@ class PreparedPack:
     cpu_quota_note: str | None
     """Why the CPU quota is not enforced, when it is not."""
     log_dir: Path
+    own_log_dir: bool
+    """Whether pack made ``log_dir`` (a temporary directory), and so may remove it."""
     targets_path: Path
     context_reserve_mib: int
     """GPU memory each replica keeps outside its cap for its CUDA context."""
@@ -267,6 +270,20 @@ def check_pack(settings: PackSettings) -> None:
     prepare_pack(settings, dry_run=True)
 
 
+def _log_dir(given: Path | None, prefix: str, dry_run: bool) -> Path:
+    """The replicas' log directory: ``given`` (made if missing), else a new temporary one that
+    the pack owns; a dry run makes none and names what it would be."""
+    if dry_run:
+        return given or Path(tempfile.gettempdir()) / f"sharedserve-pack-{prefix}-*"
+    if given is None:
+        return Path(tempfile.mkdtemp(prefix=f"sharedserve-pack-{prefix}-"))
+    try:
+        given.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create log directory {given}: {e.strerror}") from e
+    return given
+
+
 def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPack:
     """Check everything and make the cgroups; nothing is started. Raises ConfigError.
 
@@ -288,16 +305,7 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
     entry_of = [i for i, e in enumerate(entries) for _ in range(e.replicas)]
     ports = _ports(settings, len(replicas))
     prefix = names[0] if len(names) == 1 else "mix"
-    if dry_run:
-        log_dir = settings.log_dir or Path(tempfile.gettempdir()) / f"sharedserve-pack-{prefix}-*"
-    elif settings.log_dir is None:
-        log_dir = Path(tempfile.mkdtemp(prefix=f"sharedserve-pack-{prefix}-"))
-    else:
-        log_dir = settings.log_dir
-        try:
-            log_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"cannot create log directory {log_dir}: {e.strerror}") from e
+    log_dir = _log_dir(settings.log_dir, prefix, dry_run)
     targets_path = settings.targets_out or log_dir / "targets.json"
     replica_names = [f"{model}-{r}" for _, model, r in replicas]
     cgroups: list[Path | None] | None = None
@@ -309,7 +317,13 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
             (n, e.cpu_limit_cores) for n, (e, _, _) in zip(replica_names, replicas, strict=True)
         ]
         cgroups, note = _make_cgroups(wanted)
-    repositories = _repositories(entries, sources, log_dir, make=not dry_run)
+    try:
+        repositories = _repositories(entries, sources, log_dir, make=not dry_run)
+    except ConfigError:  # nothing has started: leave nothing behind
+        release_cgroups([c for c in cgroups or [] if c is not None])
+        if settings.log_dir is None and not dry_run:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        raise
     flat_shares = [share for row in shares for share in row]
     used_slots: dict[str | None, int] = {}
     specs = []
@@ -355,6 +369,7 @@ def prepare_pack(settings: PackSettings, *, dry_run: bool = False) -> PreparedPa
         cpu_quota_enforced=cgroups is not None,
         cpu_quota_note=note,
         log_dir=log_dir,
+        own_log_dir=settings.log_dir is None and not dry_run,
         targets_path=targets_path,
         context_reserve_mib=settings.context_reserve_mib,
     )

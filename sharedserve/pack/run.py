@@ -28,10 +28,12 @@ def run_pack(settings: PackSettings, *, live: bool) -> int:
     with StopSignals("stopping every replica") as stop:
         pack = Pack(settings)
         console = Console()
+        clean = False  # a stop asked for, after which the temporary logs go
         try:
             try:
                 pack.start(should_stop=stop.is_set)
             except PackInterrupted:
+                clean = True
                 return 0
             for line in describe_plan(pack):
                 console.print(line, highlight=False, soft_wrap=True)
@@ -42,6 +44,7 @@ def run_pack(settings: PackSettings, *, live: bool) -> int:
                     if all(r.state is ReplicaState.FAILED for r in pack.replicas):
                         log.error("every replica has been given up; stopping")
                         return 1
+            clean = True
             return 0
         finally:
-            pack.stop()
+            pack.stop(clean=clean)

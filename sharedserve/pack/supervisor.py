@@ -6,12 +6,14 @@ density sweep (in-process, one pack per density) drive:
     pack = Pack(settings)
     targets = pack.start()      # every replica AVAILABLE, targets file written
     while ...: pack.poll()      # restarts crashed replicas with backoff
-    pack.stop()                 # TERM, KILL after the grace period; cgroups and targets removed
+    pack.stop(clean=True)       # TERM, KILL after the grace period; cgroups and targets removed,
+                                # and the temporary log directory when the stop is a clean one
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import subprocess
 import time
@@ -70,6 +72,7 @@ class Pack:
         self.replicas: list[Replica] = []
         self._last_probe = 0.0
         self._stopped = False
+        self._logs_settled = False
 
     # --- start -------------------------------------------------------------------------------
 
@@ -79,6 +82,9 @@ class Pack:
         On any failure everything started is stopped and cleaned up before the error propagates.
         """
         self.plan = prepare_pack(self.settings)  # raises before anything is started
+        if self.plan.own_log_dir:
+            kept = "kept (--keep-logs)" if self.settings.keep_logs else "removed"
+            log.info("replica logs in %s, %s when pack stops cleanly", self.plan.log_dir, kept)
         self.replicas = [Replica(spec) for spec in self.plan.specs]
         try:
             for replica in self.replicas:
@@ -86,7 +92,7 @@ class Pack:
             self._wait_all_available(should_stop)
             self._write_targets()
         except BaseException:
-            self.stop()
+            self._stop_replicas()
             raise
         return self.targets()
 
@@ -211,11 +217,23 @@ class Pack:
             self.plan.targets_path, self.targets(), simulated_gpus=self.plan.simulated_gpus
         )
 
-    def stop(self) -> None:
-        """Stop every replica (TERM, then KILL after the grace period) and remove what we made.
+    def stop(self, *, clean: bool = False) -> None:
+        """Stop every replica (TERM, then KILL after the grace period) and remove what we made;
+        the temporary log directory too if ``clean`` (a stop asked for, not a failure) and not
+        ``keep_logs``, else say where the logs are kept.
 
-        Safe to call more than once.
+        Safe to call more than once; the first call decides on the logs.
         """
+        self._stop_replicas()
+        if self._logs_settled or self.plan is None or not self.plan.own_log_dir:
+            return
+        self._logs_settled = True
+        if clean and not self.settings.keep_logs:
+            shutil.rmtree(self.plan.log_dir, ignore_errors=True)
+        else:
+            log.info("replica logs kept in %s", self.plan.log_dir)
+
+    def _stop_replicas(self) -> None:
         if self._stopped:
             return
         self._stopped = True

@@ -17,9 +17,7 @@ from tests.support.cli import invoke
 # sharedserve writes it knowingly.
 pytestmark = [
     pytest.mark.torch,
-    pytest.mark.filterwarnings(
-        r"ignore:`torch\.jit\.(script|save|load)` is deprecated:DeprecationWarning"
-    ),
+    pytest.mark.filterwarnings(r"ignore:`torch\.jit\.(script|save|load)` is deprecated"),
 ]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.readme_blocks import BLOCKS, ROOT, block, run_block, user_env
+from tests.support.readme_blocks import BLOCKS, README, ROOT, block, run_block, user_env
 
 pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
 
@@ -96,12 +96,41 @@ def test_the_pack_example(tmp_path: Path) -> None:
     output = (tmp_path / "pack.out").read_text()
     assert "4 replicas of resnet50" in output and "CPU: 2 cores per replica" in output
     assert not targets.exists()  # cleaned up on the way out
-    assert [p.name for p in scratch.glob("sharedserve-pack-resnet50-*/resnet50-0.log")]
+    # The logs' temporary folder, named on start, went too: a clean stop leaves nothing.
+    assert re.search(r"replica logs in \S*/sharedserve-pack-resnet50-\S*, removed", output), output
+    assert list(scratch.iterdir()) == []
 
 
-@pytest.mark.parametrize(
-    "written", sorted(set(re.findall(r"--(?:out|targets-out) (\S+)", "\n".join(BLOCKS))))
-)
+def test_the_paging_example_can_be_run_again(models_dir: Path, tmp_path: Path) -> None:
+    """Its copies, made twice in the same folder, are the same copies: none lands inside one
+    made before (``cp -r models/tiny repository/tf-tiny`` copies into a folder that exists)."""
+    setup = block("--paging lru").split("sharedserve serve", 1)[0]
+    shutil.copytree(models_dir / "tiny", tmp_path / "models" / "tiny")
+    shutil.copytree(models_dir / "tiny", tmp_path / "torch-models" / "tiny")  # only copied here
+    run_block(setup, tmp_path)
+    first = sorted(p.relative_to(tmp_path) for p in (tmp_path / "repository").rglob("*"))
+    run_block(setup, tmp_path)
+    second = sorted(p.relative_to(tmp_path) for p in (tmp_path / "repository").rglob("*"))
+    assert second == first
+    assert sorted(p.name for p in (tmp_path / "repository").iterdir()) == [
+        "tf-tiny",
+        "torch-a",
+        "torch-b",
+        "torch-c",
+    ]
+    assert not (tmp_path / "repository" / "tf-tiny" / "tiny").exists()
+
+
+# What the README has a reader write into the checkout: its blocks' outputs and folders, and the
+# virtual environment its prose has Triton's client installed in.
+WRITTEN = {
+    *re.findall(r"--(?:out|targets-out) (\S+)", "\n".join(BLOCKS)),
+    *(f"{d}/" for d in re.findall(r"\bmkdir (?:-p )?(\S+)", "\n".join(BLOCKS))),
+    *(f"{d}/" for d in re.findall(r"python -m venv (\w[\w.-]*)", README)),
+}
+
+
+@pytest.mark.parametrize("written", sorted(WRITTEN))
 def test_what_the_examples_write_is_ignored_by_git(written: str) -> None:
     if not (ROOT / ".git").exists():
         pytest.fail("run from a git checkout: the ignore rules are what is tested")

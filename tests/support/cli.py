@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -52,9 +53,11 @@ def invoke(*args: str, env: Mapping[str, str | None] | None = None) -> Result:
     saved_handlers, saved_level = list(root.handlers), root.level
     saved_levels = {n: logging.getLogger(n).level for n in framework_output.FRAMEWORK_LOGGERS}
     try:
-        return CliRunner().invoke(
-            cast(click.Command, _Main()), list(args), env={**base, **(env or {})}
-        )
+        # And the warnings' filters and display (framework_output.route_upstream_deprecations).
+        with warnings.catch_warnings():
+            return CliRunner().invoke(
+                cast(click.Command, _Main()), list(args), env={**base, **(env or {})}
+            )
     finally:
         os.environ.clear()
         os.environ.update(saved_env)

@@ -98,17 +98,25 @@ class PackRun:
     """A ``sharedserve pack`` child process and its targets file."""
 
     def __init__(
-        self, tmp: Path, model: Path | None, *args: str, env: dict[str, str] | None = None
+        self,
+        tmp: Path,
+        model: Path | None,
+        *args: str,
+        env: dict[str, str] | None = None,
+        log_dir: bool = True,
     ) -> None:
         """``model`` None: a ``--spec`` run, the spec among ``args``. ``env``: added to the
-        packer's own environment (the contract's variables are cleared first)."""
+        packer's own environment (the contract's variables are cleared first). ``log_dir``
+        False: no --log-dir, pack makes its own temporary one (under ``env``'s TMPDIR)."""
         tmp.mkdir(parents=True, exist_ok=True)
         self.targets_path = tmp / "targets.json"
         self.log_path = tmp / "pack.log"
         self._log = self.log_path.open("wb")
         command = [*SHAREDSERVE, "pack"]
         command += [] if model is None else ["--model", str(model)]
-        command += ["--targets-out", str(self.targets_path), "--log-dir", str(tmp / "logs"), *args]
+        command += ["--targets-out", str(self.targets_path)]
+        command += ["--log-dir", str(tmp / "logs")] if log_dir else []
+        command += args
         self.process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env=clean_env(**(env or {}))
         )

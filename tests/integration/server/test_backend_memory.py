@@ -27,7 +27,7 @@ from sharedserve.server.version.backends.torch import TorchBackend
 pytestmark = [
     pytest.mark.tensorflow,
     pytest.mark.torch,
-    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.jit"),
 ]
 
 # tiny: 8 features -> Dense/Linear 16 -> 4 classes (sharedserve/models/*_models.py), float32.

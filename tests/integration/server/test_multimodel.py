@@ -41,7 +41,7 @@ from tests.support.triton_client import TritonClient
 pytestmark = [
     pytest.mark.tensorflow,
     pytest.mark.torch,
-    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.jit"),
 ]
 
 ROWS = [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]

@@ -49,7 +49,7 @@ from tests.support.in_process import loopback_settings, serving_in_process
 pytestmark = [
     pytest.mark.tensorflow,
     pytest.mark.torch,
-    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.jit"),
 ]
 
 ROW = [0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]

@@ -42,9 +42,7 @@ from sharedserve.server.version.source import find_model
 # sharedserve writes and serves it knowingly.
 pytestmark = [
     pytest.mark.torch,
-    pytest.mark.filterwarnings(
-        r"ignore:`torch\.jit\.(script|save|load)` is deprecated:DeprecationWarning"
-    ),
+    pytest.mark.filterwarnings(r"ignore:`torch\.jit\.(script|save|load)` is deprecated"),
 ]
 
 NO_CAP = GpuCap(GpuShare(None), CapSource.NONE, None)
