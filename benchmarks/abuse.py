@@ -320,7 +320,8 @@ def main() -> None:
     lines += [
         "",
         "A fresh `sharedserve serve` of `tiny` per scenario, on loopback, default flags unless "
-        "the row says otherwise (64 MiB --max-body-bytes, 32 MiB --grpc-max-message-bytes). RSS is the server's resident set: "
+        "the row says otherwise (64 MiB --max-body-bytes, 32 MiB --grpc-max-message-bytes). "
+        "RSS is the server's resident set: "
         "idle = VmRSS when loaded and warm, peak = VmHWM after the attack. The server's "
         f"`serve --help` lists {has}.",
         "",
