@@ -3,7 +3,7 @@ gRPC field and SIGTERM under load (d: clients that leave as a Service's proxies 
 that ignore readiness); the management surfaces (f, g, i, j: ``abuse_management.py``) and
 stalled TLS handshakes (h: ``abuse_tls.py``), each against a fresh ``sharedserve serve``.
 
-Loopback only, each scenario bounded in time (about four minutes in all). Memory is the server
+Loopback only, each scenario bounded in time (about ten minutes in all). Memory is the server
 process's own, from ``/proc/PID/status``: ``VmRSS`` once the model is loaded and warm (idle),
 ``VmHWM`` (its peak) after the attack. The server runs as ``python -m sharedserve``, so
 ``PYTHONPATH`` picks the code under test (the "before" run points it at an older checkout).
