@@ -14,12 +14,17 @@ light one (protobuf) decodes and encodes on the loop around the hop. Every model
 unbatched or a batch, runs through the process's one ``Scheduler`` (``scheduler.py``), in the
 model's fair turn; a batching model's versions each have a ``Batcher`` whose batches are such
 calls.
+
+Each phase's CPU time is charged to the request's model on the thread that ran it (decode,
+call, encode: ``metrics.CpuSeconds``); a batch is one model's, its merging and splitting part
+of its call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from time import thread_time
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -30,7 +35,7 @@ from sharedserve.server.inference.batching import Batcher
 from sharedserve.server.inference.scheduler import DEFAULT_SHARE, ModelLane, Scheduler, Share
 from sharedserve.server.inference.validate import check_inputs
 from sharedserve.server.memory import Memory
-from sharedserve.server.metrics import Metrics
+from sharedserve.server.metrics import CpuPhase, Metrics
 from sharedserve.server.version import ModelVersion, Signature
 
 __all__ = ["Call", "InferencePath", "SignatureOf"]
@@ -74,6 +79,7 @@ class InferencePath:
         ``defaults``: a model's share where its settings give none; ``max_elements``: the
         most elements a request's tensors may hold together."""
         self.metrics, self.memory, self.defaults = metrics, memory, defaults
+        self.cpu = metrics.cpu
         self.max_elements = max_elements
         self.scheduler = Scheduler(slots)
         self._lanes: dict[str, ModelLane] = {}  # by model: a request's is a dict lookup
@@ -97,7 +103,7 @@ class InferencePath:
             partial(self._run_batch, version),
             batching,
             on_batch=series.observe_batch,
-            execute=lane.call,
+            execute=partial(lane.call, self._charged, version.name),
         )
         self._batchers[version] = batcher
         self._depths[version] = depth = lambda: float(batcher.queue_depth)
@@ -178,27 +184,46 @@ class InferencePath:
         else:
             outputs = await batcher.submit(signature.name, inputs)
         if call.heavy:
-            return await to_thread.run_sync(partial(call.encode, outputs))
-        return call.encode(outputs)
+            return await to_thread.run_sync(self._encoded, version, call, outputs)
+        return self._encoded(version, call, outputs)
 
     def _decoded(self, version: ModelVersion, call: Call[Any]) -> tuple[Signature, Arrays]:
-        signature, inputs = call.decode(version.signature)
-        check_inputs(signature, inputs, self.max_elements)
-        version.check_rows(_rows(inputs))
+        started = thread_time()
+        try:  # a request refused here cost its model the CPU all the same
+            signature, inputs = call.decode(version.signature)
+            check_inputs(signature, inputs, self.max_elements)
+            version.check_rows(_rows(inputs))
+        finally:
+            self.cpu.charge(version.name, CpuPhase.DECODE, thread_time() - started)
         return signature, inputs
+
+    def _encoded(self, version: ModelVersion, call: Call[R], outputs: Arrays) -> R:
+        started = thread_time()
+        try:
+            return call.encode(outputs)
+        finally:
+            self.cpu.charge(version.name, CpuPhase.ENCODE, thread_time() - started)
 
     def _run(self, version: ModelVersion, signature: Signature, inputs: Arrays) -> Arrays:
         """One unbatched model call, in a scheduler thread, counted as a batch of its rows."""
-        outputs = version.predict(signature, inputs)
+        outputs = self._charged(version.name, version.predict, signature, inputs)
         self.metrics.for_model(version.name).observe_batch(_rows(inputs))
         return outputs
+
+    def _charged(self, model: str, run: Callable[..., R], *args: Any) -> R:
+        """``run(*args)``, its thread's CPU time charged to ``model``'s calls."""
+        started = thread_time()
+        try:
+            return run(*args)
+        finally:
+            self.cpu.charge(model, CpuPhase.CALL, thread_time() - started)
 
     def _run_batch(self, version: ModelVersion, signature_name: str, inputs: Arrays) -> Arrays:
         return version.predict(version.signature(signature_name), inputs)
 
     def _whole(self, version: ModelVersion, call: Call[R]) -> R:
         signature, inputs = self._decoded(version, call)
-        return call.encode(self._run(version, signature, inputs))
+        return self._encoded(version, call, self._run(version, signature, inputs))
 
 
 def _rows(inputs: Arrays) -> int:

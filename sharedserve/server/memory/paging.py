@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from anyio import to_thread
@@ -83,6 +83,7 @@ class Memory:
             if version not in self._versions:
                 self._versions.append(version)
         self._track(version.name)
+        started = time.thread_time()
         try:
             budget = version.settings.memory_budget
             if budget is not None:  # the room first: a GPU's allocator never holds it past the cap
@@ -96,6 +97,8 @@ class Memory:
                 if version.state is S.LOADING:
                     version.to(S.FAILED)
             raise
+        finally:
+            self._cpu_spent(version.name, started)
         if self.metrics is not None:
             self.metrics.cold_start(version.name)
 
@@ -196,8 +199,8 @@ class Memory:
                     break
             await asyncio.sleep(_POLL_S)  # others busy or pinned, or it is still moving out
         try:
-            await to_thread.run_sync(self._move_out, victims)
-            await to_thread.run_sync(version.page_in)
+            await to_thread.run_sync(self._charged, version.name, self._move_out, victims)
+            await to_thread.run_sync(self._charged, version.name, version.page_in)
         except BaseException:
             with LOCK:
                 version.to(S.PAGED_OUT)
@@ -262,6 +265,19 @@ class Memory:
                     victim.to(S.PAGED_OUT)
             if self.metrics is not None:
                 self.metrics.page_out(victim.name)
+
+    def _charged(self, model: str, run: Callable[..., Any], *args: Any) -> None:
+        """In a worker thread: ``run(*args)``, its CPU time charged to ``model``, whose page-in
+        it is for (the page-outs that make its room too)."""
+        started = time.thread_time()
+        try:
+            run(*args)
+        finally:
+            self._cpu_spent(model, started)
+
+    def _cpu_spent(self, model: str, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.cpu_spent(model, time.thread_time() - started)
 
     def _track(self, name: str) -> None:
         if self.metrics is not None:

@@ -1,7 +1,8 @@
 """The server's Prometheus series (prometheus-client, one registry per server): requests,
-batches, queues, connections, GPU memory (``prometheus.py``), and each model's memory and
-paging (``paging.py``)."""
+batches, queues, connections, GPU memory (``prometheus.py``), each model's memory and
+paging (``paging.py``), and each model's CPU seconds by phase (``cpu.py``)."""
 
+from sharedserve.server.metrics.cpu import CpuPhase, CpuSeconds
 from sharedserve.server.metrics.paging import PagingMetrics
 from sharedserve.server.metrics.prometheus import (
     EVERY_MODEL,
@@ -15,6 +16,8 @@ from sharedserve.server.metrics.prometheus import (
 
 __all__ = [
     "EVERY_MODEL",
+    "CpuPhase",
+    "CpuSeconds",
     "GpuMemoryReading",
     "Metrics",
     "ModelMetrics",

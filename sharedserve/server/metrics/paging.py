@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from sharedserve.server.metrics.cpu import CpuPhase, CpuSeconds
+
 __all__ = ["PagingMetrics"]
 
 # From a device copy (milliseconds) to a large model's reload from disk (tens of seconds).
@@ -19,7 +21,8 @@ _PAGING_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 
 
 class PagingMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, cpu: CpuSeconds | None = None) -> None:
+        self._cpu = cpu
         self._cold = Counter(
             "sharedserve_model_cold_starts",
             "Model versions loaded from disk: at start, by the repository API, or reloaded by "
@@ -71,6 +74,11 @@ class PagingMetrics:
 
     def page_out(self, model: str) -> None:
         self._page_outs.labels(model).inc()
+
+    def cpu_spent(self, model: str, seconds: float) -> None:
+        """``seconds`` of a thread's CPU time spent loading or paging for ``model``."""
+        if self._cpu is not None:
+            self._cpu.charge(model, CpuPhase.PAGING, seconds)
 
     def waited(self, model: str, seconds: float) -> None:
         self._wait.labels(model).observe(seconds)

@@ -2,12 +2,12 @@
 
 A registry per server instead of the library's global one: tests run servers in-process. A
 process may serve many models: the per-model series (requests, latency, batch size, queue depth
-and wait, whether its last load failed) take each model's name (``for_model``); the
-process-wide ones (connections refused, arriving bytes, GPU memory), and requests never routed
-to a model (an unknown name, a message refused before it is parsed), take the process's label:
-the model's name when it serves one, as before. GPU memory is read from NVML at scrape time,
-only when NVML sees a real GPU: a simulated
-inventory has no memory use to report.
+and wait, whether its last load failed, CPU seconds by phase: ``cpu.py``) take each model's
+name (``for_model``); the process-wide ones (connections refused, arriving bytes, GPU memory),
+and requests never routed to a model (an unknown name, a message refused before it is parsed),
+take the process's label: the model's name when it serves one, as before. GPU memory is read
+from NVML at scrape time, only when NVML sees a real GPU: a simulated inventory has no memory
+use to report.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sharedserve.server.metrics.cpu import CpuSeconds
 from sharedserve.server.metrics.paging import PagingMetrics
 
 __all__ = [
@@ -136,7 +137,10 @@ class Metrics:
             registry=self.registry,
         )
         self._arriving.labels(model).set(0)
-        self.paging = PagingMetrics(self.registry)
+        self.cpu = CpuSeconds()
+        """Each model's CPU seconds by phase, charged where the work runs (``cpu.py``)."""
+        self.registry.register(self.cpu)
+        self.paging = PagingMetrics(self.registry, self.cpu)
         self._load_failed = Gauge(
             "sharedserve_model_load_failed",
             "1 while a model's last load failed (at start, a reload, a poll or the repository "

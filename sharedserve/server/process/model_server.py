@@ -147,16 +147,19 @@ class ModelServer:
 
     def report(self) -> dict[str, Any]:
         """For ``/sharedserve/v1/limits``, beside the limits: the scheduler's threads, the
-        process's memory, and each routed model's share and versions (state, budget,
-        footprint, last use)."""
+        process's memory, and each routed model's share, CPU seconds by phase and versions
+        (state, budget, footprint, last use)."""
         shares = self.path.shares()
+        served = self.registry.served()
+        cpu = self.metrics.cpu.totals(served)
         models: dict[str, Any] = {}
-        for name, numbers in sorted(self.registry.served().items()):
+        for name, numbers in sorted(served.items()):
             share = shares.get(name, self.path.defaults)
             versions = self.registry.versions_by_number(name)
             models[name] = {
                 "weight": share.weight,
                 "max_inflight": share.max_inflight,
+                "cpu_seconds": cpu[name],
                 "versions": {str(n): versions[n].report() for n in numbers},
             }
         return {

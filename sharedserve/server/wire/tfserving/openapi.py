@@ -26,6 +26,7 @@ from sharedserve import __version__
 from sharedserve.config import BatchingSettings, CapSource
 from sharedserve.enums import Paging
 from sharedserve.limits.cpu import CpuLimitSource
+from sharedserve.server.metrics import CpuPhase
 from sharedserve.server.version import MEMORY_STATES
 from sharedserve.server.version.signature import DTYPE_TO_NUMPY
 from sharedserve.server.wire.oip.openapi import oip_paths, oip_schemas
@@ -194,12 +195,19 @@ def _schemas() -> dict[str, Schema]:
                 ),
                 "models": {
                     "type": "object",
-                    "description": "Each served model's share of the scheduler, and each of its "
-                    "versions' memory: budget, footprint measured at load, state, last use.",
+                    "description": "Each served model's share of the scheduler, its CPU "
+                    "seconds by phase, and each of its versions' memory: budget, footprint "
+                    "measured at load, state, last use.",
                     "additionalProperties": object_of(
                         {
                             "weight": {"type": "number"},
                             "max_inflight": {"type": "integer"},
+                            "cpu_seconds": object_of(
+                                {phase.label: {"type": "number"} for phase in CpuPhase},
+                                description="CPU time spent for the model so far, by phase, "
+                                "on the threads that did the work (as "
+                                "sharedserve_model_cpu_seconds_total).",
+                            ),
                             "versions": map_of(ref("ModelMemory")),
                         }
                     ),
