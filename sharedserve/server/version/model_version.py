@@ -44,6 +44,7 @@ from sharedserve.enums import Framework
 from sharedserve.errors import InvalidInput, NotFound, NotReady, ResourceExhausted, quoted
 from sharedserve.server.version.backends.base import Backend, NoModel, warm_up
 from sharedserve.server.version.footprint import Footprint, mib, shown
+from sharedserve.server.version.moves import Moves
 from sharedserve.server.version.settings import ModelSettings
 from sharedserve.server.version.signature import Signature
 from sharedserve.server.version.source import ModelSource
@@ -52,9 +53,11 @@ __all__ = [
     "DEFAULT_SIGNATURE",
     "LOCK",
     "MEMORY_STATES",
+    "MOVES",
     "SERVING",
     "ModelVersion",
     "VersionState",
+    "collect",
     "parse_version",
     "unfrozen",
 ]
@@ -67,6 +70,9 @@ _INT64_MAX = 2**63 - 1
 
 LOCK = threading.Lock()
 """Every version's state and counts, and the process memory's totals (module docstring)."""
+MOVES = Moves(LOCK)
+"""Notified under ``LOCK`` on every state move and every version's last request ending: what a
+blocked page-in or a retire waits for (``moves.py``)."""
 
 
 def parse_version(text: str | None) -> int | None:
@@ -98,6 +104,13 @@ def unfrozen() -> Iterator[None]:
     finally:
         if frozen:
             gc.freeze()
+
+
+def collect() -> None:
+    """A full collection, what start froze included: what frees a model that was let go of
+    (a framework's model is objects in cycles, ``unfrozen``)."""
+    with unfrozen():
+        gc.collect()
 
 
 class VersionState(str, Enum):
@@ -159,8 +172,6 @@ class ModelVersion:
         self.last_use: float | None = None  # wall clock, for /limits; LRU order reads touched
         self.touched = 0.0
         self.paging_in: Any = None  # the page-in under way (an asyncio task), for its waiters
-        self._idle = threading.Event()
-        self._idle.set()
 
     @classmethod
     def stand_in(cls, name: str, reason: str) -> ModelVersion:
@@ -213,6 +224,7 @@ class ModelVersion:
                 f"{state.value}"
             )
         self.state = state
+        MOVES.notify()
 
     def admit(self) -> bool:
         """Under LOCK: one more request in flight; -> resident now (else it waits for a
@@ -224,21 +236,16 @@ class ModelVersion:
         if self.state not in SERVING:
             raise NotReady(self.not_ready_message())
         self.inflight += 1
-        self._idle.clear()
         if self.state is S.AVAILABLE:
             self.touch()
             return True
         return False
 
     def release(self) -> None:
-        """Under LOCK: a request answered."""
+        """Under LOCK: a request answered; its last one makes it movable (and retirable)."""
         self.inflight -= 1
         if not self.inflight:
-            self._idle.set()
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        """Blocks (a worker thread) until no request is in flight; False at ``timeout_s``."""
-        return self._idle.wait(timeout_s)
+            MOVES.notify()
 
     def touch(self) -> None:
         self.last_use, self.touched = time.time(), time.monotonic()
@@ -267,14 +274,17 @@ class ModelVersion:
         peak = max(warm.peak - before.in_use, weights)
         return Footprint(weights, peak, rows, on_gpu=True)
 
-    def page_out(self) -> None:
+    def page_out(self) -> bool:
         """Off the device (idle, chosen by the memory): torch keeps it in host memory,
-        TensorFlow unloads it, freed by a collection (what start froze included)."""
-        if self.backend.pages_to_host:
-            self.backend.page_out()  # a move: nothing is freed in Python
-            return
-        with unfrozen():
-            self.backend.page_out()
+        TensorFlow lets go of it. -> whether a collection (``collect``) is owed: what was let
+        go of is freed only by one, which the caller runs where it costs no page-in a wait."""
+        self.backend.page_out()
+        return not self.backend.pages_to_host
+
+    @property
+    def on_device(self) -> bool:
+        """Its framework runs it on a GPU, where what it frees is device memory."""
+        return self.backend.device_memory() is not None
 
     def page_in(self) -> None:
         """Back on the device; a reloaded model is warmed up again, so that its first request

@@ -31,11 +31,12 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from sharedserve.config import CapSource, GpuCapRequest, GpuSettings
 from sharedserve.enums import Paging
-from sharedserve.server.memory import Memory
+from sharedserve.server.memory import Memory, paging
 from sharedserve.server.process.model_server import ModelServer
 from sharedserve.server.repository import VersionToServe
 from sharedserve.server.version import (
     MIB,
+    MOVES,
     Backend,
     ModelSettings,
     ModelSource,
@@ -190,6 +191,7 @@ def test_a_tensorflow_model_frozen_at_start_is_freed_when_paged_out(served: Serv
         frozen = gc.get_freeze_count()
         assert _predict(served, "b").status_code == 200  # no room: tf, least recent, goes
         assert _states(served.server)["tf"] is VersionState.PAGED_OUT
+        served.server.memory.settle()  # its collection, off the page-in's path: run by now
         freed = frozen - gc.get_freeze_count()
         assert freed > 1000, f"only {freed} frozen objects were freed by tf's page-out"
     finally:
@@ -239,4 +241,79 @@ def _wait_busy(memory: Memory, names: tuple[str, ...]) -> None:
     deadline = time.monotonic() + 60
     while not all(memory.versions_of(n)[0].inflight for n in names):
         assert time.monotonic() < deadline, "the held requests never reached their models"
+        time.sleep(0.01)
+
+
+class _NoPoll:
+    """The paging module's ``asyncio`` and ``time``, but for ``sleep``: a poll fails the test."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def sleep(self, *_: object) -> None:
+        raise AssertionError("a poll: a blocked page-in must wake on the move that unblocks it")
+
+
+def test_a_blocked_page_in_wakes_on_the_move_not_on_a_poll(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    monkeypatch.setattr(paging, "asyncio", _NoPoll(asyncio))
+    monkeypatch.setattr(paging, "time", _NoPoll(time))
+    memory = served.server.memory
+    for name in ("g1", "g2"):  # resident, then held busy: no room for a until they end
+        assert _predict(served, name).status_code == 200
+    assert _states(served.server)["a"] is VersionState.PAGED_OUT
+    served.gate.clear()
+    with ThreadPoolExecutor(3) as pool:
+        held = [pool.submit(_predict, served, name) for name in ("g1", "g2")]
+        try:
+            _wait_busy(memory, ("g1", "g2"))
+            waiting = pool.submit(_predict, served, "a")
+            _wait_until(lambda: MOVES.waiting == 1, "the page-in never blocked for room")
+            assert _states(served.server)["a"] is VersionState.PAGED_OUT
+        finally:
+            served.gate.set()  # g1 and g2 end: the move that wakes a's page-in
+        assert [f.result().status_code for f in held] == [200, 200]
+        response = waiting.result()
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(response.json()["predictions"], served.expected["torch"], rtol=1e-5)
+
+
+def test_a_tensorflow_page_out_leaves_its_collection_off_the_next_page_in(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate, entered = threading.Event(), threading.Event()
+
+    def held_collection() -> None:  # the evicted model's freeing, held while b pages in
+        entered.set()
+        assert gate.wait(60)
+        gc.collect()
+
+    monkeypatch.setattr(paging, "collect", held_collection)
+    for name in ("tf", "a"):  # tf resident and least recent: the next page-in evicts it
+        assert _predict(served, name).status_code == 200
+    assert _states(served.server)["b"] is VersionState.PAGED_OUT
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            # The page-in completes, and answers, while tf's collection is still held.
+            response = pool.submit(_predict, served, "b").result(timeout=30)
+            assert response.status_code == 200, response.text
+            assert _states(served.server)["tf"] is VersionState.PAGED_OUT
+            assert _states(served.server)["b"] is VersionState.AVAILABLE
+            assert entered.wait(30), "tf's page-out owed no collection"
+    finally:
+        gate.set()
+    served.server.memory.settle()  # the held one has run; nothing is owed any more
+    assert _predict(served, "tf").status_code == 200  # and tf pages back in
+
+
+def _wait_until(done: Any, why: str) -> None:
+    deadline = time.monotonic() + 60
+    while not done():
+        assert time.monotonic() < deadline, why
         time.sleep(0.01)

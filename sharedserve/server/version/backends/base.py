@@ -107,7 +107,9 @@ class Backend(Protocol):
 
     def page_out(self) -> None:
         """Free the model's device memory while keeping it servable after ``page_in``; predict
-        raises SharedServeError meanwhile. The caller pages out only an idle model."""
+        raises SharedServeError meanwhile. The caller pages out only an idle model. Where it
+        unloads (not ``pages_to_host``), the memory is freed at the caller's next full
+        collection (a model is objects in cycles)."""
         ...
 
     def page_in(self) -> None:

@@ -11,7 +11,6 @@ device, and TensorFlow has no supported way to move them to host memory and back
 
 from __future__ import annotations
 
-import gc
 import logging
 from pathlib import Path
 from typing import Any
@@ -182,10 +181,9 @@ class TensorFlowBackend:
             tf.config.experimental.reset_memory_stats(_GPU)
 
     def page_out(self) -> None:
+        # A SavedModel's objects form cycles: what it holds is freed at the next full
+        # collection, which the caller runs (a version's page-out: off a page-in's path).
         self.unload()
-        # A SavedModel's objects form cycles: without a collection now, the memory paging out
-        # is meant to free would wait for the next automatic one.
-        gc.collect()
 
     def page_in(self) -> None:
         if self._loaded is None:
