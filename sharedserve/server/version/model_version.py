@@ -184,9 +184,10 @@ class ModelVersion:
         stand_in = cls(
             ModelSource(name, 0, Path(), Framework.TENSORFLOW), ModelSettings(), NoModel()
         )
-        stand_in.to(S.LOADING)
-        stand_in.to(S.FAILED)
-        stand_in.error = reason
+        with LOCK:  # a move wakes waiters (``moves.py``), which needs the lock held
+            stand_in.to(S.LOADING)
+            stand_in.to(S.FAILED)
+            stand_in.error = reason
         return stand_in
 
     @property
