@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -97,10 +98,22 @@ def repository_server(
                 process.wait(30)
 
 
-def rest_call(port: int, method: str, path: str, key: str | None, body: bytes = b"{}") -> str:
-    """The status of one REST call, or the exception's name."""
+def rest_call(
+    port: int,
+    method: str,
+    path: str,
+    key: str | None,
+    body: bytes = b"{}",
+    *,
+    tls: ssl.SSLContext | None = None,
+) -> str:
+    """The status of one REST call (https with ``tls``), or the exception's name."""
     headers = {"Content-Type": "application/json"} | ({HEADER: key} if key is not None else {})
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn = (
+        http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        if tls is None
+        else http.client.HTTPSConnection("127.0.0.1", port, timeout=120, context=tls)
+    )
     try:
         conn.request(method, path, body, headers)
         response = conn.getresponse()

@@ -7,7 +7,6 @@ stalled connection live, and whether the honest client was served meanwhile."""
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import socket
@@ -19,6 +18,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+
+from abuse_management import rest_call  # benchmarks/, beside this script
 
 from sharedserve.pack.probe import free_port
 
@@ -40,16 +41,7 @@ def certificate(work: Path) -> tuple[Path, Path]:
 
 
 def predict(port: int, context: ssl.SSLContext) -> str:
-    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=context)
-    try:
-        conn.request("POST", "/v1/models/tiny:predict", ROW, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        response.read()
-        return str(response.status)
-    except OSError as e:
-        return type(e).__name__
-    finally:
-        conn.close()
+    return rest_call(port, "POST", "/v1/models/tiny:predict", None, ROW, tls=context)
 
 
 @contextlib.contextmanager

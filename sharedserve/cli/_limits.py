@@ -41,9 +41,9 @@ GrpcMaxMessageBytes = Annotated[
     int,
     typer.Option(
         help="Largest gRPC message received or sent, in bytes; more gets RESOURCE_EXHAUSTED. "
-        "grpcio copies each message whole on the server's event loop (about 1.5 ms a MB), and "
-        "REST requests, health probes included, wait meanwhile: the default keeps that under "
-        "100 ms. Raise it for larger batches, knowing the probe waits longer.",
+        "grpcio copies each message whole on the server's event loop, and REST requests, "
+        "health probes included, wait meanwhile: 76-82 ms at the default on 2 cores. Raise it "
+        "for larger batches, knowing the probe waits longer.",
         rich_help_panel=PANEL_REQUESTS,
     ),
 ]

@@ -32,9 +32,9 @@ __all__ = [
 ]
 
 #: Largest gRPC message by default. grpcio copies a message whole on the server's event loop
-#: before any handler sees it (about 1.5 ms a MB: 84-90 ms for 60 MB with a handler that does
-#: nothing), and REST requests, health probes included, wait meanwhile; at this size the longest
-#: wait was 76-82 ms in two runs on 2 cores (benchmarks/results/abuse_after.md, row j).
+#: before any handler sees it, and REST requests, health probes included, wait meanwhile; at
+#: this size the longest wait was 76-82 ms in two runs on 2 cores
+#: (benchmarks/results/abuse_after.md, row j).
 DEFAULT_GRPC_MESSAGE_BYTES = 32 * 1024 * 1024
 #: Largest bodies that may be arriving at once by default (``RestSettings.arriving_limit``).
 ARRIVING_BODIES_PER_LIMIT = 4
