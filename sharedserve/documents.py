@@ -177,9 +177,12 @@ def parse(kind: type[T], data: Any, *, where: str, context: dict[str, Any] | Non
         raise ConfigError(_message(kind, data, (unknown or errors)[0], where)) from None
 
 
-def dump(value: Any, *, drop_none: bool = False) -> Any:
-    """A document as plain JSON values, keys in their fields' order (the order written)."""
-    return _adapter(type(value)).dump_python(value, mode="json", exclude_none=drop_none)
+def dump(value: Any, *, drop_none: bool = False, by_alias: bool = False) -> Any:
+    """A document as plain JSON values, keys in their fields' order (the order written);
+    ``by_alias``: under the keys a file spells (a chart's camelCase values)."""
+    return _adapter(type(value)).dump_python(
+        value, mode="json", exclude_none=drop_none, by_alias=by_alias
+    )
 
 
 def json_schema(kind: type[Any], title: str) -> dict[str, Any]:

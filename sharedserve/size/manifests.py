@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from sharedserve.config import SharedServerModel
 from sharedserve.contract import DRA_COMPUTE_UNITS, DRA_DRIVER
@@ -50,9 +52,11 @@ from sharedserve.k8s import (
     ModelDeployment,
     PodSpread,
     VgpuSize,
+    render_mix,
     render_mix_yaml,
     vgpu_cut,
 )
+from sharedserve.k8s.chart import AllocatorMode, AllocatorValues, chart_values
 from sharedserve.k8s.shared_server import SharedServerModelFiles, SharedServerPods
 from sharedserve.pack.repository import merged_model_file, model_file
 from sharedserve.quantity import format_cpu
@@ -83,6 +87,8 @@ _FLEET_NAMES = ("kubernetes.vgpus_per_gpu", "kubernetes.vgpu_memory_mib")
 class PlanManifests:
     text: str
     """The YAML stream."""
+    values: str
+    """The Helm chart's values installing the same (``values.yaml``)."""
     kubernetes: PlanKubernetes
     """What its pods ask for, as plan.json says it."""
     unfit: list[str]
@@ -363,4 +369,29 @@ def plan_manifests(
     for index in shares.full:
         taken = sum(shares.units[name] * n for name, n in gpus[index].items())
         unfit.append(f"GPU {index} ({taken} vGPUs)")
-    return PlanManifests(text, kubernetes, unfit)
+    values = _values(entries, size, reserve, fleet.kubernetes.namespace, source)
+    return PlanManifests(text, values, kubernetes, unfit)
+
+
+def _values(entries: list[MixModel], size: VgpuSize | ClaimSize, reserve: int, namespace: str,
+            source: str) -> str:  # fmt: skip
+    """The chart's values for the same Deployments as k8s.yaml's, and the allocator's cut."""
+    deployments = render_mix(entries, size, context_reserve_mib=reserve)
+    if isinstance(size, VgpuSize):
+        allocator = AllocatorValues(vgpus_per_gpu=size.per_gpu)
+    else:
+        allocator = AllocatorValues(mode=AllocatorMode.DRA)
+    values = chart_values(
+        [(d, e.shared_server) for d, e in zip(deployments, entries, strict=True)], allocator
+    )
+    header = (
+        f"Values of the sharedserve Helm chart for {source} (sharedserve size --fleet): the "
+        "allocator at the plan's cut and the Deployments of k8s.yaml beside this file, one per "
+        "dedicated model and one per shared server. Install with: helm install sharedserve "
+        f"charts/sharedserve --namespace {namespace} --create-namespace -f values.yaml"
+    )
+    lines = textwrap.wrap(header, 97, break_long_words=False, break_on_hyphens=False)
+    # libyaml's emitter where there is one: a fleet's file holds thousands of servers.
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    body = yaml.dump(values, Dumper=dumper, sort_keys=False, width=100)
+    return "".join(f"# {line}\n" for line in lines) + body

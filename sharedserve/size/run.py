@@ -69,11 +69,12 @@ def _files(fleet: Fleet) -> tuple[dict[str, float], dict[str, str]]:
 
 
 def _write_manifests(plan: Plan, fleet: Fleet, directories: dict[str, str], out_dir: Path) -> Plan:
-    """Write k8s.yaml; the plan with what it asks of the allocator (and a warning if its cut
-    makes a planned GPU's share overflow)."""
+    """Write k8s.yaml and the Helm chart's values.yaml; the plan with what it asks of the
+    allocator (and a warning if its cut makes a planned GPU's share overflow)."""
     files = {m.name: m.model for m in fleet.models if m.model is not None}
     manifests = plan_manifests(plan, fleet, directories, files)
     write_atomic(out_dir / "k8s.yaml", manifests.text.encode())
+    write_atomic(out_dir / "values.yaml", manifests.values.encode())
     kubernetes = manifests.kubernetes
     warnings = list(plan.warnings)
     if manifests.unfit:
@@ -212,8 +213,9 @@ def _plan(
 
 
 def plan_fleet(fleet_path: Path, out_dir: Path, corrections: Sequence[Path] = ()) -> Plan:
-    """Plan the fleet; write plan.json, plan.md, plan.html, k8s.yaml and, when every model has
-    files, a pack spec per GPU into ``out_dir``; return the plan plan.json holds.
+    """Plan the fleet; write plan.json, plan.md, plan.html, k8s.yaml, the Helm chart's
+    values.yaml and, when every model has files, a pack spec per GPU into ``out_dir``; return
+    the plan plan.json holds.
     ``corrections``: ``size --verify``'s verify.json files, whose factors correct the verified
     models' predictions (``predict.corrections``)."""
     fleet = load_fleet(fleet_path)

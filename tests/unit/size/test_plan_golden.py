@@ -23,7 +23,8 @@ from sharedserve.size.run import plan_fleet
 
 ROOT = Path(__file__).resolve().parents[3]
 DATA = Path("tests/data/plan")
-FILES = ("plan.json", "plan.md", "k8s.yaml")  # not plan.html: its styles are report.html's
+# Not plan.html: its styles are report.html's.
+FILES = ("plan.json", "plan.md", "k8s.yaml", "values.yaml")
 
 
 @pytest.fixture
