@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from sharedserve.cli import app
 from sharedserve.k8s.chart_docs import values_table, values_yaml
+from sharedserve.size.run import plan_fleet
 from tests.support import crds
 from tests.support.chart import CHART, NAMESPACE, differences, run_helm, template
 from tests.support.manifests import DRA_KUBERNETES_VERSION, K8S, load, validate
@@ -46,6 +47,15 @@ def test_helm_lint_strict_passes(values: Path | None) -> None:
     result = run_helm(*args, *(["-f", str(values)] if values else []))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("mode", list(VALUES))
+def test_helm_install_takes_each_values_file(mode: str) -> None:
+    # A client-side dry run: what `helm install` checks before it reaches a cluster.
+    args = ["install", "sharedserve", "-n", NAMESPACE, "--dry-run=client", "-f", str(VALUES[mode])]
+    result = run_helm(*args)
+    assert result.returncode == 0, result.stderr
+    assert "STATUS: pending-install" in result.stdout
 
 
 @pytest.mark.parametrize("mode", list(VALUES))
@@ -111,6 +121,25 @@ def test_a_plans_values_render_one_workload_per_server_of_the_plan_as_k8s_yaml_d
     assert config["data"]["vgpus-per-gpu"] == str(plan["kubernetes"]["vgpus_per_gpu"])
 
 
+def test_a_dra_plans_values_render_its_claims_as_k8s_yaml_does(tmp_path: Path) -> None:
+    fleet = (PLAN.parent / "fleet.yaml").read_text()
+    fleet = fleet.replace("profile: profiles/", f"profile: {PLAN.parent / 'profiles'}/")
+    fleet = fleet.replace(
+        "kubernetes: {namespace: models}", "kubernetes: {namespace: models, dra: true}"
+    )
+    (tmp_path / "fleet.yaml").write_text(fleet)
+    plan_fleet(tmp_path / "fleet.yaml", tmp_path / "plan")
+    values = yaml.safe_load((tmp_path / "plan" / "values.yaml").read_text())
+    assert values["allocator"] == {"mode": "dra"}
+    objects = template(values, tmp=tmp_path, namespace="models")
+    claims = [o for o in objects if o["kind"] == "ResourceClaimTemplate"]
+    assert len(claims) == len(values["servers"])
+    values["allocator"]["enabled"] = False
+    servers_only = template(values, tmp=tmp_path, namespace="models")
+    rendered = load((tmp_path / "plan" / "k8s.yaml").read_text())
+    assert differences([o for o in servers_only if o["kind"] != "Secret"], rendered) == []
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -133,6 +162,23 @@ def test_helm_refuses_a_mistyped_value_with_the_schemas_message(
         assert result.returncode != 0, result.stdout
         assert "values don't meet the specifications of the schema" in result.stderr
         assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        ([{"model": "tiny"}, {"model": "Tiny"}], "tiny and Tiny both render as the Deployment"),
+        ([{"model": "tiny", "gpuCompute": 20}], "tiny: gpuCompute is a share asked of the DRA"),
+        ([{"model": "tiny", "gpuMemory": "2Gi", "vgpu": 2}], "tiny: vgpu with gpuMemory"),
+    ],
+)
+def test_helm_refuses_servers_k8s_render_refuses(
+    servers: list[Obj], message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump({"servers": servers}))
+    result = run_helm("template", "sharedserve", "-n", NAMESPACE, "-f", str(path))
+    assert result.returncode != 0 and message in result.stderr, result.stderr
 
 
 def test_the_committed_schema_is_what_sharedserve_schema_prints() -> None:
