@@ -32,6 +32,7 @@ __all__ = [
     "AutoscalingKind",
     "AutoscalingValues",
     "ChartValues",
+    "ScalingMetric",
     "ServerModelValues",
     "ServerValues",
     "chart_deployments",
@@ -65,6 +66,13 @@ class AutoscalingKind(str, Enum):
     NONE = "none"
     HPA = "hpa"
     KEDA = "keda"
+
+
+class ScalingMetric(str, Enum):
+    """The servers' own metrics an autoscaler holds at a target."""
+
+    QUEUE_DEPTH = "sharedserve_queue_depth"
+    QUEUE_WAIT = "sharedserve_queue_wait_seconds"
 
 
 @dataclass(frozen=True, config=_VALUES)
@@ -140,10 +148,12 @@ class AutoscalingValues:
     """``none``, ``hpa`` (a Pods metric, through a custom metrics adapter) or ``keda``."""
     max_replicas: Annotated[int, Field(ge=1, le=100)] = 4
     """At most this many pods a server (each its share of a GPU)."""
-    metric: Annotated[str, Field(pattern=r"^sharedserve_[a-z_]+$")] = "sharedserve_queue_depth"
-    """The per-pod metric it scales on (a gauge: queue depth, or in flight)."""
+    metric: ScalingMetric = ScalingMetric.QUEUE_DEPTH
+    """What it holds at ``target``: ``sharedserve_queue_depth``, the calls waiting, on average
+    per pod; or (``keda`` only) ``sharedserve_queue_wait_seconds``, the server's 90th percentile
+    wait for a thread over the last 2 minutes, in seconds."""
     target: Annotated[float, Field(gt=0)] = 4.0
-    """Its target value per pod."""
+    """The value it holds the metric at (calls waiting a pod; seconds of wait)."""
     prometheus: str = "http://prometheus-operated.monitoring.svc:9090"
     """KEDA: the Prometheus its trigger queries."""
 

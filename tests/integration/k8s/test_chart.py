@@ -158,18 +158,22 @@ def test_helm_refuses_a_mistyped_value_with_the_schemas_message(
 
 
 @pytest.mark.parametrize(
-    ("servers", "message"),
+    ("values", "message"),
     [
-        ([{"model": "tiny"}, {"model": "Tiny"}], "tiny and Tiny both render as the Deployment"),
-        ([{"model": "tiny", "gpuCompute": 20}], "tiny: gpuCompute is a share asked of the DRA"),
-        ([{"model": "tiny", "gpuMemory": "2Gi", "vgpu": 2}], "tiny: vgpu with gpuMemory"),
+        ({"servers": [{"model": "tiny"}, {"model": "Tiny"}]},
+         "tiny and Tiny both render as the Deployment"),
+        ({"servers": [{"model": "tiny", "gpuCompute": 20}]},
+         "tiny: gpuCompute is a share asked of the DRA"),
+        ({"servers": [{"model": "tiny", "gpuMemory": "2Gi", "vgpu": 2}]},
+         "tiny: vgpu with gpuMemory"),
+        ({"servers": [{"model": "tiny"}],
+          "autoscaling": {"kind": "hpa", "metric": "sharedserve_queue_wait_seconds"}},
+         "queue wait, a histogram's quantile, needs kind keda"),
     ],
-)
-def test_helm_refuses_servers_k8s_render_refuses(
-    servers: list[Obj], message: str, tmp_path: Path
-) -> None:
+)  # fmt: skip
+def test_helm_refuses_what_the_schema_cannot_say(values: Obj, message: str, tmp_path: Path) -> None:
     path = tmp_path / "values.yaml"
-    path.write_text(yaml.safe_dump({"servers": servers}))
+    path.write_text(yaml.safe_dump(values))
     result = run_helm("template", "sharedserve", "-n", NAMESPACE, "-f", str(path))
     assert result.returncode != 0 and message in result.stderr, result.stderr
 
