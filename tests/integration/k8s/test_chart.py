@@ -9,6 +9,8 @@ Helm is found on the PATH or in the virtualenv (``make helm`` puts it there).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sharedserve.cli import app
+from sharedserve.k8s.admin import ADMIN_KEY_DIGEST
 from sharedserve.k8s.chart_docs import values_table, values_yaml
 from sharedserve.size.run import plan_fleet
 from tests.support import crds
@@ -89,6 +92,18 @@ def test_each_mode_installs_its_allocator_pieces() -> None:
     assert _kinds(dra).count("ResourceClaimTemplate") == 2
     assert _kinds(dp).count("HorizontalPodAutoscaler") == 2
     assert _kinds(dra).count("ScaledObject") == 2
+
+
+def test_the_made_key_is_the_one_each_pod_carries_the_digest_of() -> None:
+    objects = template(VALUES["device-plugin"])
+    (secret,) = [o for o in objects if o["kind"] == "Secret"]
+    key = base64.b64decode(secret["data"]["key"])
+    assert len(key) == 64 and key.isalnum()
+    digest = hashlib.sha256(key).hexdigest()[:16]
+    for deployment in (o for o in objects if o["kind"] == "Deployment"):
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations[ADMIN_KEY_DIGEST] == digest
+    assert template(VALUES["device-plugin"]) != objects  # a new key where none exists yet
 
 
 def test_a_plans_values_render_one_workload_per_server_of_the_plan_as_k8s_yaml_does(
