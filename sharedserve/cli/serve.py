@@ -61,7 +61,9 @@ def models_build(
     framework: Annotated[
         Framework,
         typer.Option(
-            help="tf (SavedModel) or torch (TorchScript + signature.json).", case_sensitive=False
+            help="tf (SavedModel), torch (TorchScript + signature.json) or onnx (model.onnx, "
+            "exported from the torch modules).",
+            case_sensitive=False,
         ),
     ] = Framework.TENSORFLOW,
     overwrite: Annotated[

@@ -120,9 +120,9 @@ def test_the_deprecated_model_type_tensorflow_still_reads() -> None:
         ("name: 'a/b' base_path: '/m'", r"model name 'a/b' cannot be used in a URL path"),
         ("base_path: '/m'", r"model name '' cannot"),
         (
-            "name: 'm' base_path: '/m' model_platform: 'onnx'",
-            r"model_platform 'onnx' is not.*"
-            r"tensorflow, pytorch",
+            "name: 'm' base_path: '/m' model_platform: 'tensorrt_plan'",
+            r"model_platform 'tensorrt_plan' is not.*"
+            r"tensorflow, pytorch, torch, pytorch_libtorch, onnx, onnxruntime_onnx",
         ),
         (
             "name: 'm' base_path: '/m' model_platform: 'tensorflow' model_type: TENSORFLOW",
