@@ -99,7 +99,7 @@ def models_list() -> None:
     typer.echo("Example models `models build` can make (name, --framework, what it is):")
     for model in CATALOG.values():
         frameworks = ",".join(f.value for f in model.frameworks)
-        typer.echo(f"{model.name:14} {frameworks:9} {model.description}")
+        typer.echo(f"{model.name:14} {frameworks:13} {model.description}")
 
 
 _PANEL_BATCHING = "Batching"

@@ -17,7 +17,10 @@ alone. onnxruntime's CPU provider takes no per-session arena size; an arena regi
 environment (``create_and_register_allocator``) does, and a session made with
 ``session.use_env_allocators`` keeps the arena registered when it was made, even after another
 is registered in its place. So each capped session is made, under one lock, right after its own
-arena is registered. Uncapped sessions use their own arena, as onnxruntime's default. The arena
+arena is registered, and an unused arena is registered after it: while the environment held the
+model's arena, a paged-out model's arena would stay allocated (what it grew to: 128 MiB kept
+after a 4,096-row batch of ``tests/support/onnx_models.py``'s wide model, freed with the
+placeholder). Uncapped sessions use their own arena, as onnxruntime's default. The arena
 holds the weights too, as a GPU budget does. Without a budget the measured peak is not used as a
 cap: on a host without a GPU it counts weights, inputs and outputs, not the activations between
 them, and so is too small for the model's own warm-up.
@@ -75,6 +78,9 @@ _INPUT_ERROR = re.compile(r"shape|dimension|dims\b|rank|type|Invalid input|Got i
 
 _threads: dict[str, int] = {"intra": 0, "inter": 0}
 """The thread counts ``configure`` set, for every session of the process (0: ORT's choice)."""
+_PLACEHOLDER = ort.OrtArenaCfg(1, 1, -1, -1)
+"""What the environment holds between capped sessions: an arena no session uses, which an
+arena allocates nothing for until its first allocation."""
 _ARENA_LOCK = threading.Lock()
 """One capped session made at a time: its arena is the environment's until the next one's."""
 
@@ -169,7 +175,10 @@ class OnnxBackend:
             arena = ort.OrtArenaCfg(self._cap, 1, -1, -1)
             with _ARENA_LOCK:
                 ort.create_and_register_allocator(info, arena)
-                return ort.InferenceSession(data, options, providers=_PROVIDERS)
+                try:
+                    return ort.InferenceSession(data, options, providers=_PROVIDERS)
+                finally:  # the session keeps its arena; the environment lets go of it
+                    ort.create_and_register_allocator(info, _PLACEHOLDER)
         except Exception as e:  # a malformed file, an unknown op, an arena too small to load
             raise ModelLoadError(f"onnxruntime could not load {model_file}: {_short(e)}") from e
 
