@@ -1,7 +1,8 @@
 """An ONNX ``tiny`` exported by the CLI from the torch module, served by the real server over
 every API (TF Serving's REST and gRPC, the Open Inference Protocol's REST and gRPC), answering
 as the TorchScript ``tiny`` it came from (same seed, same weights) to float tolerance; and a
-malformed ``model.onnx`` beside a good model: a clear load error, the other model serving.
+malformed ``model.onnx`` beside a good model (batched): a clear load error, the other model
+serving.
 
 The ONNX server runs with TensorFlow hidden, as the TorchScript one (``torch_server``); the test
 process keeps it, to be TF Serving's own gRPC client.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -31,6 +33,7 @@ ROWS = np.array(
     dtype=np.float32,
 )
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
+BATCHED = "batching: {max_batch_size: 8, batch_timeout_micros: 0}\n"
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +123,7 @@ def with_malformed(
 ) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("malformed") / "models"
     shutil.copytree(onnx_models_dir / "tiny", root / "good")
+    (root / "good" / "sharedserve.yaml").write_text(BATCHED)
     write_malformed(root / "broken" / "1")
     log = root.parent / "serve.log"
     server = Server(None, log, ["--model-repository", str(root)], env=without_tf_env)
@@ -128,6 +132,12 @@ def with_malformed(
         yield server
     finally:
         assert server.stop() == 0, server.log()
+
+
+def _one(server: Server, row: list[float]) -> list[float]:
+    response = server.client.post("/v1/models/good:predict", json={"instances": [row]})
+    assert response.status_code == 200, response.text
+    return list(response.json()["predictions"][0])
 
 
 def test_a_malformed_file_fails_to_load_with_its_reason_and_the_other_model_serves(
@@ -141,6 +151,11 @@ def test_a_malformed_file_fails_to_load_with_its_reason_and_the_other_model_serv
     message = status["status"]["error_message"]
     assert status["state"] == "END", status
     assert message.startswith("onnxruntime could not load ") and "broken/1/model.onnx" in message
+    rows = ROWS.tolist() * 3
+    with ThreadPoolExecutor(len(rows)) as pool:  # one row each, batched as they meet
+        answers = list(pool.map(lambda row: _one(with_malformed, row), rows))
+    expected = np.asarray(response.json()["predictions"] * 3)
+    np.testing.assert_allclose(np.asarray(answers), expected, **TOLERANCE)
     refused = with_malformed.client.post(
         "/v1/models/broken:predict", json={"instances": ROWS.tolist()}
     )
