@@ -306,7 +306,8 @@ def serve(
     --model-repository (a directory of models: many). Requests are routed by model name,
     version and version label. Each version directory decides its backend: saved_model.pb is
     TensorFlow, model.pt (with the signature.json that `models build --framework torch`
-    writes) is TorchScript; both may be served by one process.
+    writes) is TorchScript, model.onnx is ONNX (onnxruntime, the [onnx] extra); all may be
+    served by one process.
 
     The GPU memory cap comes from the flags or, when neither is given, from the env contract
     (SHAREDSERVE_GPU_MEMORY_MIB, then SHAREDSERVE_GPU_MEMORY_FRACTION) that the allocator and
