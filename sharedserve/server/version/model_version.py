@@ -264,8 +264,9 @@ class ModelVersion:
         started = time.perf_counter()
         before = backend.device_memory()
         backend.reset_peak()
-        self.enforced = backend.cap_memory(self.settings.memory_budget)
+        enforced = backend.cap_memory(self.settings.memory_budget)
         backend.load()
+        self.enforced = enforced  # once loaded: a version that failed to load enforces nothing
         loaded = backend.device_memory()
         backend.reset_peak()
         tensors = warm_up(backend, rows)

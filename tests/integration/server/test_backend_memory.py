@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -146,6 +147,29 @@ def test_onnx_pages_in_from_the_bytes_it_kept_not_the_file(
     backend.page_in()
     np.testing.assert_array_equal(predict(backend), before)
     assert backend.page_in_from == "host_bytes"
+
+
+def test_onnx_weights_in_external_data_are_paged_in_from_the_files(
+    onnx_models_dir: Path, tmp_path: Path
+) -> None:
+    version = tmp_path / "1"
+    version.mkdir()
+    model = onnx.load(str(onnx_models_dir / "tiny" / "1" / "model.onnx"))
+    onnx.save_model(
+        model,
+        str(version / "model.onnx"),
+        save_as_external_data=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    backend = OnnxBackend(version)
+    backend.load()
+    assert backend.page_in_from == "file"  # the bytes of model.onnx hold no weights
+    assert backend.weight_bytes() > TINY_WEIGHT_BYTES > (version / "model.onnx").stat().st_size
+    before = predict(backend)
+    backend.page_out()
+    backend.page_in()
+    np.testing.assert_array_equal(predict(backend), before)
 
 
 def test_page_in_of_an_unloaded_torch_model_is_refused(torch_models_dir: Path) -> None:

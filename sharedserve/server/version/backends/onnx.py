@@ -8,7 +8,13 @@ Paging: the model file's bytes stay in host memory from the load on. Page-out dr
 (its weights and its arena, all ORT holds for the model); page-in makes a new session from
 those bytes, without reading the file again (``page_in_from``: ``host_bytes``). Only the bytes
 are kept, not the session, because a session's arena and optimised graph are what paging out is
-meant to free; the bytes are the file's size, less than a session holds.
+meant to free; the bytes are the file's size, less than a session holds. A model whose weights
+are in external data files beside ``model.onnx`` is made from its path instead, and paged in
+from the files (``page_in_from``: ``file``): its bytes alone would not hold the weights.
+
+Threads: every session gets the CPU limit's intra-op threads (the Python API has no pool for
+the process; its sessions' pools sleep when idle, no spinning) and its inter-op threads, which
+onnxruntime uses only in its parallel execution mode, not turned on here.
 
 The runtime's own cap (``cap_memory``): a model with a budget (its model file's
 ``gpu_memory_mib``) gets a session whose CPU memory arena may hold that much and no more, so a
@@ -23,7 +29,7 @@ after a 4,096-row batch of ``tests/support/onnx_models.py``'s wide model, freed 
 placeholder). Uncapped sessions use their own arena, as onnxruntime's default. The arena
 holds the weights too, as a GPU budget does. Without a budget the measured peak is not used as a
 cap: on a host without a GPU it counts weights, inputs and outputs, not the activations between
-them, and so is too small for the model's own warm-up.
+them, and so would refuse the very batch it was measured at.
 
 onnxruntime's errors are wrapped here: an allocation the arena refuses becomes
 ``ResourceExhausted`` (503); a shape or type the model refuses, ``InvalidInput`` (400).
@@ -122,12 +128,14 @@ class OnnxBackend:
 
     framework = "onnx"
     pages_to_host = False
-    page_in_from = "host_bytes"
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._bytes: bytes | None = None
+        self._source: bytes | str | None = None
+        """What a session is made from: the file's bytes, or its path where its weights are in
+        external data files beside it (which bytes alone do not hold); None until loaded."""
         self._session: Any = None
+        self.page_in_from = "host_bytes"
         self._signatures: dict[str, Signature] = {}
         self._cap: int | None = None
 
@@ -147,15 +155,22 @@ class OnnxBackend:
     def load(self) -> None:
         model_file = self._path / MODEL_FILE
         try:
-            data = model_file.read_bytes()
+            source: bytes | str = model_file.read_bytes()
         except OSError as e:
             raise ModelLoadError(f"cannot read {model_file}: {e}") from e
-        session = self._session_of(data, model_file)
+        try:
+            session = self._session_of(source, model_file)
+        except ModelLoadError:
+            # Its weights in external data files, which a model made from bytes cannot find
+            # (or a malformed file, which fails from its path too, with the same message).
+            source = str(model_file)
+            session = self._session_of(source, model_file)
         self._signatures = {_SIGNATURE: read_signature(session, model_file)}
-        self._bytes, self._session = data, session
+        self._source, self._session = source, session
+        self.page_in_from = "host_bytes" if isinstance(source, bytes) else "file"
         log.info("loaded %s (%s)", model_file, "arena capped" if self._cap else "no arena cap")
 
-    def _session_of(self, data: bytes, model_file: Path) -> Any:
+    def _session_of(self, data: bytes | str, model_file: Path) -> Any:
         options = ort.SessionOptions()
         options.intra_op_num_threads = _threads["intra"]
         options.inter_op_num_threads = _threads["inter"]
@@ -183,7 +198,7 @@ class OnnxBackend:
             raise ModelLoadError(f"onnxruntime could not load {model_file}: {_short(e)}") from e
 
     def unload(self) -> None:
-        self._session, self._bytes = None, None
+        self._session, self._source = None, None
 
     def signatures(self) -> dict[str, Signature]:
         return self._signatures
@@ -191,7 +206,7 @@ class OnnxBackend:
     def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         session = self._session
         if session is None:
-            state = "paged out" if self._bytes is not None else "not loaded"
+            state = "paged out" if self._source is not None else "not loaded"
             raise SharedServeError(f"the model is {state}")
         feed = {
             spec.tensor_name: np.ascontiguousarray(inputs[spec.name], dtype=spec.numpy_dtype)
@@ -217,7 +232,10 @@ class OnnxBackend:
 
     def weight_bytes(self) -> int:
         # The file's size: an ONNX file is its initializers and a graph small beside them.
-        return 0 if self._session is None else len(self._bytes or b"")
+        if self._session is None:
+            return 0
+        source = self._source
+        return len(source) if isinstance(source, bytes) else _files_size(self._path)
 
     def device_memory(self) -> DeviceMemory | None:
         return None
@@ -229,7 +247,12 @@ class OnnxBackend:
         self._session = None  # ORT's session frees its weights and arena when dropped
 
     def page_in(self) -> None:
-        if self._bytes is None:
+        if self._source is None:
             raise SharedServeError("the model is not loaded: page-in needs a paged-out model")
         if self._session is None:
-            self._session = self._session_of(self._bytes, self._path / MODEL_FILE)
+            self._session = self._session_of(self._source, self._path / MODEL_FILE)
+
+
+def _files_size(directory: Path) -> int:
+    """The version directory's files: ``model.onnx`` and its external data."""
+    return sum(f.stat().st_size for f in directory.iterdir() if f.is_file())
