@@ -18,6 +18,8 @@ class Framework(str, Enum):
     """A TF Serving SavedModel (``saved_model.pb``)."""
     TORCH = "torch"
     """TorchScript (``model.pt``) plus a ``signature.json`` sidecar."""
+    ONNX = "onnx"
+    """ONNX (``model.onnx``), served by onnxruntime; its signature is read from the model."""
 
 
 class Paging(str, Enum):

@@ -68,12 +68,14 @@ _INSTALL = {
     # framework: (the top-level modules it brings, what needs it, its name, the extra to install)
     "torch": (("torch",), "TorchScript models", "PyTorch", "torch"),
     "tensorflow": (("tensorflow", "keras"), "SavedModels", "TensorFlow", "tensorflow"),
+    "onnx": (("onnxruntime", "onnx"), "ONNX models", "onnxruntime", "onnx"),
 }
+_KEYS = {Framework.TENSORFLOW: "tensorflow", Framework.TORCH: "torch", Framework.ONNX: "onnx"}
 
 
 @contextlib.contextmanager
 def framework_needed(framework: str) -> Iterator[None]:
-    """Around an import of ``framework`` ("torch" or "tensorflow"): if it is not installed,
+    """Around an import of ``framework`` ("torch", "tensorflow" or "onnx"): if it is not installed,
     a ``ConfigError`` naming the extra to install, e.g. "TorchScript models need PyTorch: pip
     install 'sharedserve[torch]'". A module missing *inside* an installed framework (one of its
     own dependencies) is not this case and propagates as it is.
@@ -91,7 +93,7 @@ def require_installed(framework: Framework) -> None:
     """``framework_needed``'s ConfigError now, if ``framework`` is not installed, found without
     importing it (milliseconds): a server or pack says so before anything else it would print
     (the GPU it looked for), not seconds later."""
-    key = "torch" if framework is Framework.TORCH else "tensorflow"
+    key = _KEYS[framework]
     try:
         found = importlib.util.find_spec(_INSTALL[key][0][0]) is not None
     except ValueError:  # imported already, in a form without a spec: it is there

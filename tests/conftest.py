@@ -87,6 +87,20 @@ def torch_models_dir(
 
 
 @pytest.fixture(scope="session")
+def onnx_models_dir(
+    tmp_path_factory: pytest.TempPathFactory, without_tf_env: dict[str, str]
+) -> Path:
+    """``tiny`` exported to ONNX by the real ``models build`` from the torch module, with the
+    same seed as ``torch_models_dir``'s, so the same weights; TensorFlow hidden, as there."""
+    out = tmp_path_factory.mktemp("onnx-models")
+    build = ("models", "build", "tiny", "--framework", "onnx", "--out", str(out))
+    result = run_cli(*build, env=without_tf_env)
+    assert result.returncode == 0, result.stderr
+    assert (out / "tiny" / "1" / "model.onnx").is_file()
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One ``tiny`` server for the whole session, with a small body limit to test 413."""
     log = tmp_path_factory.mktemp("logs") / "tiny.log"

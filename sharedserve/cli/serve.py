@@ -61,7 +61,9 @@ def models_build(
     framework: Annotated[
         Framework,
         typer.Option(
-            help="tf (SavedModel) or torch (TorchScript + signature.json).", case_sensitive=False
+            help="tf (SavedModel), torch (TorchScript + signature.json) or onnx (model.onnx, "
+            "exported from the torch modules).",
+            case_sensitive=False,
         ),
     ] = Framework.TENSORFLOW,
     overwrite: Annotated[
@@ -97,7 +99,7 @@ def models_list() -> None:
     typer.echo("Example models `models build` can make (name, --framework, what it is):")
     for model in CATALOG.values():
         frameworks = ",".join(f.value for f in model.frameworks)
-        typer.echo(f"{model.name:14} {frameworks:9} {model.description}")
+        typer.echo(f"{model.name:14} {frameworks:13} {model.description}")
 
 
 _PANEL_BATCHING = "Batching"
@@ -304,7 +306,8 @@ def serve(
     --model-repository (a directory of models: many). Requests are routed by model name,
     version and version label. Each version directory decides its backend: saved_model.pb is
     TensorFlow, model.pt (with the signature.json that `models build --framework torch`
-    writes) is TorchScript; both may be served by one process.
+    writes) is TorchScript, model.onnx is ONNX (onnxruntime, the [onnx] extra); all may be
+    served by one process.
 
     The GPU memory cap comes from the flags or, when neither is given, from the env contract
     (SHAREDSERVE_GPU_MEMORY_MIB, then SHAREDSERVE_GPU_MEMORY_FRACTION) that the allocator and

@@ -4,8 +4,9 @@ The cap arrives either as flags or through the env contract the allocator and th
 (``SHAREDSERVE_GPU_MEMORY_FRACTION`` / ``SHAREDSERVE_GPU_MEMORY_MIB``). Flags win over
 the environment; within one source an absolute MiB figure wins over a fraction, because the
 allocator computed it against the real card. Resolution is pure; only ``apply_tensorflow`` and
-``apply_torch`` touch a framework, and each must run before it first touches the GPU: TensorFlow
-fixes its device configuration on first use and refuses later changes.
+``apply_torch`` touch a framework (``apply_onnxruntime`` records the cap as not enforced), and
+each must run before it first touches the GPU: TensorFlow fixes its device configuration on
+first use and refuses later changes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "CapSource",
     "GpuCap",
     "GpuCapRequest",
+    "apply_onnxruntime",
     "apply_tensorflow",
     "apply_torch",
     "parse_cap_request",
@@ -139,6 +141,12 @@ def _not_enforced(cap: GpuCap, framework: str) -> GpuCap:
             cap.share.mib,
         )
     return replace(cap, enforced=False)
+
+
+def apply_onnxruntime(cap: GpuCap) -> GpuCap:
+    """onnxruntime's sessions run on its CPU provider here: the cap is recorded, not enforced.
+    (On a GPU, its CUDA provider's ``gpu_mem_limit`` is per session, not per process.)"""
+    return _not_enforced(cap, "onnxruntime")
 
 
 def apply_tensorflow(cap: GpuCap) -> GpuCap:

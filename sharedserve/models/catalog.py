@@ -189,6 +189,11 @@ def _saver(framework: Framework) -> _Saver:
             from sharedserve.models.torch_models import save_torchscript
 
         return save_torchscript
+    if framework is Framework.ONNX:  # exported from the torch modules
+        with framework_needed("torch"), framework_needed("onnx"), framework_startup():
+            from sharedserve.models.onnx_models import save_onnx
+
+        return save_onnx
     from sharedserve.models.tensorflow_models import save_saved_model
 
     return save_saved_model

@@ -21,5 +21,5 @@ class ExampleModelSpec:
     """Shape of one instance (no batch dimension)."""
     input_name: str
     output_name: str
-    frameworks: tuple[Framework, ...] = (Framework.TENSORFLOW, Framework.TORCH)
+    frameworks: tuple[Framework, ...] = (Framework.TENSORFLOW, Framework.TORCH, Framework.ONNX)
     """The frameworks this architecture can be built for."""

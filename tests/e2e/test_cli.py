@@ -61,7 +61,7 @@ def test_serve_help_explains_the_cap() -> None:
     ("args", "fragment"),
     [
         (["models", "build", "resnet9000", "--out", "{tmp}"], "is not one of"),
-        (["models", "build", "tiny", "--out", "{tmp}", "--framework", "onnx"], "is not one of"),
+        (["models", "build", "tiny", "--out", "{tmp}", "--framework", "tensorrt"], "is not one of"),
         (["serve", "--model", "{tmp}/missing"], "does not exist"),
         (["serve", "--model", "{tmp}", "--gpu-memory-fraction", "1.5"], "(0, 1]"),
         (

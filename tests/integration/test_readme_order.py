@@ -36,7 +36,7 @@ import pytest
 from tests.support.cli import invoke
 from tests.support.readme_walk import Invocation, Walk
 
-pytestmark = [pytest.mark.tensorflow, pytest.mark.torch]
+pytestmark = [pytest.mark.tensorflow, pytest.mark.torch, pytest.mark.onnx]
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = frozenset({("models", "build"), ("models", "list")})
@@ -51,15 +51,19 @@ def _stand_in(base: Path, tiny: Path, name: str) -> None:
 
 
 def test_every_block_in_order_in_one_directory(
-    models_dir: Path, torch_models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    models_dir: Path,
+    torch_models_dir: Path,
+    onnx_models_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     builds: dict[str, int] = {}  # OUT/NAME: how many README lines built it
+    built = {"torch": torch_models_dir, "onnx": onnx_models_dir}
 
     def run(command: Invocation) -> None:
         if command.command == ("models", "build"):
-            torch = command.options.get("--framework") == "torch"
-            tiny = (torch_models_dir if torch else models_dir) / "tiny"
+            tiny = built.get(command.options.get("--framework", ""), models_dir) / "tiny"
             for name in command.positionals:
                 base = tmp_path / command.options["--out"] / name
                 if not base.exists():  # the first build of it in this walk

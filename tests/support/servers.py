@@ -58,6 +58,11 @@ def without_torch(root: Path, **extra: str) -> dict[str, str]:
     return _hiding(root, ("torch",), **extra)
 
 
+def without_onnx(root: Path, **extra: str) -> dict[str, str]:
+    """``clean_env`` for a child in which onnxruntime and onnx are missing (no ``[onnx]``)."""
+    return _hiding(root, ("onnxruntime", "onnx"), **extra)
+
+
 def _hiding(root: Path, names: Sequence[str], **extra: str) -> dict[str, str]:
     # Packages of the same names placed first on PYTHONPATH fail on import, as absent ones do;
     # and a sitecustomize marks them absent in sys.modules, so that looking for one without

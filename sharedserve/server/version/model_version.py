@@ -172,6 +172,8 @@ class ModelVersion:
         self.last_use: float | None = None  # wall clock, for /limits; LRU order reads touched
         self.touched = 0.0
         self.paging_in: Any = None  # the page-in under way (an asyncio task), for its waiters
+        self.enforced = False
+        """Its runtime holds it to its budget itself (``Backend.cap_memory``), from its load."""
 
     @classmethod
     def stand_in(cls, name: str, reason: str) -> ModelVersion:
@@ -262,7 +264,9 @@ class ModelVersion:
         started = time.perf_counter()
         before = backend.device_memory()
         backend.reset_peak()
+        enforced = backend.cap_memory(self.settings.memory_budget)
         backend.load()
+        self.enforced = enforced  # once loaded: a version that failed to load enforces nothing
         loaded = backend.device_memory()
         backend.reset_peak()
         tensors = warm_up(backend, rows)
@@ -352,9 +356,11 @@ class ModelVersion:
             "error": self.error,
             "pinned": self.settings.pinned,
             "budget_mib": mib(self.settings.memory_budget),
+            "enforced": self.enforced,
             "weights_mib": None if footprint is None else mib(footprint.weights),
             "peak_mib": None if footprint is None else mib(footprint.peak),
             "measured_on": None if footprint is None else ("gpu" if footprint.on_gpu else "host"),
             "held_mib": mib(self.held),
+            "page_in_from": self.backend.page_in_from,
             "last_use": self.last_use,
         }

@@ -4,11 +4,11 @@ Accepted: a versioned base path (``DIR/NAME`` with numeric version subdirectorie
 which is served, like TF Serving's default version policy) or a bare model directory
 (served as version 1, or as its own number when the directory is named like a version).
 
-A model directory is a SavedModel (``saved_model.pb`` or ``.pbtxt``) or TorchScript
-(``model.pt``, with the ``signature.json`` sidecar the torch backend checks on load); the file
-names decide the framework, so one layout serves both. Only ``model.pt`` is looked for here: a
-TorchScript model whose sidecar is missing should fail to load with an error naming the sidecar,
-not be passed over as "no model".
+A model directory is a SavedModel (``saved_model.pb`` or ``.pbtxt``), TorchScript
+(``model.pt``, with the ``signature.json`` sidecar the torch backend checks on load) or ONNX
+(``model.onnx``, Triton's name); the file names decide the framework, so one layout serves all.
+Only ``model.pt`` is looked for here: a TorchScript model whose sidecar is missing should fail to
+load with an error naming the sidecar, not be passed over as "no model".
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = ["Framework", "ModelSource", "find_model", "find_version_sources", "fi
 
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _TORCHSCRIPT_FILE = "model.pt"
+_ONNX_FILE = "model.onnx"
 
 
 @dataclass(frozen=True)
@@ -40,18 +41,19 @@ def _is_version(name: str) -> bool:
 
 
 def _framework_of(path: Path) -> Framework | None:
-    saved_model = any((path / f).is_file() for f in _SAVED_MODEL_FILES)
-    torchscript = (path / _TORCHSCRIPT_FILE).is_file()
-    if saved_model and torchscript:
+    found = []
+    if any((path / f).is_file() for f in _SAVED_MODEL_FILES):
+        found.append((Framework.TENSORFLOW, "a SavedModel (saved_model.pb)"))
+    if (path / _TORCHSCRIPT_FILE).is_file():
+        found.append((Framework.TORCH, f"a TorchScript model ({_TORCHSCRIPT_FILE})"))
+    if (path / _ONNX_FILE).is_file():
+        found.append((Framework.ONNX, f"an ONNX model ({_ONNX_FILE})"))
+    if len(found) > 1:
         raise ConfigError(
-            f"{path} holds both a SavedModel and a TorchScript model ({_TORCHSCRIPT_FILE}); "
-            "keep one framework's files per version directory"
+            f"{path} holds {' and '.join(what for _, what in found)}; keep one framework's "
+            "files per version directory"
         )
-    if saved_model:
-        return Framework.TENSORFLOW
-    if torchscript:
-        return Framework.TORCH
-    return None
+    return found[0][0] if found else None
 
 
 def find_model(model_dir: Path, name: str | None = None) -> ModelSource:
@@ -85,12 +87,13 @@ def find_model(model_dir: Path, name: str | None = None) -> ModelSource:
         )
     elif numbered:
         hint = (
-            f"; its version folders {numbered} hold no {_SAVED_MODEL_FILES[0]} or "
-            f"{_TORCHSCRIPT_FILE}: copied in part, or still being copied?"
+            f"; its version folders {numbered} hold no {_SAVED_MODEL_FILES[0]}, "
+            f"{_TORCHSCRIPT_FILE} or {_ONNX_FILE}: copied in part, or still being copied?"
         )
     raise ConfigError(
-        f"{model_dir} is neither a SavedModel or TorchScript directory (saved_model.pb, "
-        f"{_TORCHSCRIPT_FILE}) nor a model base path with numeric version subdirectories{hint}"
+        f"{model_dir} is neither a SavedModel, TorchScript or ONNX directory (saved_model.pb, "
+        f"{_TORCHSCRIPT_FILE}, {_ONNX_FILE}) nor a model base path with numeric version "
+        f"subdirectories{hint}"
     )
 
 

@@ -9,16 +9,19 @@ here another way: torch's ``state_dict`` of the file loaded by hand, Keras ``tin
 
 from __future__ import annotations
 
+import shutil
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
 from sharedserve.errors import SharedServeError
 from sharedserve.server.version.backends.base import Backend, warm_up
+from sharedserve.server.version.backends.onnx import OnnxBackend
 from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
 from sharedserve.server.version.backends.torch import TorchBackend
 
@@ -27,6 +30,7 @@ from sharedserve.server.version.backends.torch import TorchBackend
 pytestmark = [
     pytest.mark.tensorflow,
     pytest.mark.torch,
+    pytest.mark.onnx,
     pytest.mark.filterwarnings("ignore:`torch.jit"),
 ]
 
@@ -39,11 +43,13 @@ ROWS = np.array(
 )
 
 
-@pytest.fixture(params=["tensorflow", "torch"])
+@pytest.fixture(params=["tensorflow", "torch", "onnx"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """A freshly loaded ``tiny`` of each framework: paging changes its state."""
     if request.param == "tensorflow":
         loaded: Backend = TensorFlowBackend(request.getfixturevalue("models_dir") / "tiny" / "1")
+    elif request.param == "onnx":
+        loaded = OnnxBackend(request.getfixturevalue("onnx_models_dir") / "tiny" / "1")
     else:
         loaded = TorchBackend(request.getfixturevalue("torch_models_dir") / "tiny" / "1")
     loaded.load()
@@ -122,6 +128,48 @@ def test_no_device_counters_off_the_gpu(backend: Backend) -> None:
     assert backend.device_memory() is None
     backend.reset_peak()  # a no-op, not an error
     assert backend.device_memory() is None
+
+
+def test_onnx_pages_in_from_the_bytes_it_kept_not_the_file(
+    onnx_models_dir: Path, tmp_path: Path
+) -> None:
+    version = tmp_path / "1"
+    shutil.copytree(onnx_models_dir / "tiny" / "1", version)
+    backend = OnnxBackend(version)
+    assert backend.weight_bytes() == 0 and not backend.cap_memory(None)
+    backend.load()
+    # The file: its initializers (the weights) and a graph small beside them.
+    assert TINY_WEIGHT_BYTES < backend.weight_bytes() == (version / "model.onnx").stat().st_size
+    before = predict(backend)
+    (version / "model.onnx").unlink()  # a page-in that read the file would fail now
+    backend.page_out()
+    assert backend._session is None  # what onnxruntime holds for it is let go of
+    backend.page_in()
+    np.testing.assert_array_equal(predict(backend), before)
+    assert backend.page_in_from == "host_bytes"
+
+
+def test_onnx_weights_in_external_data_are_paged_in_from_the_files(
+    onnx_models_dir: Path, tmp_path: Path
+) -> None:
+    version = tmp_path / "1"
+    version.mkdir()
+    model = onnx.load(str(onnx_models_dir / "tiny" / "1" / "model.onnx"))
+    onnx.save_model(
+        model,
+        str(version / "model.onnx"),
+        save_as_external_data=True,
+        location="weights.bin",
+        size_threshold=0,
+    )
+    backend = OnnxBackend(version)
+    backend.load()
+    assert backend.page_in_from == "file"  # the bytes of model.onnx hold no weights
+    assert backend.weight_bytes() > TINY_WEIGHT_BYTES > (version / "model.onnx").stat().st_size
+    before = predict(backend)
+    backend.page_out()
+    backend.page_in()
+    np.testing.assert_array_equal(predict(backend), before)
 
 
 def test_page_in_of_an_unloaded_torch_model_is_refused(torch_models_dir: Path) -> None:

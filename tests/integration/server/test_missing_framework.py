@@ -12,13 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import free_port, run_cli, without_tensorflow, without_torch
+from tests.support.servers import (
+    free_port,
+    run_cli,
+    without_onnx,
+    without_tensorflow,
+    without_torch,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch]
 
 TORCH_LINE = (
     "error: TorchScript models need PyTorch, which is not installed: "
     "pip install 'sharedserve[torch]'"
+)
+ONNX_LINE = (
+    "error: ONNX models need onnxruntime, which is not installed: pip install 'sharedserve[onnx]'"
 )
 TF_LINE = (
     "error: SavedModels need TensorFlow, which is not installed: "
@@ -66,3 +75,18 @@ def test_tensorflow_missing_is_one_line(command: str, models_dir: Path, tmp_path
     assert_one_line(result.returncode, result.stderr, TF_LINE)
     if command == "build":
         assert not (tmp_path / "m" / "tiny").exists()  # no empty folder left behind
+
+
+@pytest.mark.onnx
+@pytest.mark.parametrize("command", ["build", "serve"])
+def test_onnx_missing_is_one_line(command: str, onnx_models_dir: Path, tmp_path: Path) -> None:
+    env = without_onnx(tmp_path / "hide")
+    model = str(onnx_models_dir / "tiny")
+    args = {
+        "build": ["models", "build", "tiny", "--framework", "onnx", "--out", str(tmp_path / "m")],
+        "serve": ["serve", "--model", model, "--host", "127.0.0.1", *_ports()],
+    }[command]
+    result = run_cli(*args, env=env, timeout=150)
+    assert_one_line(result.returncode, result.stderr, ONNX_LINE)
+    if command == "build":
+        assert not (tmp_path / "m" / "tiny").exists()

@@ -120,9 +120,9 @@ def test_the_deprecated_model_type_tensorflow_still_reads() -> None:
         ("name: 'a/b' base_path: '/m'", r"model name 'a/b' cannot be used in a URL path"),
         ("base_path: '/m'", r"model name '' cannot"),
         (
-            "name: 'm' base_path: '/m' model_platform: 'onnx'",
-            r"model_platform 'onnx' is not.*"
-            r"tensorflow, pytorch",
+            "name: 'm' base_path: '/m' model_platform: 'tensorrt_plan'",
+            r"model_platform 'tensorrt_plan' is not.*"
+            r"tensorflow, pytorch, torch, pytorch_libtorch, onnx, onnxruntime_onnx",
         ),
         (
             "name: 'm' base_path: '/m' model_platform: 'tensorflow' model_type: TENSORFLOW",
@@ -249,3 +249,16 @@ def test_versions_on_disk_that_do_not_meet_the_config_are_refused(tmp_path: Path
     nothing = one(f"name: 'm' base_path: '{tmp_path / 'absent'}'")
     with pytest.raises(ConfigError, match=r"model 'm': model directory .*absent does not exist"):
         versions_to_serve(nothing)
+
+
+def test_an_onnx_model_is_named_onnx_and_found_by_its_files(tmp_path: Path) -> None:
+    base = versions(tmp_path / "o", 3, file="model.onnx")
+    for platform in ("onnx", "onnxruntime_onnx"):
+        entry = one(f"name: 'o' base_path: '{base}' model_platform: '{platform}'")
+        assert entry.framework is Framework.ONNX
+        assert [s.framework for s in versions_to_serve(entry)] == [Framework.ONNX]
+    assert versions_to_serve(one(f"name: 'o' base_path: '{base}'"))[0].framework is Framework.ONNX
+    torch_base = versions(tmp_path / "t", 1, file="model.pt")
+    torchscript = one(f"name: 'o' base_path: '{torch_base}' model_platform: 'onnx'")
+    with pytest.raises(ConfigError, match=r"'o'.*names ONNX but .* holds a TorchScript model"):
+        versions_to_serve(torchscript)

@@ -238,3 +238,12 @@ def test_find_model_suggests_base_path(
     assert "model base paths" in message
     assert str(nested) in message
     assert str((tmp_path / "out" / suggested).resolve()) in message
+
+
+def test_model_onnx_is_an_onnx_model_and_one_framework_a_directory(tmp_path: Path) -> None:
+    build(tmp_path, ["m/2/model.onnx", "m/1/saved_model.pb"])
+    source = find_model(tmp_path / "m")
+    assert (source.version, source.framework) == (2, Framework.ONNX)
+    build(tmp_path, ["m/2/model.pt"])
+    with pytest.raises(ConfigError, match=r"a TorchScript model \(model.pt\) and an ONNX model"):
+        find_model(tmp_path / "m" / "2")

@@ -407,7 +407,7 @@ def test_find_model_refuses_a_directory_with_both_frameworks(tmp_path: Path) -> 
     (tmp_path / "m" / "1").mkdir(parents=True)
     for file in ("saved_model.pb", "model.pt"):
         (tmp_path / "m" / "1" / file).touch()
-    with pytest.raises(ConfigError, match="both a SavedModel and a TorchScript model"):
+    with pytest.raises(ConfigError, match=r"SavedModel \(saved_model.pb\) and a TorchScript"):
         find_model(tmp_path / "m")
 
 

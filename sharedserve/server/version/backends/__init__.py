@@ -44,6 +44,11 @@ def make_backend(source: ModelSource) -> Backend:
             from sharedserve.server.version.backends.torch import TorchBackend
 
         return TorchBackend(source.path)
+    if source.framework is Framework.ONNX:
+        with framework_needed("onnx"), framework_startup():  # imports onnxruntime
+            from sharedserve.server.version.backends.onnx import OnnxBackend
+
+        return OnnxBackend(source.path)
     raise SharedServeError(f"no backend for {source.framework}")
 
 

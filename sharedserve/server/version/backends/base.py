@@ -62,7 +62,17 @@ class Backend(Protocol):
     framework: str
     pages_to_host: bool
     """True where ``page_out`` keeps the model in host memory and ``page_in`` is a device copy
-    (torch); False where paging out unloads it and paging in reloads it from disk (TensorFlow)."""
+    (torch); False where paging out unloads it and paging in reloads it (TensorFlow, ONNX)."""
+    page_in_from: str
+    """What a page-in starts from, for ``/limits``: ``host_memory`` (torch: the model's tensors,
+    copied to the device), ``file`` (TensorFlow: reloaded from disk), ``host_bytes`` (ONNX: a
+    session made again from the model file's bytes, kept in host memory)."""
+
+    def cap_memory(self, limit: int | None) -> bool:
+        """Before ``load``: have the runtime itself hold the model to ``limit`` bytes (its
+        budget; None: no cap), so that a request needing more fails as ResourceExhausted for
+        this model alone. -> whether the runtime enforces it."""
+        ...
 
     def configure(self, config: RuntimeConfig) -> AppliedRuntime:
         """Apply threads and the GPU cap; returns them as read back from the framework."""
@@ -124,6 +134,10 @@ class NoModel:
 
     framework = "none"
     pages_to_host = False
+    page_in_from = "none"
+
+    def cap_memory(self, limit: int | None) -> bool:
+        return False
 
     def _never(self) -> SharedServeError:
         return SharedServeError("a model that could not be read has no backend to run")

@@ -92,6 +92,7 @@ class TensorFlowBackend:
 
     framework = "tensorflow"
     pages_to_host = False
+    page_in_from = "file"
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -117,6 +118,9 @@ class TensorFlowBackend:
             intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads(),
             inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
         )
+
+    def cap_memory(self, limit: int | None) -> bool:
+        return False  # the process's cap only: TensorFlow's allocator has no per-model one
 
     def load(self) -> None:
         import tensorflow as tf

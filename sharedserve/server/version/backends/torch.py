@@ -97,6 +97,7 @@ class TorchBackend:
 
     framework = "torch"
     pages_to_host = True
+    page_in_from = "host_memory"
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -127,6 +128,9 @@ class TorchBackend:
             intra_op_threads=torch.get_num_threads(),
             inter_op_threads=torch.get_num_interop_threads(),
         )
+
+    def cap_memory(self, limit: int | None) -> bool:
+        return False  # the process's cap only: torch's allocator has no per-model one
 
     def load(self) -> None:
         signature = read_signature_file(self._path / SIGNATURE_FILE)

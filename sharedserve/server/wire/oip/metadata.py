@@ -19,7 +19,11 @@ from sharedserve.server.wire.oip.tensors import tensor_metadata
 
 __all__ = ["PLATFORM", "index_rows", "model_metadata", "server_metadata"]
 
-PLATFORM = {Framework.TENSORFLOW: "tensorflow_savedmodel", Framework.TORCH: "pytorch_libtorch"}
+PLATFORM = {
+    Framework.TENSORFLOW: "tensorflow_savedmodel",
+    Framework.TORCH: "pytorch_libtorch",
+    Framework.ONNX: "onnxruntime_onnx",
+}
 
 
 def model_metadata(model: ModelVersion, versions: Sequence[int] = ()) -> dict[str, Any]:

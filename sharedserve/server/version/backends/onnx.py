@@ -1,0 +1,258 @@
+"""ONNX backend: ``model.onnx`` (Triton's name for it) served by onnxruntime.
+
+An ONNX file names and types its own inputs and outputs, so the signature is read from the
+session (``serving_default``; a dimension without a fixed size, named or not, is ``-1``) and
+no side file is needed.
+
+Paging: the model file's bytes stay in host memory from the load on. Page-out drops the session
+(its weights and its arena, all ORT holds for the model); page-in makes a new session from
+those bytes, without reading the file again (``page_in_from``: ``host_bytes``). Only the bytes
+are kept, not the session, because a session's arena and optimised graph are what paging out is
+meant to free; the bytes are the file's size, less than a session holds. A model whose weights
+are in external data files beside ``model.onnx`` is made from its path instead, and paged in
+from the files (``page_in_from``: ``file``): its bytes alone would not hold the weights.
+
+Threads: every session gets the CPU limit's intra-op threads (the Python API has no pool for
+the process; its sessions' pools sleep when idle, no spinning) and its inter-op threads, which
+onnxruntime uses only in its parallel execution mode, not turned on here.
+
+The runtime's own cap (``cap_memory``): a model with a budget (its model file's
+``gpu_memory_mib``) gets a session whose CPU memory arena may hold that much and no more, so a
+request that would need more fails inside onnxruntime, as ``ResourceExhausted`` for that model
+alone. onnxruntime's CPU provider takes no per-session arena size; an arena registered with the
+environment (``create_and_register_allocator``) does, and a session made with
+``session.use_env_allocators`` keeps the arena registered when it was made, even after another
+is registered in its place. So each capped session is made, under one lock, right after its own
+arena is registered, and an unused arena is registered after it: while the environment held the
+model's arena, a paged-out model's arena would stay allocated (what it grew to: 128 MiB kept
+after a 4,096-row batch of ``tests/support/onnx_models.py``'s wide model, freed with the
+placeholder). Uncapped sessions use their own arena, as onnxruntime's default. The arena
+holds the weights too, as a GPU budget does. Without a budget the measured peak is not used as a
+cap: on a host without a GPU it counts weights, inputs and outputs, not the activations between
+them, and so would refuse the very batch it was measured at.
+
+onnxruntime's errors are wrapped here: an allocation the arena refuses becomes
+``ResourceExhausted`` (503); a shape or type the model refuses, ``InvalidInput`` (400).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from sharedserve.errors import InvalidInput, ModelLoadError, ResourceExhausted, SharedServeError
+from sharedserve.limits.gpu import apply_onnxruntime
+from sharedserve.server.version.backends.base import AppliedRuntime, DeviceMemory, RuntimeConfig
+from sharedserve.server.version.signature import Signature, TensorSpec
+
+__all__ = ["MODEL_FILE", "OnnxBackend", "read_signature"]
+
+log = logging.getLogger(__name__)
+
+# Triton's file name; also what sharedserve.models writes, which this layer may not import.
+MODEL_FILE = "model.onnx"
+_SIGNATURE = "serving_default"
+_MAX_ERROR_CHARS = 400
+_PROVIDERS = ["CPUExecutionProvider"]
+
+# onnxruntime's element types (``NodeArg.type``) -> TF Serving's names.
+_DTYPES = {
+    "tensor(float)": "DT_FLOAT",
+    "tensor(double)": "DT_DOUBLE",
+    "tensor(float16)": "DT_HALF",
+    "tensor(int8)": "DT_INT8",
+    "tensor(int16)": "DT_INT16",
+    "tensor(int32)": "DT_INT32",
+    "tensor(int64)": "DT_INT64",
+    "tensor(uint8)": "DT_UINT8",
+    "tensor(uint16)": "DT_UINT16",
+    "tensor(uint32)": "DT_UINT32",
+    "tensor(uint64)": "DT_UINT64",
+    "tensor(bool)": "DT_BOOL",
+    "tensor(string)": "DT_STRING",
+}
+# What the arena says when it cannot grow: "Available memory of N is smaller than requested
+# bytes of M" (bfc_arena.cc); plain allocation failures say "Failed to allocate memory".
+_OUT_OF_MEMORY = re.compile(r"Available memory of|Failed to allocate|out of memory", re.I)
+_INPUT_ERROR = re.compile(r"shape|dimension|dims\b|rank|type|Invalid input|Got invalid", re.I)
+
+_threads: dict[str, int] = {"intra": 0, "inter": 0}
+"""The thread counts ``configure`` set, for every session of the process (0: ORT's choice)."""
+_PLACEHOLDER = ort.OrtArenaCfg(1, 1, -1, -1)
+"""What the environment holds between capped sessions: an arena no session uses, which an
+arena allocates nothing for until its first allocation."""
+_ARENA_LOCK = threading.Lock()
+"""One capped session made at a time: its arena is the environment's until the next one's."""
+
+
+def _short(error: BaseException) -> str:
+    # ORT's messages carry the source location and node; a client needs the first line.
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    return first[:_MAX_ERROR_CHARS]
+
+
+def read_signature(session: Any, model_file: Path) -> Signature:
+    """The session's inputs and outputs as the one signature clients see; ModelLoadError for an
+    input or output that is not a tensor (a sequence or a map) or of a type not served."""
+    return Signature(
+        name=_SIGNATURE,
+        inputs=_specs(session.get_inputs(), model_file, "input"),
+        outputs=_specs(session.get_outputs(), model_file, "output"),
+    )
+
+
+def _specs(args: list[Any], model_file: Path, kind: str) -> dict[str, TensorSpec]:
+    specs = {}
+    for arg in args:
+        dtype = _DTYPES.get(arg.type)
+        if dtype is None or (dtype == "DT_STRING" and kind == "input"):
+            raise ModelLoadError(
+                f"{model_file}: {kind} {arg.name!r} is {arg.type}, which sharedserve does not "
+                f"serve; served: {sorted(t for t in _DTYPES if t != 'tensor(string)')}"
+            )
+        shape = arg.shape
+        dims = None if shape is None else tuple(d if isinstance(d, int) else -1 for d in shape)
+        specs[arg.name] = TensorSpec(name=arg.name, dtype=dtype, shape=dims, tensor_name=arg.name)
+    return specs
+
+
+class OnnxBackend:
+    """Serves one ONNX model version: ``model.onnx``."""
+
+    framework = "onnx"
+    pages_to_host = False
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._source: bytes | str | None = None
+        """What a session is made from: the file's bytes, or its path where its weights are in
+        external data files beside it (which bytes alone do not hold); None until loaded."""
+        self._session: Any = None
+        self.page_in_from = "host_bytes"
+        self._signatures: dict[str, Signature] = {}
+        self._cap: int | None = None
+
+    def configure(self, config: RuntimeConfig) -> AppliedRuntime:
+        # Set on each session as it is made (ORT has no process-wide pool the Python API sizes).
+        _threads["intra"], _threads["inter"] = config.intra_op_threads, config.inter_op_threads
+        return AppliedRuntime(
+            gpu_cap=apply_onnxruntime(config.gpu_cap),
+            intra_op_threads=config.intra_op_threads,
+            inter_op_threads=config.inter_op_threads,
+        )
+
+    def cap_memory(self, limit: int | None) -> bool:
+        self._cap = limit
+        return limit is not None
+
+    def load(self) -> None:
+        model_file = self._path / MODEL_FILE
+        try:
+            source: bytes | str = model_file.read_bytes()
+        except OSError as e:
+            raise ModelLoadError(f"cannot read {model_file}: {e}") from e
+        try:
+            session = self._session_of(source, model_file)
+        except ModelLoadError:
+            # Its weights in external data files, which a model made from bytes cannot find
+            # (or a malformed file, which fails from its path too, with the same message).
+            source = str(model_file)
+            session = self._session_of(source, model_file)
+        self._signatures = {_SIGNATURE: read_signature(session, model_file)}
+        self._source, self._session = source, session
+        self.page_in_from = "host_bytes" if isinstance(source, bytes) else "file"
+        log.info("loaded %s (%s)", model_file, "arena capped" if self._cap else "no arena cap")
+
+    def _session_of(self, data: bytes | str, model_file: Path) -> Any:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = _threads["intra"]
+        options.inter_op_num_threads = _threads["inter"]
+        # Idle intra-op threads spin by default, burning a CPU limit shared with other models.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # A refused request is the client's answer, not an error line in the server's log.
+        options.log_severity_level = 4
+        try:
+            if self._cap is None:
+                return ort.InferenceSession(data, options, providers=_PROVIDERS)
+            options.add_session_config_entry("session.use_env_allocators", "1")
+            info = ort.OrtMemoryInfo(
+                "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
+            )
+            # kSameAsRequested (1): the arena grows by what is asked, so the cap is reached by
+            # the request that needs it, not by a power-of-two step before it.
+            arena = ort.OrtArenaCfg(self._cap, 1, -1, -1)
+            with _ARENA_LOCK:
+                ort.create_and_register_allocator(info, arena)
+                try:
+                    return ort.InferenceSession(data, options, providers=_PROVIDERS)
+                finally:  # the session keeps its arena; the environment lets go of it
+                    ort.create_and_register_allocator(info, _PLACEHOLDER)
+        except Exception as e:  # a malformed file, an unknown op, an arena too small to load
+            raise ModelLoadError(f"onnxruntime could not load {model_file}: {_short(e)}") from e
+
+    def unload(self) -> None:
+        self._session, self._source = None, None
+
+    def signatures(self) -> dict[str, Signature]:
+        return self._signatures
+
+    def predict(self, signature: Signature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        session = self._session
+        if session is None:
+            state = "paged out" if self._source is not None else "not loaded"
+            raise SharedServeError(f"the model is {state}")
+        feed = {
+            spec.tensor_name: np.ascontiguousarray(inputs[spec.name], dtype=spec.numpy_dtype)
+            for spec in signature.inputs.values()
+        }
+        names = list(signature.outputs)
+        try:
+            results = session.run(names, feed)
+        except Exception as e:  # ORT raises its own exception types, none a common base
+            message = _short(e)
+            if _OUT_OF_MEMORY.search(str(e)):
+                raise ResourceExhausted(
+                    f"out of memory running the model (its arena is capped at its budget, "
+                    f"gpu_memory_mib): {message}"
+                ) from e
+            if _INPUT_ERROR.search(message):
+                raise InvalidInput(message) from e
+            raise SharedServeError(f"model execution failed: {message}") from e
+        return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
+
+    def allocator_reserved_bytes(self) -> int | None:
+        return None  # CPU only: no GPU allocator
+
+    def weight_bytes(self) -> int:
+        # The file's size: an ONNX file is its initializers and a graph small beside them.
+        if self._session is None:
+            return 0
+        source = self._source
+        return len(source) if isinstance(source, bytes) else _files_size(self._path)
+
+    def device_memory(self) -> DeviceMemory | None:
+        return None
+
+    def reset_peak(self) -> None:
+        """Nothing to measure off the GPU."""
+
+    def page_out(self) -> None:
+        self._session = None  # ORT's session frees its weights and arena when dropped
+
+    def page_in(self) -> None:
+        if self._source is None:
+            raise SharedServeError("the model is not loaded: page-in needs a paged-out model")
+        if self._session is None:
+            self._session = self._session_of(self._source, self._path / MODEL_FILE)
+
+
+def _files_size(directory: Path) -> int:
+    """The version directory's files: ``model.onnx`` and its external data."""
+    return sum(f.stat().st_size for f in directory.iterdir() if f.is_file())
