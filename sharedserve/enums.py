@@ -20,6 +20,9 @@ class Framework(str, Enum):
     """TorchScript (``model.pt``) plus a ``signature.json`` sidecar."""
     ONNX = "onnx"
     """ONNX (``model.onnx``), served by onnxruntime; its signature is read from the model."""
+    EXPORT = "export"
+    """A ``torch.export`` program or an AOTInductor package (``model.pt2``), served by torch;
+    a ``signature.json`` beside it names what the program does not."""
 
 
 class Paging(str, Enum):

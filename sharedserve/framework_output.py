@@ -46,6 +46,7 @@ __all__ = [
     "framework_needed",
     "framework_startup",
     "hide_startup_output",
+    "keep_triton_out",
     "require_installed",
     "route_upstream_deprecations",
 ]
@@ -69,13 +70,20 @@ _INSTALL = {
     "torch": (("torch",), "TorchScript models", "PyTorch", "torch"),
     "tensorflow": (("tensorflow", "keras"), "SavedModels", "TensorFlow", "tensorflow"),
     "onnx": (("onnxruntime", "onnx"), "ONNX models", "onnxruntime", "onnx"),
+    "export": (("torch",), "torch.export models", "PyTorch", "torch"),
 }
-_KEYS = {Framework.TENSORFLOW: "tensorflow", Framework.TORCH: "torch", Framework.ONNX: "onnx"}
+_KEYS = {
+    Framework.TENSORFLOW: "tensorflow",
+    Framework.TORCH: "torch",
+    Framework.ONNX: "onnx",
+    Framework.EXPORT: "export",
+}
 
 
 @contextlib.contextmanager
 def framework_needed(framework: str) -> Iterator[None]:
-    """Around an import of ``framework`` ("torch", "tensorflow" or "onnx"): if it is not installed,
+    """Around an import of ``framework`` ("torch", "tensorflow", "onnx" or "export", which is
+    torch too): if it is not installed,
     a ``ConfigError`` naming the extra to install, e.g. "TorchScript models need PyTorch: pip
     install 'sharedserve[torch]'". A module missing *inside* an installed framework (one of its
     own dependencies) is not this case and propagates as it is.
@@ -87,6 +95,21 @@ def framework_needed(framework: str) -> Iterator[None]:
         if (e.name or "").partition(".")[0] not in modules:
             raise
         raise ConfigError(_not_installed(framework)) from e
+
+
+def keep_triton_out() -> None:
+    """Before torch reads a ``torch.export`` file: make ``import triton`` fail in this process,
+    unless it is imported already. torch's export loader imports its compiler stack, which
+    imports triton where it is installed; triton's native library crashes the process
+    (SIGSEGV) when TensorFlow's is loaded before it, as in a server of both. Serving neither
+    compiles nor needs triton: a program runs torch's own kernels, and an AOTInductor package
+    carries its compiled ones. (Imported first, triton lets TensorFlow load after it.)"""
+    if "triton" not in sys.modules:
+        sys.modules["triton"] = None  # type: ignore[assignment]  # import fails: not installed
+        log.debug(
+            "triton kept out of this process: it is not needed to serve, and crashes it "
+            "beside TensorFlow"
+        )
 
 
 def require_installed(framework: Framework) -> None:

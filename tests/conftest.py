@@ -101,6 +101,20 @@ def onnx_models_dir(
 
 
 @pytest.fixture(scope="session")
+def export_models_dir(
+    tmp_path_factory: pytest.TempPathFactory, without_tf_env: dict[str, str]
+) -> Path:
+    """``tiny`` as a ``torch.export`` program by the real ``models build`` from the torch module,
+    with the same seed as ``torch_models_dir``'s, so the same weights; TensorFlow hidden."""
+    out = tmp_path_factory.mktemp("export-models")
+    build = ("models", "build", "tiny", "--framework", "export", "--out", str(out))
+    result = run_cli(*build, env=without_tf_env)
+    assert result.returncode == 0, result.stderr
+    assert (out / "tiny" / "1" / "model.pt2").is_file()
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One ``tiny`` server for the whole session, with a small body limit to test 413."""
     log = tmp_path_factory.mktemp("logs") / "tiny.log"

@@ -61,8 +61,8 @@ def models_build(
     framework: Annotated[
         Framework,
         typer.Option(
-            help="tf (SavedModel), torch (TorchScript + signature.json) or onnx (model.onnx, "
-            "exported from the torch modules).",
+            help="tf (SavedModel), torch (TorchScript + signature.json), onnx (model.onnx) or "
+            "export (torch.export's model.pt2 + signature.json), both from the torch modules.",
             case_sensitive=False,
         ),
     ] = Framework.TENSORFLOW,
@@ -306,8 +306,8 @@ def serve(
     --model-repository (a directory of models: many). Requests are routed by model name,
     version and version label. Each version directory decides its backend: saved_model.pb is
     TensorFlow, model.pt (with the signature.json that `models build --framework torch`
-    writes) is TorchScript, model.onnx is ONNX (onnxruntime, the [onnx] extra); all may be
-    served by one process.
+    writes) is TorchScript, model.onnx is ONNX (onnxruntime, the [onnx] extra), model.pt2 is
+    a torch.export program or AOTInductor package; all may be served by one process.
 
     The GPU memory cap comes from the flags or, when neither is given, from the env contract
     (SHAREDSERVE_GPU_MEMORY_MIB, then SHAREDSERVE_GPU_MEMORY_FRACTION) that the allocator and

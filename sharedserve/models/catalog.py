@@ -194,6 +194,11 @@ def _saver(framework: Framework) -> _Saver:
             from sharedserve.models.onnx_models import save_onnx
 
         return save_onnx
+    if framework is Framework.EXPORT:
+        with framework_needed("export"), framework_startup():
+            from sharedserve.models.export_models import save_export
+
+        return save_export
     from sharedserve.models.tensorflow_models import save_saved_model
 
     return save_saved_model

@@ -21,5 +21,10 @@ class ExampleModelSpec:
     """Shape of one instance (no batch dimension)."""
     input_name: str
     output_name: str
-    frameworks: tuple[Framework, ...] = (Framework.TENSORFLOW, Framework.TORCH, Framework.ONNX)
+    frameworks: tuple[Framework, ...] = (
+        Framework.TENSORFLOW,
+        Framework.TORCH,
+        Framework.ONNX,
+        Framework.EXPORT,
+    )
     """The frameworks this architecture can be built for."""

@@ -10,8 +10,9 @@ twice is refused with its line and column. What it means follows TF Serving's
   paths only to a root directory its ``ServerCore`` API takes, which no flag sets); a URI
   (``gs://``, ``s3://``) is refused: sharedserve reads local directories only.
 - ``model_platform``: ``tensorflow``, as TF Serving; also ``pytorch``, ``torch`` and Triton's
-  ``pytorch_libtorch`` for TorchScript, ``onnx`` and Triton's ``onnxruntime_onnx`` for ONNX, so
-  one file can name every framework. The framework is
+  ``pytorch_libtorch`` for TorchScript, ``onnx`` and Triton's ``onnxruntime_onnx`` for ONNX,
+  ``pytorch_export`` (or ``torch_export``) for ``torch.export``'s ``model.pt2``, so one file can
+  name every framework. The framework is
   found from the files in any case (``model_source``); a platform that disagrees with them is an
   error naming both. Left out (TF Serving refuses that), the files decide.
 - ``model_version_policy``: ``latest {num_versions}`` (0 counts as 1, as upstream),
@@ -67,11 +68,14 @@ _PLATFORMS = {
     "pytorch_libtorch": Framework.TORCH,
     "onnx": Framework.ONNX,
     "onnxruntime_onnx": Framework.ONNX,
+    "pytorch_export": Framework.EXPORT,
+    "torch_export": Framework.EXPORT,
 }
 _FRAMEWORK_NAMES = {
     Framework.TENSORFLOW: "TensorFlow SavedModel",
     Framework.TORCH: "TorchScript",
     Framework.ONNX: "ONNX",
+    Framework.EXPORT: "torch.export",
 }
 _MODEL_TYPE_TENSORFLOW = 1  # the deprecated ModelType enum's TENSORFLOW
 

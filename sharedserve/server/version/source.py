@@ -5,8 +5,10 @@ which is served, like TF Serving's default version policy) or a bare model direc
 (served as version 1, or as its own number when the directory is named like a version).
 
 A model directory is a SavedModel (``saved_model.pb`` or ``.pbtxt``), TorchScript
-(``model.pt``, with the ``signature.json`` sidecar the torch backend checks on load) or ONNX
-(``model.onnx``, Triton's name); the file names decide the framework, so one layout serves all.
+(``model.pt``, with the ``signature.json`` sidecar the torch backend checks on load), ONNX
+(``model.onnx``, Triton's name) or ``torch.export`` (``model.pt2``: a program or an AOTInductor
+package, which the backend tells apart); the file names decide the framework, so one layout
+serves all.
 Only ``model.pt`` is looked for here: a TorchScript model whose sidecar is missing should fail to
 load with an error naming the sidecar, not be passed over as "no model".
 """
@@ -24,6 +26,7 @@ __all__ = ["Framework", "ModelSource", "find_model", "find_version_sources", "fi
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt")
 _TORCHSCRIPT_FILE = "model.pt"
 _ONNX_FILE = "model.onnx"
+_EXPORT_FILE = "model.pt2"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ def _framework_of(path: Path) -> Framework | None:
         found.append((Framework.TORCH, f"a TorchScript model ({_TORCHSCRIPT_FILE})"))
     if (path / _ONNX_FILE).is_file():
         found.append((Framework.ONNX, f"an ONNX model ({_ONNX_FILE})"))
+    if (path / _EXPORT_FILE).is_file():
+        found.append((Framework.EXPORT, f"a torch.export program ({_EXPORT_FILE})"))
     if len(found) > 1:
         raise ConfigError(
             f"{path} holds {' and '.join(what for _, what in found)}; keep one framework's "
@@ -88,12 +93,13 @@ def find_model(model_dir: Path, name: str | None = None) -> ModelSource:
     elif numbered:
         hint = (
             f"; its version folders {numbered} hold no {_SAVED_MODEL_FILES[0]}, "
-            f"{_TORCHSCRIPT_FILE} or {_ONNX_FILE}: copied in part, or still being copied?"
+            f"{_TORCHSCRIPT_FILE}, {_ONNX_FILE} or {_EXPORT_FILE}: copied in part, or still "
+            "being copied?"
         )
     raise ConfigError(
-        f"{model_dir} is neither a SavedModel, TorchScript or ONNX directory (saved_model.pb, "
-        f"{_TORCHSCRIPT_FILE}, {_ONNX_FILE}) nor a model base path with numeric version "
-        f"subdirectories{hint}"
+        f"{model_dir} is neither a SavedModel, TorchScript, ONNX or torch.export directory "
+        f"(saved_model.pb, {_TORCHSCRIPT_FILE}, {_ONNX_FILE}, {_EXPORT_FILE}) nor a model base "
+        f"path with numeric version subdirectories{hint}"
     )
 
 

@@ -24,6 +24,7 @@ from sharedserve.server.version.backends.base import Backend, warm_up
 from sharedserve.server.version.backends.onnx import OnnxBackend
 from sharedserve.server.version.backends.tensorflow import TensorFlowBackend
 from sharedserve.server.version.backends.torch import TorchBackend
+from sharedserve.server.version.backends.torch_export import ExportBackend
 
 # TorchScript loads in this process, where pytest makes warnings errors; torch warns that its
 # own torch.jit is deprecated (a served process only logs it).
@@ -43,13 +44,15 @@ ROWS = np.array(
 )
 
 
-@pytest.fixture(params=["tensorflow", "torch", "onnx"])
+@pytest.fixture(params=["tensorflow", "torch", "onnx", "export"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """A freshly loaded ``tiny`` of each framework: paging changes its state."""
     if request.param == "tensorflow":
         loaded: Backend = TensorFlowBackend(request.getfixturevalue("models_dir") / "tiny" / "1")
     elif request.param == "onnx":
         loaded = OnnxBackend(request.getfixturevalue("onnx_models_dir") / "tiny" / "1")
+    elif request.param == "export":
+        loaded = ExportBackend(request.getfixturevalue("export_models_dir") / "tiny" / "1")
     else:
         loaded = TorchBackend(request.getfixturevalue("torch_models_dir") / "tiny" / "1")
     loaded.load()
@@ -99,9 +102,12 @@ def test_paged_out_and_back_in_answers_the_same(backend: Backend) -> None:
     np.testing.assert_array_equal(predict(backend), before)
 
 
-def test_torch_keeps_its_weights_while_paged_out(torch_models_dir: Path) -> None:
-    backend = TorchBackend(torch_models_dir / "tiny" / "1")
+@pytest.mark.parametrize("kind", ["torch", "export"])
+def test_torch_keeps_its_weights_while_paged_out(kind: str, request: pytest.FixtureRequest) -> None:
+    built = request.getfixturevalue(f"{kind}_models_dir") / "tiny" / "1"
+    backend = TorchBackend(built) if kind == "torch" else ExportBackend(built)
     backend.load()
+    assert backend.weight_bytes() == TINY_WEIGHT_BYTES  # the program's parameters, as the module's
     assert backend.pages_to_host
     backend.page_out()
     # In host memory, not gone: what a page-in copies back.

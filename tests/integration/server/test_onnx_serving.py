@@ -15,24 +15,15 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
-from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from sharedserve.server.protos.oip import MODEL_INFER_METHOD
-from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip
 from tests.support.onnx_models import write_malformed
-from tests.support.protos import predict_request
 from tests.support.servers import Server, serving
+from tests.support.tiny_apis import APIS, ROWS, TOLERANCE
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch, pytest.mark.onnx]
 
-ROWS = np.array(
-    [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0], [1.0, 2.0, -3.0, 0.5, 0.0, 4.0, -1.0, 0.1]],
-    dtype=np.float32,
-)
-TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 BATCHED = "batching: {max_batch_size: 8, batch_timeout_micros: 0}\n"
 
 
@@ -44,47 +35,7 @@ def onnx_server(
     yield from serving(onnx_models_dir / "tiny", log, ["--cpu-limit", "1"], env=without_tf_env)
 
 
-def _rest(server: Server) -> np.ndarray:
-    response = server.client.post("/v1/models/tiny:predict", json={"instances": ROWS.tolist()})
-    assert response.status_code == 200, response.text
-    return np.asarray(response.json()["predictions"], dtype=np.float32)
-
-
-def _grpc(server: Server) -> np.ndarray:
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        out = stub.Predict(predict_request("tiny", {"x": ROWS}), timeout=30).outputs
-    proto = out["probabilities"]
-    return np.frombuffer(proto.tensor_content, dtype=np.float32).reshape(ROWS.shape[0], -1)
-
-
-def _oip_rest(server: Server) -> np.ndarray:
-    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 8], "data": ROWS.tolist()}]}
-    response = server.client.post("/v2/models/tiny/infer", json=body)
-    assert response.status_code == 200, response.text
-    (output,) = response.json()["outputs"]
-    assert output["name"] == "probabilities" and output["shape"] == [2, 4]
-    return np.asarray(output["data"], dtype=np.float32).reshape(2, 4)
-
-
-def _oip_grpc(server: Server) -> np.ndarray:
-    tensor = oip.ModelInferRequest.InferInputTensor(name="x", datatype="FP32", shape=[2, 8])
-    request = oip.ModelInferRequest(
-        model_name="tiny", inputs=[tensor], raw_input_contents=[ROWS.tobytes()]
-    )
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        infer = channel.unary_unary(
-            MODEL_INFER_METHOD,
-            request_serializer=oip.ModelInferRequest.SerializeToString,
-            response_deserializer=oip.ModelInferResponse.FromString,
-        )
-        response = infer(request, timeout=30)
-    (output,) = response.outputs
-    assert output.name == "probabilities" and list(output.shape) == [2, 4]
-    return np.frombuffer(response.raw_output_contents[0], dtype=np.float32).reshape(2, 4)
-
-
-@pytest.mark.parametrize("api", [_rest, _grpc, _oip_rest, _oip_grpc], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
 def test_every_api_answers_as_the_torchscript_model_it_came_from(
     api: Callable[[Server], np.ndarray], onnx_server: Server, torch_server: Server
 ) -> None:

@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 BODY = {"instances": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]]}
 BROKEN = {
     "empty": "holds no model",
-    "half": "hold no saved_model.pb, model.pt or model.onnx: copied in part",
+    "half": "hold no saved_model.pb, model.pt, model.onnx or model.pt2: copied in part",
     "truncated": "TensorFlow could not load",
 }
 
@@ -213,8 +213,9 @@ def test_exit_on_error_refuses_a_model_that_cannot_be_read(
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"error: model repository: 'empty' holds no model: {(root / 'empty').resolve()} is "
-        "neither a SavedModel, TorchScript or ONNX directory (saved_model.pb, model.pt, "
-        "model.onnx) nor a model base path with numeric version subdirectories"
+        "neither a SavedModel, TorchScript, ONNX or torch.export directory (saved_model.pb, "
+        "model.pt, model.onnx, model.pt2) nor a model base path with numeric version "
+        "subdirectories"
     ]
 
 
@@ -244,10 +245,11 @@ def test_exit_on_error_stops_when_a_model_fails_to_load(models_dir: Path, tmp_pa
         pytest.param(
             lambda root: (root / "a" / "1").mkdir(parents=True),
             "error: no model to serve: none of the 1 models named can be read: model "
-            "repository: 'a' holds no model: {root}/a is neither a SavedModel, TorchScript or "
-            "ONNX directory (saved_model.pb, model.pt, model.onnx) nor a model base path with "
-            "numeric version subdirectories; its version folders [1] hold no saved_model.pb, "
-            "model.pt or model.onnx: copied in part, or still being copied?",
+            "repository: 'a' holds no model: {root}/a is neither a SavedModel, TorchScript, "
+            "ONNX or torch.export directory (saved_model.pb, model.pt, model.onnx, model.pt2) "
+            "nor a model base path with numeric version subdirectories; its version folders [1] "
+            "hold no saved_model.pb, model.pt, model.onnx or model.pt2: copied in part, or "
+            "still being copied?",
             id="none-readable",
         ),
     ],

@@ -122,7 +122,8 @@ def test_the_deprecated_model_type_tensorflow_still_reads() -> None:
         (
             "name: 'm' base_path: '/m' model_platform: 'tensorrt_plan'",
             r"model_platform 'tensorrt_plan' is not.*"
-            r"tensorflow, pytorch, torch, pytorch_libtorch, onnx, onnxruntime_onnx",
+            r"tensorflow, pytorch, torch, pytorch_libtorch, onnx, onnxruntime_onnx, "
+            r"pytorch_export, torch_export",
         ),
         (
             "name: 'm' base_path: '/m' model_platform: 'tensorflow' model_type: TENSORFLOW",
@@ -261,4 +262,17 @@ def test_an_onnx_model_is_named_onnx_and_found_by_its_files(tmp_path: Path) -> N
     torch_base = versions(tmp_path / "t", 1, file="model.pt")
     torchscript = one(f"name: 'o' base_path: '{torch_base}' model_platform: 'onnx'")
     with pytest.raises(ConfigError, match=r"'o'.*names ONNX but .* holds a TorchScript model"):
+        versions_to_serve(torchscript)
+
+
+def test_a_torch_export_model_is_named_pytorch_export_and_found_by_its_files(
+    tmp_path: Path,
+) -> None:
+    base = versions(tmp_path / "e", 2, file="model.pt2")
+    for platform in ("pytorch_export", "torch_export"):
+        entry = one(f"name: 'e' base_path: '{base}' model_platform: '{platform}'")
+        assert [s.framework for s in versions_to_serve(entry)] == [Framework.EXPORT]
+    torch_base = versions(tmp_path / "t", 1, file="model.pt")
+    torchscript = one(f"name: 'e' base_path: '{torch_base}' model_platform: 'pytorch_export'")
+    with pytest.raises(ConfigError, match=r"'e'.*names torch.export but .* holds a TorchScript"):
         versions_to_serve(torchscript)

@@ -247,3 +247,12 @@ def test_model_onnx_is_an_onnx_model_and_one_framework_a_directory(tmp_path: Pat
     build(tmp_path, ["m/2/model.pt"])
     with pytest.raises(ConfigError, match=r"a TorchScript model \(model.pt\) and an ONNX model"):
         find_model(tmp_path / "m" / "2")
+
+
+def test_model_pt2_is_a_torch_export_model_beside_no_other_format(tmp_path: Path) -> None:
+    build(tmp_path, ["m/3/model.pt2", "m/2/model.pt"])
+    source = find_model(tmp_path / "m")
+    assert (source.version, source.framework) == (3, Framework.EXPORT)
+    build(tmp_path, ["m/3/model.pt"])
+    with pytest.raises(ConfigError, match=r"model.pt\) and a torch.export program \(model.pt2"):
+        find_model(tmp_path / "m" / "3")

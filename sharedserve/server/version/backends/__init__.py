@@ -49,6 +49,13 @@ def make_backend(source: ModelSource) -> Backend:
             from sharedserve.server.version.backends.onnx import OnnxBackend
 
         return OnnxBackend(source.path)
+    if source.framework is Framework.EXPORT:
+        with framework_needed("export"), framework_startup():  # imports torch
+            from sharedserve.server.version.backends import torch_export
+
+        if torch_export.is_aoti_package(source.path / torch_export.EXPORT_FILE):
+            return torch_export.AotiBackend(source.path)
+        return torch_export.ExportBackend(source.path)
     raise SharedServeError(f"no backend for {source.framework}")
 
 

@@ -98,11 +98,12 @@ class TorchBackend:
     framework = "torch"
     pages_to_host = True
     page_in_from = "host_memory"
+    model_file = MODEL_FILE
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._signatures: dict[str, Signature] = {}
-        self._model: torch.jit.ScriptModule | None = None
+        self._model: torch.nn.Module | None = None
         self._device = torch.device("cpu")
         self._paged_out = False
 
@@ -133,9 +134,19 @@ class TorchBackend:
         return False  # the process's cap only: torch's allocator has no per-model one
 
     def load(self) -> None:
+        device = _serving_device()
+        model, signature = self._read(device)
+        self._model = model
+        self._device = device
+        self._paged_out = False
+        self._signatures = {signature.name: signature}
+        log.info("loaded %s on %s", self._path / self.model_file, device)
+
+    def _read(self, device: torch.device) -> tuple[torch.nn.Module, Signature]:
+        """The model, in inference mode on ``device``, and its signature; ModelLoadError.
+        (The file formats' one difference at load: ``torch_export.py`` reads a ``.pt2``.)"""
         signature = read_signature_file(self._path / SIGNATURE_FILE)
         model_file = self._path / MODEL_FILE
-        device = _serving_device()
         try:
             model: torch.jit.ScriptModule = torch.jit.load(  # type: ignore[no-untyped-call]
                 str(model_file), map_location=device
@@ -144,11 +155,15 @@ class TorchBackend:
             raise ModelLoadError(f"PyTorch could not load {model_file}: {_short(e)}") from e
         _check_forward(model, signature, self._path)
         model.eval()
-        self._model = model
-        self._device = device
-        self._paged_out = False
-        self._signatures = {signature.name: signature}
-        log.info("loaded %s on %s", model_file, device)
+        return model, signature
+
+    def _run(self, args: list[torch.Tensor]) -> object:
+        """One call of the loaded model, under inference mode; what it returns."""
+        assert self._model is not None
+        # The executor's setting is per thread: each call, in whichever thread, says it.
+        optimized = torch.jit.optimized_execution  # type: ignore[attr-defined]
+        with torch.inference_mode(), optimized(_optimize):
+            return self._model(*args)
 
     def unload(self) -> None:
         self._model = None
@@ -171,16 +186,13 @@ class TorchBackend:
         try:
             # Inside the try: copying the inputs to the GPU can itself run out of memory.
             args = [self._tensor(spec, inputs[spec.name]) for spec in signature.inputs.values()]
-            # The executor's setting is per thread: each call, in whichever thread, says it.
-            optimized = torch.jit.optimized_execution  # type: ignore[attr-defined]
-            with torch.inference_mode(), optimized(_optimize):
-                result = self._model(*args)
-            return _outputs(signature, result)
+            return _outputs(signature, self._run(args))
         except torch.cuda.OutOfMemoryError as e:
             raise ResourceExhausted(f"out of memory running the model: {_short(e)}") from e
-        except (RuntimeError, torch.jit.Error) as e:
+        except (RuntimeError, torch.jit.Error, AssertionError) as e:
             # Inside a scripted model a CUDA OOM arrives as a plain RuntimeError, and an error
-            # the model raises itself as torch.jit.Error: only the message tells them apart.
+            # the model raises itself as torch.jit.Error (an exported program's shape guard, an
+            # AssertionError or RuntimeError): only the message tells them apart.
             message = _short(e)
             if "out of memory" in _message(e):
                 raise ResourceExhausted(f"out of memory running the model: {message}") from e

@@ -23,6 +23,7 @@ PLATFORM = {
     Framework.TENSORFLOW: "tensorflow_savedmodel",
     Framework.TORCH: "pytorch_libtorch",
     Framework.ONNX: "onnxruntime_onnx",
+    Framework.EXPORT: "pytorch_export",
 }
 
 
