@@ -97,9 +97,10 @@ def models_list() -> None:
     from sharedserve.models import CATALOG
 
     typer.echo("Example models `models build` can make (name, --framework, what it is):")
+    frameworks = {name: ",".join(f.value for f in m.frameworks) for name, m in CATALOG.items()}
+    width = max(map(len, frameworks.values()))
     for model in CATALOG.values():
-        frameworks = ",".join(f.value for f in model.frameworks)
-        typer.echo(f"{model.name:14} {frameworks:13} {model.description}")
+        typer.echo(f"{model.name:14} {frameworks[model.name]:{width}} {model.description}")
 
 
 _PANEL_BATCHING = "Batching"
