@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from sharedserve.cli import allocator, bench, k8s, pack, profile, schema, serve, size
+from sharedserve.cli import allocator, bench, convert, k8s, pack, profile, schema, serve, size
 from sharedserve.cli._app import app
 from sharedserve.errors import ConfigError, SharedServeError
 
@@ -20,6 +20,7 @@ __all__ = ["app", "main"]
 _COMMAND_MODULES = (
     allocator,
     bench,
+    convert,
     k8s,
     pack,
     profile,

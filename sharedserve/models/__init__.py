@@ -5,5 +5,6 @@ which is what packing decisions depend on.
 """
 
 from sharedserve.models.catalog import CATALOG, Built, ExampleModelSpec, build, build_models
+from sharedserve.models.convert import convert_to_onnx
 
-__all__ = ["CATALOG", "Built", "ExampleModelSpec", "build", "build_models"]
+__all__ = ["CATALOG", "Built", "ExampleModelSpec", "build", "build_models", "convert_to_onnx"]

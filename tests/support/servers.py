@@ -63,6 +63,11 @@ def without_onnx(root: Path, **extra: str) -> dict[str, str]:
     return _hiding(root, ("onnxruntime", "onnx"), **extra)
 
 
+def without_tf2onnx(root: Path, **extra: str) -> dict[str, str]:
+    """``clean_env`` for a child in which tf2onnx is missing (no ``[convert]``)."""
+    return _hiding(root, ("tf2onnx",), **extra)
+
+
 def _hiding(root: Path, names: Sequence[str], **extra: str) -> dict[str, str]:
     # Packages of the same names placed first on PYTHONPATH fail on import, as absent ones do;
     # and a sitecustomize marks them absent in sys.modules, so that looking for one without
