@@ -54,12 +54,13 @@ def test_every_block_in_order_in_one_directory(
     models_dir: Path,
     torch_models_dir: Path,
     onnx_models_dir: Path,
+    export_models_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     builds: dict[str, int] = {}  # OUT/NAME: how many README lines built it
-    built = {"torch": torch_models_dir, "onnx": onnx_models_dir}
+    built = {"torch": torch_models_dir, "onnx": onnx_models_dir, "export": export_models_dir}
 
     def run(command: Invocation) -> None:
         if command.command == ("models", "build"):
