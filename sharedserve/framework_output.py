@@ -106,6 +106,8 @@ def keep_triton_out() -> None:
     carries its compiled ones. (Imported first, triton lets TensorFlow load after it.)"""
     if "triton" not in sys.modules:
         sys.modules["triton"] = None  # type: ignore[assignment]  # import fails: not installed
+        # torch then warns, once, that it cannot count the flops of triton kernels: none run.
+        logging.getLogger("torch.utils.flop_counter").setLevel(logging.ERROR)
         log.debug(
             "triton kept out of this process: it is not needed to serve, and crashes it "
             "beside TensorFlow"

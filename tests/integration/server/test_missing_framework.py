@@ -90,3 +90,20 @@ def test_onnx_missing_is_one_line(command: str, onnx_models_dir: Path, tmp_path:
     assert_one_line(result.returncode, result.stderr, ONNX_LINE)
     if command == "build":
         assert not (tmp_path / "m" / "tiny").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "serve"])
+def test_torch_missing_for_torch_export_is_one_line(
+    command: str, export_models_dir: Path, tmp_path: Path
+) -> None:
+    env = without_torch(tmp_path / "hide")
+    model = str(export_models_dir / "tiny")
+    args = {
+        "build": ["models", "build", "tiny", "--framework", "export", "--out", str(tmp_path / "m")],
+        "serve": ["serve", "--model", model, "--host", "127.0.0.1", *_ports()],
+    }[command]
+    result = run_cli(*args, env=env, timeout=150)
+    line = "error: torch.export models need PyTorch, which is not installed: "
+    assert_one_line(result.returncode, result.stderr, line + "pip install 'sharedserve[torch]'")
+    if command == "build":
+        assert not (tmp_path / "m" / "tiny").exists()
