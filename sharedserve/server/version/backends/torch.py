@@ -9,6 +9,9 @@ dimensions) and clients see one API whichever framework serves (``torch_sidecar.
 Paging keeps the module in host memory: page-out moves its tensors to the CPU, page-in copies
 them back to the device, without reading the file again.
 
+``torch_export.py`` subclasses it for ``model.pt2`` (a ``torch.export`` program, an AOTInductor
+package): the same threads, cap, errors and counters, its own ``_read`` and ``_run``.
+
 torch's errors are wrapped here: CUDA out of memory under the cap becomes ``ResourceExhausted``
 (503) and the process serves on; shape and dtype errors raised inside the model become
 ``InvalidInput`` (400). TorchScript wraps a model's error in a serialized traceback; clients get
@@ -137,10 +140,14 @@ class TorchBackend:
         device = _serving_device()
         model, signature = self._read(device)
         self._model = model
-        self._device = device
+        self._device = self._runs_on(device)
         self._paged_out = False
         self._signatures = {signature.name: signature}
-        log.info("loaded %s on %s", self._path / self.model_file, device)
+        log.info("loaded %s on %s", self._path / self.model_file, self._device)
+
+    def _runs_on(self, device: torch.device) -> torch.device:
+        """Where the loaded model runs: the device it was loaded onto, for a module."""
+        return device
 
     def _read(self, device: torch.device) -> tuple[torch.nn.Module, Signature]:
         """The model, in inference mode on ``device``, and its signature; ModelLoadError.

@@ -186,6 +186,11 @@ class AotiBackend(TorchBackend):
     pages_to_host = False
     page_in_from = "file"
 
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._package_device = torch.device("cpu")
+        """The device the package was compiled for, from its metadata once loaded."""
+
     def _read(self, device: torch.device) -> tuple[torch.nn.Module, Signature]:
         signature = read_signature_file(self._path / SIGNATURE_FILE)
         package = self._load_package()
@@ -194,9 +199,8 @@ class AotiBackend(TorchBackend):
         self._package_device = torch.device(metadata.get("AOTI_DEVICE_KEY", "cpu"))
         return _Package(package), signature
 
-    def load(self) -> None:
-        super().load()
-        self._device = self._package_device
+    def _runs_on(self, device: torch.device) -> torch.device:
+        return self._package_device
 
     def _load_package(self) -> object:
         model_file = self._path / EXPORT_FILE
