@@ -39,16 +39,20 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import multimodel_aggressors  # benchmarks/multimodel_aggressors.py, beside this script
 import multimodel_memory  # benchmarks/multimodel_memory.py, beside this script
 import numpy as np
 from machine import heading, publish  # benchmarks/machine.py, beside this script
+from multimodel_aggressors import CASES, Case, drive
 
 from sharedserve.pack.probe import free_port
 
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
-PACKAGES = ("sharedserve", "tensorflow", "numpy")
+PACKAGES = ("sharedserve", "tensorflow", "torch", "numpy")
 BODY = json.dumps({"instances": [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]}).encode()
 
 
@@ -64,12 +68,13 @@ def _get(port: int, path: str) -> bytes:
 
 
 @contextmanager
-def serving(args: list[str], names: list[str], cpus: str, log: Path) -> Iterator[int]:
-    """A ``sharedserve serve`` pinned to ``cpus``; yields its REST port once ``names`` are up."""
-    rest = free_port()
+def serving(args: list[str], names: list[str], cpus: str, log: Path) -> Iterator[tuple[int, int]]:
+    """A ``sharedserve serve`` pinned to ``cpus``; yields its REST and gRPC ports once ``names``
+    are up."""
+    rest, grpc_port = free_port(), free_port()
     cores = str(len(cpus.split(",")))
     cmd = ["taskset", "-c", cpus, *SHAREDSERVE, "serve", *args, "--cpu-limit", cores]
-    cmd += ["--host", "127.0.0.1", "--rest-port", str(rest), "--grpc-port", str(free_port())]
+    cmd += ["--host", "127.0.0.1", "--rest-port", str(rest), "--grpc-port", str(grpc_port)]
     with log.open("ab") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     try:
@@ -78,7 +83,7 @@ def serving(args: list[str], names: list[str], cpus: str, log: Path) -> Iterator
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not become AVAILABLE; see {log}")
             time.sleep(0.2)
-        yield rest
+        yield rest, grpc_port
     finally:
         proc.terminate()
         proc.wait(60)
@@ -90,25 +95,6 @@ def _post(conn: http.client.HTTPConnection, name: str) -> None:
     response.read()
     if response.status != 200:
         raise RuntimeError(f"{name}: HTTP {response.status}")
-
-
-def drive(port: int, name: str, clients: int, seconds: float) -> None:
-    """The aggressor's load (run in its own process): closed loop, as fast as answered."""
-    stop = time.monotonic() + seconds
-    done = [0] * clients
-
-    def client(i: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        while time.monotonic() < stop:
-            _post(conn, name)
-            done[i] += 1
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print(json.dumps({"requests": sum(done), "seconds": seconds}))
 
 
 def victim_load(port: int, rps: float, warmup: float, seconds: float) -> np.ndarray:
@@ -136,102 +122,162 @@ def victim_load(port: int, rps: float, warmup: float, seconds: float) -> np.ndar
 
 
 Sample = tuple[np.ndarray, float | None]
-"""A case's victim latencies (s) in one round, and the aggressor's QPS meanwhile (None: none)."""
+"""A case's victim latencies (s) in one round, and the aggressor's answers/s meanwhile."""
 
 
-def measure(port: int, aggressor_port: int | None, opts: argparse.Namespace) -> Sample:
+@dataclass
+class Measured:
+    case: Case
+    one: list[Sample] = field(default_factory=list)
+    two: list[Sample] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    """Aggressor requests not answered 200, per round, one process then two."""
+    timings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Paging cases: the servers' load and page-in times (``/limits``), by layout."""
+
+
+def measure(
+    port: int, target: tuple[int, int, list[str]] | None, case: Case | None, opts: Any
+) -> tuple[Sample, int]:
+    """One round: the victim's open loop on ``port`` while ``case``'s aggressor drives
+    ``target`` (REST port, gRPC port, models); -> the sample and the aggressor's failures."""
     aggressor = None
     span = opts.warmup + opts.seconds
-    if aggressor_port is not None:
-        cmd = [sys.executable, __file__, "--drive", str(aggressor_port)]
-        cmd += ["--aggressor-clients", str(opts.aggressor_clients), "--seconds", str(span + 1)]
+    if target is not None and case is not None:
+        rest, grpc_port, names = target
+        cmd = [sys.executable, __file__, "--drive", case.name, "--ports", f"{rest},{grpc_port}"]
+        cmd += ["--names", ",".join(names), "--seconds", str(span + 1)]
         aggressor = subprocess.Popen(
             ["taskset", "-c", opts.client_cpus, *cmd], stdout=subprocess.PIPE, text=True
         )
         time.sleep(0.5)
     latencies = victim_load(port, opts.victim_rps, opts.warmup, opts.seconds)
     if aggressor is None:
-        return latencies, None
-    out, _ = aggressor.communicate(timeout=span + 120)
+        return (latencies, None), 0
+    out, _ = aggressor.communicate(timeout=span + 600)
     figures = json.loads(out.strip().splitlines()[-1])
-    return latencies, figures["requests"] / figures["seconds"]
+    return (latencies, figures["requests"] / figures["seconds"]), figures["failed"]
 
 
-def run_cases(work: Path, opts: argparse.Namespace) -> dict[str, list[Sample]]:
-    """Every server started once and left up (an idle one costs nothing); then ``--rounds``
-    rounds of the three cases in turn, so that a shared machine's drift lands on each alike."""
-    models = work / "models"
-    build = [*SHAREDSERVE, "models", "build", "tiny", "--out", str(models)]
-    subprocess.run(build, check=True, stdout=subprocess.DEVNULL)
-    tiny, log, cpus = models / "tiny", work / "serve.log", opts.server_cpus
-    config = work / "models.config"
-    config.write_text(
-        "model_config_list {\n"
-        f"  config {{ name: 'victim' base_path: '{tiny}' model_platform: 'tensorflow' }}\n"
-        f"  config {{ name: 'aggressor' base_path: '{tiny}' model_platform: 'tensorflow' }}\n"
-        "}\n"
-    )
-    cases: dict[str, list[Sample]] = {"alone": [], "one process": [], "two processes": []}
-    with ExitStack() as stack:
-        both = ["--model-config-file", str(config)]
-        one = stack.enter_context(serving(both, ["victim", "aggressor"], cpus, log))
-        alone = ["--model", str(tiny), "--name", "victim"]
-        victim = stack.enter_context(serving(alone, ["victim"], cpus, log))
-        other = ["--model", str(tiny), "--name", "aggressor"]
-        aggressor = stack.enter_context(serving(other, ["aggressor"], cpus, log))
+def _timings(port: int) -> dict[str, Any]:
+    limits = json.loads(_get(port, "/sharedserve/v1/limits") or b"{}")
+    return dict(limits.get("memory", {}).get("timings", {}))
+
+
+def run_cases(work: Path, opts: argparse.Namespace) -> tuple[list[Sample], list[Measured]]:
+    """The victim's own server started once and left up (idle, it costs nothing); the alone
+    case first, then per case its two servers and ``--rounds`` rounds of one process and two
+    processes in turn, so that a shared machine's drift lands on each alike."""
+    tiny = multimodel_aggressors.build(work, "tiny", "tf")
+    log, cpus = work / "serve.log", opts.server_cpus
+    alone: list[Sample] = []
+    results: list[Measured] = []
+    with serving(["--model", str(tiny), "--name", "victim"], ["victim"], cpus, log) as victim:
         for _ in range(opts.rounds):
-            cases["alone"].append(measure(victim, None, opts))
-            cases["one process"].append(measure(one, one, opts))
-            cases["two processes"].append(measure(victim, aggressor, opts))
-    return cases
+            alone.append(measure(victim[0], None, None, opts)[0])
+        for name in opts.cases:
+            case = CASES[name]
+            plan = multimodel_aggressors.layout(case, work, tiny, log)
+            measured = Measured(case)
+            with ExitStack() as stack:
+                one = stack.enter_context(serving(plan.shared, ["victim", *plan.names], cpus, log))
+                other = stack.enter_context(serving(plan.alone, plan.names, cpus, log))
+                for _ in range(opts.rounds):
+                    sample, failed = measure(one[0], (*one, plan.names), case, opts)
+                    measured.one.append(sample)
+                    measured.failed.append(failed)
+                    sample, failed = measure(victim[0], (*other, plan.names), case, opts)
+                    measured.two.append(sample)
+                    measured.failed.append(failed)
+                if case.kind == "paging":
+                    measured.timings = {"one": _timings(one[0]), "two": _timings(other[0])}
+            results.append(measured)
+            print(f"{case.name}: done", file=sys.stderr)
+    return alone, results
 
 
 def _p(latencies: np.ndarray, q: float) -> float:
     return float(np.percentile(latencies, q) * 1000)
 
 
-def report(cases: dict[str, list[Sample]], opts: argparse.Namespace, head: list[str]) -> str:
+def _median(values: list[float]) -> float:
+    return float(np.median(values))
+
+
+def _page_ins(measured: Measured) -> list[str]:
+    lines = []
+    for layout, timings in measured.timings.items():
+        parts = [
+            f"{kind} {t['count']}x, p50 {t['p50_s'] * 1000:.0f} / p99 {t['p99_s'] * 1000:.0f} ms"
+            for kind, t in timings.items()
+        ]
+        where = "one process" if layout == "one" else "two processes (the aggressor's)"
+        lines.append(f"- {measured.case.label}, {where}: {'; '.join(parts) or 'none'}")
+    return lines
+
+
+def report(alone: list[Sample], results: list[Measured], opts: Any, head: list[str]) -> str:
     lines = [*head]
     lines += [
         "",
         f"Servers pinned to CPUs {opts.server_cpus} (`--cpu-limit` of their count), clients to "
-        f"{opts.client_cpus}. Victim: `tiny` at {opts.victim_rps:g} requests/s, open loop; "
-        f"aggressor: `tiny`, {opts.aggressor_clients} closed-loop clients; {opts.warmup:g} s "
-        f"warm-up, then {opts.seconds:g} s measured, {opts.rounds} rounds of the three cases in "
-        "turn. TF Serving REST, batching off. Percentiles over every round's requests.",
+        f"{opts.client_cpus}. Victim: `tiny` (TensorFlow) at {opts.victim_rps:g} requests/s, "
+        f"open loop, TF Serving REST; {opts.warmup:g} s warm-up, then {opts.seconds:g} s "
+        f"measured; {opts.rounds} rounds per case of one process and two processes in turn. "
+        "Batching off. Each figure is the median of the rounds' figures (exact percentiles per "
+        "round); the rounds' own figures follow in brackets. Aggressor throughput: its requests "
+        "answered 200 per second (load/unload: cycles per second).",
         "",
-        "| case | victim p50 ms | victim p99 ms | victim p99 per round ms | victim requests "
-        "| aggressor QPS |",
-        "|---|---|---|---|---|---|",
+        f"Victim alone (no aggressor): p50 {_median([_p(x, 50) for x, _ in alone]):.1f} ms, "
+        f"p99 {_median([_p(x, 99) for x, _ in alone]):.1f} ms "
+        f"[{', '.join(f'{_p(x, 99):.1f}' for x, _ in alone)}].",
+        "",
+        "| aggressor | victim p99 ms, one process | two processes | ratio (<= 1.25) "
+        "| aggressor /s, one process | two processes | ratio (>= 0.9) | aggressor failures |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, samples in cases.items():
-        every = np.concatenate([latencies for latencies, _ in samples])
-        rounds = ", ".join(f"{_p(latencies, 99):.1f}" for latencies, _ in samples)
-        qps = [q for _, q in samples if q is not None]
-        shown = f"{np.mean(qps):.0f}" if qps else "-"
+    for m in results:
+        p99 = [[_p(x, 99) for x, _ in samples] for samples in (m.one, m.two)]
+        qps = [[q or 0.0 for _, q in samples] for samples in (m.one, m.two)]
+        latency = _median(p99[0]) / _median(p99[1])
+        rate = _median(qps[0]) / _median(qps[1]) if _median(qps[1]) else float("nan")
+
+        def shown(values: list[float], digits: int) -> str:
+            return f"{_median(values):.{digits}f} [{', '.join(f'{v:.{digits}f}' for v in values)}]"
+
+        digits = 2 if m.case.kind in ("paging", "churn") else 1
         lines.append(
-            f"| {name} | {_p(every, 50):.1f} | {_p(every, 99):.1f} | {rounds} | {every.size} "
-            f"| {shown} |"
+            f"| {m.case.label} | {shown(p99[0], 1)} | {shown(p99[1], 1)} "
+            f"| {latency:.2f}x{'' if latency <= 1.25 else ' (NOT met)'} "
+            f"| {shown(qps[0], digits)} | {shown(qps[1], digits)} "
+            f"| {rate:.2f}x{'' if rate >= 0.9 else ' (NOT met)'} | {sum(m.failed)} |"
         )
-    one = np.concatenate([x for x, _ in cases["one process"]])
-    two = np.concatenate([x for x, _ in cases["two processes"]])
-    ratio = _p(one, 99) / _p(two, 99)
-    verdict = "met" if ratio <= 1.25 else "NOT met"
-    lines += [
-        "",
-        f"Victim p99, one process / two processes: {ratio:.2f}x (target <= 1.25x: {verdict}).",
-    ]
+    paging = [line for m in results for line in _page_ins(m)]
+    if paging:
+        lines += [
+            "",
+            "Loads from disk (at start) and page-ins during the paging cases, the servers' own "
+            "exact figures (`memory.timings` of `/sharedserve/v1/limits`):",
+            "",
+            *paging,
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--drive", type=int, help=argparse.SUPPRESS)  # the aggressor's process
+    parser.add_argument("--drive", choices=sorted(CASES), help=argparse.SUPPRESS)
+    parser.add_argument("--ports", help=argparse.SUPPRESS)  # the drive's REST,gRPC
+    parser.add_argument("--names", help=argparse.SUPPRESS)  # the drive's models
     parser.add_argument("--part", choices=("isolation", "memory"), default="isolation")
+    parser.add_argument(
+        "--cases",
+        default=",".join(c for c in CASES if c != "tiny-16"),
+        help=f"comma-separated, of: {', '.join(CASES)}",
+    )
     parser.add_argument("--server-cpus", default="0", help="taskset list for every server")
     parser.add_argument("--client-cpus", default=None, help="taskset list for the clients")
     parser.add_argument("--victim-rps", type=float, default=20.0)
-    parser.add_argument("--aggressor-clients", type=int, default=16)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=3)
@@ -242,8 +288,13 @@ def main() -> None:
         multimodel_memory.measure(opts)
         return
     if opts.drive is not None:
-        drive(opts.drive, "aggressor", opts.aggressor_clients, opts.seconds)
+        rest, grpc_port = map(int, opts.ports.split(","))
+        drive(CASES[opts.drive], rest, grpc_port, opts.names.split(","), opts.seconds)
         return
+    opts.cases = opts.cases.split(",")
+    unknown = sorted(set(opts.cases) - CASES.keys())
+    if unknown:
+        parser.error(f"unknown cases {unknown}; choose from {', '.join(CASES)}")
     # The heading before this process pins itself to the client CPUs: it counts usable CPUs.
     head = heading("Isolation between models: one process against two", PACKAGES)
     servers = {int(c) for c in opts.server_cpus.split(",")}
@@ -251,8 +302,8 @@ def main() -> None:
     opts.client_cpus = opts.client_cpus or ",".join(map(str, others))
     os.sched_setaffinity(0, {int(c) for c in opts.client_cpus.split(",")})
     with tempfile.TemporaryDirectory(prefix="multimodel-") as tmp:
-        cases = run_cases(Path(tmp), opts)
-    publish(report(cases, opts, head), opts.out)
+        alone, results = run_cases(Path(tmp), opts)
+    publish(report(alone, results, opts, head), opts.out)
 
 
 if __name__ == "__main__":

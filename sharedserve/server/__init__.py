@@ -23,7 +23,11 @@ needs to build requests. The process (uvicorn, grpc) has a face of its own,
 from __future__ import annotations
 
 from sharedserve.server.inference.batching_policy import parse_batching_parameters
-from sharedserve.server.inference.scheduler import model_call_slots
+from sharedserve.server.inference.scheduler import (
+    SPARE_THREADS,
+    model_call_slots,
+    model_call_threads,
+)
 from sharedserve.server.protos.oip import MODEL_INFER_METHOD
 from sharedserve.server.protos.oip import grpc_predict_v2_pb2 as oip_pb2
 from sharedserve.server.protos.tfserving import PREDICT_METHOD
@@ -58,6 +62,7 @@ __all__ = [
     "MODEL_FILE",
     "MODEL_INFER_METHOD",
     "PREDICT_METHOD",
+    "SPARE_THREADS",
     "AdminSettings",
     "ConnectionSettings",
     "GrpcSettings",
@@ -71,6 +76,7 @@ __all__ = [
     "datatype_of",
     "find_model",
     "model_call_slots",
+    "model_call_threads",
     "model_schema",
     "oip_pb2",
     "parse_batching_parameters",

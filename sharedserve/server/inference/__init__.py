@@ -9,9 +9,11 @@ from sharedserve.server.inference.path import Call, InferencePath, SignatureOf
 from sharedserve.server.inference.scheduler import (
     DEFAULT_MAX_INFLIGHT,
     DEFAULT_SHARE,
+    SPARE_THREADS,
     Scheduler,
     Share,
     model_call_slots,
+    model_call_threads,
 )
 from sharedserve.server.inference.validate import (
     MAX_DIMS,
@@ -25,6 +27,7 @@ __all__ = [
     "DEFAULT_MAX_INFLIGHT",
     "DEFAULT_SHARE",
     "MAX_DIMS",
+    "SPARE_THREADS",
     "Batcher",
     "BatcherStats",
     "Call",
@@ -37,5 +40,6 @@ __all__ = [
     "check_shape",
     "dtype_name",
     "model_call_slots",
+    "model_call_threads",
     "parse_batching_parameters",
 ]

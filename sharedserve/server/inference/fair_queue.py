@@ -12,12 +12,18 @@ one call per turn keeps a large model from being starved by a small one's many s
 only as far as weights say.
 
 Ties (equal start tags) go to the call queued first, so the order is deterministic.
+
+``pop`` may be limited to some models (``among``): the scheduler's spare threads start only the
+calls of models that have none running. Such a pick leaves ``V`` where it was: it is a call run
+beside the fair turns, not one of them (its model's finish tag still counts it, so it costs the
+model its turn all the same).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -61,11 +67,12 @@ class FairQueue(Generic[T]):
         lane.finish = start + 1.0 / lane.weight
         lane.calls.append((start, next(self._arrivals), item))
 
-    def pop(self) -> tuple[str, T] | None:
-        """The next call by start tag (then arrival), or None when every queue is empty."""
+    def pop(self, among: Callable[[str], bool] | None = None) -> tuple[str, T] | None:
+        """The next call by start tag (then arrival), or None when every queue is empty; with
+        ``among``, the next of the models it accepts, beside the fair turns."""
         best: tuple[float, int, str] | None = None
         for model, lane in self._lanes.items():
-            if lane.calls:
+            if lane.calls and (among is None or among(model)):
                 start, arrival, _ = lane.calls[0]
                 if best is None or (start, arrival) < best[:2]:
                     best = (start, arrival, model)
@@ -73,7 +80,8 @@ class FairQueue(Generic[T]):
             return None
         model = best[2]
         start, _, item = self._lanes[model].calls.popleft()
-        self._virtual = start
+        if among is None:
+            self._virtual = start
         return model, item
 
     def depth(self, model: str) -> int:

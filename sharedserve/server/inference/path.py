@@ -35,7 +35,7 @@ from sharedserve.server.inference.batching import Batcher
 from sharedserve.server.inference.scheduler import DEFAULT_SHARE, ModelLane, Scheduler, Share
 from sharedserve.server.inference.validate import check_inputs
 from sharedserve.server.memory import Memory
-from sharedserve.server.metrics import CpuPhase, Metrics
+from sharedserve.server.metrics import CpuPhase, Metrics, taken_elsewhere
 from sharedserve.server.version import ModelVersion, Signature
 
 __all__ = ["Call", "InferencePath", "SignatureOf"]
@@ -188,13 +188,15 @@ class InferencePath:
         return self._encoded(version, call, outputs)
 
     def _decoded(self, version: ModelVersion, call: Call[Any]) -> tuple[Signature, Arrays]:
+        taken_elsewhere()  # nothing left over from work this thread timed before
         started = thread_time()
         try:  # a request refused here cost its model the CPU all the same
             signature, inputs = call.decode(version.signature)
             check_inputs(signature, inputs, self.max_elements)
             version.check_rows(_rows(inputs))
         finally:
-            self.cpu.charge(version.name, CpuPhase.DECODE, thread_time() - started)
+            spent = thread_time() - started + taken_elsewhere()  # a worker process's parse
+            self.cpu.charge(version.name, CpuPhase.DECODE, spent)
         return signature, inputs
 
     def _encoded(self, version: ModelVersion, call: Call[R], outputs: Arrays) -> R:

@@ -76,7 +76,7 @@ class Memory:
         self.metrics, self.capacity, self.paging = metrics, capacity, paging
         self.page_in_timeout_s = page_in_timeout_s
         self._versions: list[ModelVersion] = []
-        self._owed = False  # a page-out let go of a model that no collection has freed yet
+        self._owed: list[ModelVersion] = []  # paged out, let go of, not yet collected
         self._collecting = threading.Lock()
 
     @property
@@ -98,7 +98,7 @@ class Memory:
             if version not in self._versions:
                 self._versions.append(version)
         self._track(version.name)
-        started = time.thread_time()
+        started, wall = time.thread_time(), time.perf_counter()
         try:
             budget = version.settings.memory_budget
             if budget is not None:  # the room first: a GPU's allocator never holds it past the cap
@@ -116,7 +116,7 @@ class Memory:
             self._cpu_spent(version.name, started)
             self.settle()
         if self.metrics is not None:
-            self.metrics.cold_start(version.name)
+            self.metrics.loaded(version.name, time.perf_counter() - wall)
 
     def _admit(self, version: ModelVersion) -> None:
         footprint, budget = version.footprint, version.settings.memory_budget
@@ -277,11 +277,12 @@ class Memory:
         """In a worker thread: each victim paged out (a failure leaves it out all the same:
         its room is taken already, and a page-in reloads it). What they let go of is collected
         now where it is device memory the next model needs, else later (``settle``)."""
-        owed = False
+        owed: list[ModelVersion] = []
         try:
             for victim in victims:
                 try:
-                    owed = victim.page_out() or owed
+                    if victim.page_out():
+                        owed.append(victim)
                 finally:
                     with LOCK:
                         victim.to(S.PAGED_OUT)
@@ -290,7 +291,7 @@ class Memory:
         finally:
             if owed:
                 with LOCK:
-                    self._owed = True
+                    self._owed += owed
                 if any(v.on_device for v in victims):
                     self.settle()
 
@@ -299,13 +300,13 @@ class Memory:
         owed; returns once it has run (whoever started it)."""
         with self._collecting:
             with LOCK:
-                owed, self._owed = self._owed, False
+                owed, self._owed = self._owed, []
             if owed:
-                collect()
+                collect(owed)
 
     def _settle_later(self) -> None:
         with LOCK:
-            owed = self._owed
+            owed = bool(self._owed)
         if owed:  # not on the page-in's path: its waiters go on meanwhile
             threading.Thread(target=self.settle, name="sharedserve-collect", daemon=True).start()
 
@@ -361,4 +362,5 @@ class Memory:
             "held_mib": mib(self.held),
             "paging": "lru" if self.paging else "off",
             "page_in_timeout_s": self.page_in_timeout_s,
+            "timings": {} if self.metrics is None else self.metrics.timings(),
         }

@@ -2,7 +2,7 @@
 batches, queues, connections, GPU memory (``prometheus.py``), each model's memory and
 paging (``paging.py``), and each model's CPU seconds by phase (``cpu.py``)."""
 
-from sharedserve.server.metrics.cpu import CpuPhase, CpuSeconds
+from sharedserve.server.metrics.cpu import CpuPhase, CpuSeconds, spent_elsewhere, taken_elsewhere
 from sharedserve.server.metrics.paging import PagingMetrics
 from sharedserve.server.metrics.prometheus import (
     EVERY_MODEL,
@@ -25,4 +25,6 @@ __all__ = [
     "PagingMetrics",
     "RequestCounter",
     "RequestTally",
+    "spent_elsewhere",
+    "taken_elsewhere",
 ]

@@ -11,6 +11,10 @@ Charging is on every request's path, from many threads: each thread adds to a ta
 (no lock, no lost update between two threads), and a reading sums the tallies. A thread that
 has ended leaves its tally to the process's total, so threads that come and go (worker pools
 shrink when idle) do not pile up.
+
+Work a thread hands to another process and waits for (a large JSON body parsed in a worker
+process) is reported by that thread (``spent_elsewhere``) and charged with its own time: the
+phase's timer adds what ``taken_elsewhere`` gives back.
 """
 
 from __future__ import annotations
@@ -23,7 +27,21 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["CpuPhase", "CpuSeconds"]
+__all__ = ["CpuPhase", "CpuSeconds", "spent_elsewhere", "taken_elsewhere"]
+
+_ELSEWHERE = threading.local()
+
+
+def spent_elsewhere(seconds: float) -> None:
+    """``seconds`` of another process's CPU, spent for the work this thread is timing."""
+    _ELSEWHERE.seconds = getattr(_ELSEWHERE, "seconds", 0.0) + seconds
+
+
+def taken_elsewhere() -> float:
+    """The seconds ``spent_elsewhere`` reported on this thread since the last call."""
+    seconds = getattr(_ELSEWHERE, "seconds", 0.0)
+    _ELSEWHERE.seconds = 0.0
+    return seconds
 
 
 class CpuPhase(IntEnum):

@@ -29,7 +29,7 @@ from sharedserve.server.inference import InferencePath
 from sharedserve.server.process.admin import AdminCheck, AdminGate
 from sharedserve.server.repository import ModelManager, ModelRegistry
 from sharedserve.server.settings import AdminSettings, ConnectionSettings, RestSettings
-from sharedserve.server.wire import ArrivingBytes, DecodingBytes
+from sharedserve.server.wire import ArrivingBytes, DecodePool, DecodingBytes
 from sharedserve.server.wire.http_io import JSON, error, json_response
 from sharedserve.server.wire.oip import rest as oip_rest
 from sharedserve.server.wire.oip.repository import add_repository_routes
@@ -50,13 +50,14 @@ def create_app(
     rest: RestSettings,
     connections: ConnectionSettings,
     decoding: DecodingBytes,
+    pool: DecodePool,
     admin: AdminSettings | None = None,
 ) -> FastAPI:
     """The HTTP app for the process's models (``registry``, run on ``path``); ``manager``
     loads and unloads them for the repository API; ``limits`` builds the
     ``/sharedserve/v1/limits`` body, and ``decoding`` (shared with the gRPC server) bounds the
     bytes being decoded at once; ``admin``'s key, where it has one, guards management
-    (``admin.py``)."""
+    (``admin.py``); ``pool`` parses large JSON bodies in worker processes."""
     metrics = registry.metrics
     # REST bodies only: a gRPC message arrives whole inside grpcio, under its own limit.
     arriving = ArrivingBytes(rest.arriving_limit)
@@ -92,6 +93,7 @@ def create_app(
             connections=connections,
             decoding=decoding,
             arriving=arriving,
+            parse=pool.parse,
         )
     add_repository_routes(
         app,

@@ -17,7 +17,6 @@ serve, unless ``--exit-on-error``. Readiness then follows ``--strict-readiness``
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import socket
 import threading
@@ -27,7 +26,12 @@ import uvicorn
 
 from sharedserve.errors import ConfigError
 from sharedserve.limits.cpu import CpuLimit, resolve_cpu_limit, thread_pool_sizes
-from sharedserve.server.inference import InferencePath, Share, model_call_slots
+from sharedserve.server.inference import (
+    InferencePath,
+    Share,
+    model_call_slots,
+    model_call_threads,
+)
 from sharedserve.server.metrics import EVERY_MODEL, Metrics
 from sharedserve.server.process.connections import protocol_class
 from sharedserve.server.process.grpc_server import GrpcHealth, create_grpc_server
@@ -54,9 +58,10 @@ from sharedserve.server.version import (
     Frameworks,
     ModelSource,
     RuntimeConfig,
+    freeze_process,
     make_backend,
 )
-from sharedserve.server.wire import DECODE_WAIT_S, DecodingBytes
+from sharedserve.server.wire import DECODE_WAIT_S, DecodePool, DecodingBytes
 
 __all__ = ["ModelServer"]
 
@@ -90,10 +95,22 @@ class ModelServer:
         gpu_backend, gpu_cap = size_gpu_cap(settings)
         self.metrics = Metrics(names[0] if len(names) == 1 else EVERY_MODEL)
         self.memory = model_memory(settings, gpu_cap, self.metrics)  # paging needs a cap
-        # Many models: TorchScript's per-model specialised plans cost more than they bring.
-        runtime = RuntimeConfig(gpu_cap, *thread_pool_sizes(cpu), self.one_model)
+        intra_op, cores = thread_pool_sizes(cpu)
+        slots = model_call_slots(cores)
+        # TensorFlow's inter-op pool runs the kernels of every call in the process from one
+        # queue: with fewer threads than calls running, a light model's few kernels wait
+        # behind a heavy neighbour's (a `tiny` call beside two `mobilenet_v2` ones on one core:
+        # p99 67 ms with 1 thread, 12 ms with 4, as in a process of its own). One per call that
+        # may run, so the scheduler decides who runs, not that queue. Many models:
+        # TorchScript's per-model specialised plans cost more than they bring.
+        runtime = RuntimeConfig(gpu_cap, intra_op, model_call_threads(slots), self.one_model)
         self.frameworks = Frameworks(runtime, backends)
         first = self.frameworks.backend(first_source)  # its framework configured, as the cap says
+        # The framework leaves hundreds of thousands of objects that live as long as the
+        # process: frozen before any model loads, no collection walks them again, neither the
+        # one that frees a model paged out or unloaded (a pause every other model's requests
+        # wait through) nor one a large JSON body's lists start (benchmarks/README.md).
+        freeze_process()
         applied = self.frameworks.applied[first_source.framework]
         threads = (applied.intra_op_threads, applied.inter_op_threads)
         self.limits = report_limits(settings, applied.gpu_cap, cpu, threads)
@@ -101,7 +118,7 @@ class ModelServer:
         self.path = InferencePath(
             self.metrics,
             self.memory,
-            model_call_slots(threads[1]),
+            slots,
             Share(max_inflight=settings.max_inflight_per_model),
             settings.request_element_limit,
         )
@@ -123,6 +140,8 @@ class ModelServer:
             )
         # One decoding limit for every API: it bounds decoding's memory, whoever sent the bytes.
         self.decoding = DecodingBytes(settings.rest.decoding_limit, DECODE_WAIT_S)
+        # A large JSON body's parse holds the interpreter lock every model's requests need.
+        self.decode_pool = DecodePool(slots)
         self.app = create_app(
             self.registry,
             self.path,
@@ -132,6 +151,7 @@ class ModelServer:
             connections=settings.connections,
             decoding=self.decoding,
             admin=settings.admin,
+            pool=self.decode_pool,
         )
         self.rest_address: tuple[str, int] | None = None
         self.grpc_port: int | None = None
@@ -174,6 +194,7 @@ class ModelServer:
             asyncio.run(self.serve(sock))
         finally:
             self.manager.close()
+            self.decode_pool.close()
         log.info("server stopped")
         return 1 if self.failed else 0
 
@@ -261,11 +282,6 @@ class ModelServer:
                 return
             self.registry.settle()
             await self.health.settled()
-            # The framework and the models leave hundreds of thousands of objects that live as
-            # long as the process. A large JSON body allocates enough lists to start full
-            # collections, each of which would walk all of them; frozen, they are skipped
-            # (benchmarks/README.md).
-            gc.freeze()
         finally:
             self.loaded.set()
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import threading
 from collections.abc import Callable, Sequence
 
 from sharedserve.server.memory import Memory
-from sharedserve.server.version import ModelVersion, unfrozen
+from sharedserve.server.version import ModelVersion, collect
 
 __all__ = ["in_loader_thread", "load_versions", "unload_versions"]
 
@@ -74,9 +73,8 @@ def load_versions(memory: Memory, versions: Sequence[ModelVersion]) -> Exception
 
 
 def unload_versions(versions: Sequence[ModelVersion]) -> None:
-    """In a worker thread: each version unloaded, then a full collection, what was frozen at
-    start included (``version.unfrozen``), so the frameworks' objects are freed now."""
-    with unfrozen():
-        for version in versions:
-            version.unload()
-        gc.collect()
+    """In a worker thread: each version unloaded, then the collection that frees its
+    framework's objects now (``version.collect``)."""
+    for version in versions:
+        version.unload()
+    collect(versions)

@@ -21,6 +21,7 @@ from sharedserve.server.version.model_version import (
     ModelVersion,
     VersionState,
     collect,
+    freeze_process,
     parse_version,
     unfrozen,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "collect",
     "find_model",
     "find_version_sources",
+    "freeze_process",
     "make_backend",
     "mib",
     "parse_version",

@@ -19,6 +19,7 @@ the same error message.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import secrets
@@ -30,7 +31,7 @@ import numpy as np
 import orjson
 import simdjson
 
-__all__ = ["MIN_BYTES", "JsonArray", "parse"]
+__all__ = ["MIN_BYTES", "JsonArray", "parse", "resource"]
 
 #: Arrays shorter than this are left to the general path: it is as fast for them.
 MIN_BYTES = 1024
@@ -81,6 +82,17 @@ def parse(
             container[key] = arrays[found_here]
             placed += 1
     return value if placed == len(arrays) else None
+
+
+def resource(
+    value: Any, places: Callable[[Any], Iterable[tuple[Any, Any]]], source: bytes | bytearray
+) -> None:
+    """Each ``JsonArray`` of ``parse``'s ``value`` (where ``places`` says) cut from ``source``:
+    a value parsed elsewhere (``decode_pool.py``) comes back without its body."""
+    for container, key in places(value):
+        found = _get(container, key)
+        if isinstance(found, JsonArray):
+            container[key] = dataclasses.replace(found, source=source)
 
 
 def _get(container: Any, key: Any) -> Any:

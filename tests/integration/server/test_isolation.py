@@ -5,8 +5,8 @@ One registry serves ``aggressor`` and ``victim`` (both TensorFlow ``tiny``) over
 in this process, with 2 model-call threads and ``aggressor``'s ``max_inflight`` at 6.
 ``aggressor``'s model calls wait at a gate the test opens, so its backlog is built without any
 race against time: 2 calls hold both threads, 4 more queue, a 7th request is refused at once.
-A ``victim`` request then queues behind them; once the gate opens, the scheduler's own record
-of the calls it started says the victim ran before the aggressor's backlog.
+A ``victim`` request is then answered while the gate is still shut: a model with no call running
+takes a spare thread, and the aggressor's backlog takes none.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +111,9 @@ def _queue_depth(served: Served, model: str) -> float:
     raise AssertionError(f"no queue depth series for {model}")
 
 
-def test_a_victim_runs_before_an_aggressors_backlog_and_the_limit_refuses(served: Served) -> None:
+def test_a_victim_is_served_while_an_aggressor_holds_every_slot_and_the_limit_refuses(
+    served: Served,
+) -> None:
     server, scheduler = served.server, served.server.path.scheduler
     assert _predict(served, "victim").status_code == 200  # warm, and not gated
     served.gate.clear()
@@ -143,17 +145,16 @@ def test_a_victim_runs_before_an_aggressors_backlog_and_the_limit_refuses(served
         assert "model 'aggressor'" in str(info.value.details())
         assert "max_inflight 6" in str(info.value.details())
 
-        # ...while the victim, queued behind a full backlog, is taken next.
+        # ...while the victim, with no call of its own running, is served now, on a spare
+        # thread, though the aggressor's calls hold both slots and its backlog waits.
         mark = len(scheduler.started)
-        victim: Future[httpx.Response] = pool.submit(_predict, served, "victim")
-        _until(lambda: scheduler.depth("victim") == 1, "the victim's call queued")
+        assert _predict(served, "victim").status_code == 200
+        assert list(scheduler.started)[mark:] == ["victim"]
+        assert scheduler.running == SLOTS and scheduler.running_of("aggressor") == SLOTS
+        assert _queue_depth(served, "aggressor") == LIMIT - SLOTS  # no spare thread for a backlog
         served.gate.set()
-        assert victim.result(60).status_code == 200
         assert [f.result(60).status_code for f in backlog] == [200] * LIMIT
-    started = list(scheduler.started)[mark:]
-    # FIFO would start the 4 queued aggressor calls first; fair turns start the victim's.
-    assert started[0] == "victim", started
-    assert sorted(started) == ["aggressor"] * (LIMIT - SLOTS) + ["victim"]
+    assert list(scheduler.started)[mark + 1 :] == ["aggressor"] * (LIMIT - SLOTS)
     assert served.inflight("aggressor") == 0
     assert _predict(served, "aggressor").status_code == 200  # room again
     aggressor_report = server.report()["models"]["aggressor"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,8 +41,11 @@ from sharedserve.server.version import (
     Backend,
     ModelSettings,
     ModelSource,
+    ModelVersion,
     VersionState,
+    collect,
     find_model,
+    freeze_process,
     make_backend,
 )
 from sharedserve.server.version.backends.torch import TorchBackend
@@ -148,12 +152,15 @@ def test_start_up_fills_the_cap_and_pages_out_the_oldest(served: Served) -> None
     assert len(resident) == CAPACITY and "pinned" in resident, states
     assert served.server.memory.held == CAPACITY * MIB
     limits = served.client.get("/sharedserve/v1/limits").json()
+    timings = limits["memory"].pop("timings")
     assert limits["memory"] == {
         "capacity_mib": CAPACITY,
         "held_mib": CAPACITY,
         "paging": "lru",
         "page_in_timeout_s": 60,
     }
+    loads = timings["load"]  # each model loaded once from disk at start, then some paged out
+    assert loads["count"] == len(states) and 0 < loads["p50_s"] <= loads["p99_s"]
     version = limits["models"]["a"]["versions"]["1"]
     assert version["budget_mib"] == 1 and version["pinned"] is False
     assert version["state"] in {"resident", "paged_out"}
@@ -172,6 +179,13 @@ def test_every_model_pages_in_with_its_own_answers(served: Served) -> None:
     page_ins = _samples(served, "sharedserve_model_page_ins_total")
     assert page_ins[(("how", "reload"), ("model", "tf"))] >= 1  # TensorFlow: from disk
     assert page_ins[(("how", "device_copy"), ("model", "a"))] >= 1  # torch: from host memory
+    timings = served.client.get("/sharedserve/v1/limits").json()["memory"]["timings"]
+    counted = {how: timings[how]["count"] for how in ("reload", "device_copy")}
+    assert counted == {
+        "reload": page_ins[(("how", "reload"), ("model", "tf"))],
+        "device_copy": sum(n for key, n in page_ins.items() if ("how", "device_copy") in key),
+    }
+    assert timings["reload"]["p99_s"] >= timings["reload"]["p50_s"] > 0
     cold = _samples(served, "sharedserve_model_cold_starts_total")
     assert cold[(("model", "tf"),)] >= 2  # its load at start, then a reload per page-in
     assert cold[(("model", "a"),)] == 1  # a device copy is no cold start
@@ -181,21 +195,45 @@ def test_every_model_pages_in_with_its_own_answers(served: Served) -> None:
     assert _states(served.server)["pinned"] is VersionState.AVAILABLE
 
 
-def test_a_tensorflow_model_frozen_at_start_is_freed_when_paged_out(served: Served) -> None:
-    # The server freezes what was loaded at start (gc.freeze); a TensorFlow model is objects in
-    # cycles, which a collection that skips the frozen ones would leave in memory for good.
+def _tf_loaded(served: Served) -> Any:
+    """The loaded TensorFlow model of ``tf`` (resident): what its page-out lets go of."""
+    (version,) = served.server.registry.versions_by_number("tf").values()
+    return version.backend._loaded  # type: ignore[attr-defined]
+
+
+def test_a_page_outs_collection_frees_the_model_and_leaves_the_frozen_framework_alone(
+    served: Served,
+) -> None:
+    # The server froze the framework's objects before any model loaded: the collection that
+    # frees a paged-out model walks the models' objects, not those (unfrozen and frozen again,
+    # they would be counted anew).
     for name in ("tf", "a"):
         assert _predict(served, name).status_code == 200  # tf resident, then a used after it
-    gc.freeze()
-    try:
-        frozen = gc.get_freeze_count()
-        assert _predict(served, "b").status_code == 200  # no room: tf, least recent, goes
-        assert _states(served.server)["tf"] is VersionState.PAGED_OUT
-        served.server.memory.settle()  # its collection, off the page-in's path: run by now
-        freed = frozen - gc.get_freeze_count()
-        assert freed > 1000, f"only {freed} frozen objects were freed by tf's page-out"
-    finally:
-        gc.unfreeze()
+    model = weakref.ref(_tf_loaded(served))
+    frozen = gc.get_freeze_count()
+    assert frozen > 100_000  # the framework's, and the test session's own
+    assert _predict(served, "b").status_code == 200  # no room: tf, least recent, goes
+    assert _states(served.server)["tf"] is VersionState.PAGED_OUT
+    served.server.memory.settle()  # its collection, off the page-in's path: run by now
+    assert model() is None, "tf's page-out left its model in memory"
+    assert gc.get_freeze_count() == frozen
+
+
+def test_a_tensorflow_model_made_before_a_freeze_is_freed_when_paged_out(served: Served) -> None:
+    # Another server started in this process freezes what is there, this one's models too: a
+    # TensorFlow model is objects in cycles, which a collection that skips the frozen ones
+    # would leave in memory for good.
+    for name in ("tf", "a"):
+        assert _predict(served, name).status_code == 200  # tf resident, then a used after it
+    model = weakref.ref(_tf_loaded(served))
+    freeze_process()
+    frozen = gc.get_freeze_count()
+    assert _predict(served, "b").status_code == 200  # no room: tf, least recent, goes
+    assert _states(served.server)["tf"] is VersionState.PAGED_OUT
+    served.server.memory.settle()
+    assert model() is None, "tf's page-out left its frozen model in memory"
+    freed = frozen - gc.get_freeze_count()
+    assert freed > 1000, f"only {freed} frozen objects were freed by tf's page-out"
 
 
 def test_busy_models_stay_and_a_waiting_request_gets_503_with_retry_after(
@@ -289,10 +327,10 @@ def test_a_tensorflow_page_out_leaves_its_collection_off_the_next_page_in(
 ) -> None:
     gate, entered = threading.Event(), threading.Event()
 
-    def held_collection() -> None:  # the evicted model's freeing, held while b pages in
+    def held_collection(versions: list[ModelVersion]) -> None:  # tf's, held while b pages in
         entered.set()
         assert gate.wait(60)
-        gc.collect()
+        collect(versions)
 
     monkeypatch.setattr(paging, "collect", held_collection)
     for name in ("tf", "a"):  # tf resident and least recent: the next page-in evicts it

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sharedserve.server import SPARE_THREADS
 from tests.support.cli import invoke
 from tests.support.servers import Server
 
@@ -71,7 +72,8 @@ def test_limits_show_each_models_share_and_memory(server: Server) -> None:
         "tf-tiny": (1.0, 64),
         "torch-tiny": (1.0, 64),
     }
-    assert limits["model_call_slots"] == max(2, limits["inter_op_threads"])
+    # A thread of the first framework's inter-op pool per model call that may run.
+    assert limits["inter_op_threads"] == limits["model_call_slots"] + SPARE_THREADS
     tf, torch = models["tf-tiny"]["versions"]["1"], models["torch-tiny"]["versions"]["1"]
     for version in (tf, torch):
         assert version["state"] == "resident"

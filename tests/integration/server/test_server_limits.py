@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sharedserve.limits.cgroups import create_cpu_cgroup, remove_cgroup
+from sharedserve.server import SPARE_THREADS
 from tests.support.gpus import fake_gpu_file, gpu_uuid
 from tests.support.servers import Server, clean_env
 
@@ -108,7 +109,9 @@ def test_cpu_quota_read_from_real_cgroup(
     assert limits["cpu_limit"] == 0.5
     assert limits["cpu_limit_source"] in ("cgroup-v1", "cgroup-v2")
     assert limits["cpu_limit_cgroup"] == str(path)
-    assert (limits["intra_op_threads"], limits["inter_op_threads"]) == (1, 1)
+    # inter-op: a thread per model call that may run, 2 slots and the spares (scheduler.py).
+    assert (limits["intra_op_threads"], limits["inter_op_threads"]) == (1, 2 + SPARE_THREADS)
+    assert limits["model_call_slots"] == 2
 
 
 def test_cpu_flag_overrides_cgroup(
@@ -121,7 +124,8 @@ def test_cpu_flag_overrides_cgroup(
     limits, log = serve_and_get_limits(models_dir, tmp_path, args, prefix=_in_cgroup(path))
     assert limits["cpu_limit"] == 1.5
     assert limits["cpu_limit_source"] == "flag"
-    assert (limits["intra_op_threads"], limits["inter_op_threads"]) == (2, 2)
+    assert (limits["intra_op_threads"], limits["inter_op_threads"]) == (2, 2 + SPARE_THREADS)
+    assert limits["model_call_slots"] == 2
     assert "throttl" in log.lower()  # the flag exceeds the real quota: the log warns
 
 

@@ -25,7 +25,9 @@ from sharedserve.server.metrics import RequestTally
 from sharedserve.server.repository import ModelRegistry
 from sharedserve.server.settings import ConnectionSettings, RestSettings
 from sharedserve.server.version import ModelVersion, Signature, parse_version
+from sharedserve.server.wire import json_arrays
 from sharedserve.server.wire.body_bytes import ArrivingBytes, DecodingBytes
+from sharedserve.server.wire.decode_pool import Parse
 from sharedserve.server.wire.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.wire.json_values import json_type
 from sharedserve.server.wire.oip import HEADER_LENGTH, tensors
@@ -41,8 +43,14 @@ class _Infer:
 
     heavy = True
 
-    def __init__(self, model: ModelVersion, body: bytes | bytearray, header_length: int | None):
-        self._name, self._version = model.name, model.version
+    def __init__(
+        self,
+        model: ModelVersion,
+        body: bytes | bytearray,
+        header_length: int | None,
+        parse: Parse,
+    ):
+        self._name, self._version, self._parse = model.name, model.version, parse
         self._body, self._header_length = body, header_length
         self._id: Any = None
         # Requested outputs -> binary (None: as the request's binary_data_output says).
@@ -55,7 +63,7 @@ class _Infer:
             raise InvalidInput(
                 f"{HEADER_LENGTH} is {split}, but the body has only {len(body)} bytes"
             )
-        header = _object(tensors.parse_json(self._body, split), "the request")
+        header = _object(tensors.parse_json(self._body, split, self._parse), "the request")
         raw = body[split:] if split is not None else body[:0]
         self._id = header.get("id")
         if self._id is not None and not isinstance(self._id, str):
@@ -192,9 +200,11 @@ def add_routes(
     connections: ConnectionSettings,
     decoding: DecodingBytes,
     arriving: ArrivingBytes,
+    parse: Parse = json_arrays.parse,
 ) -> None:
     """The OIP's ``/v2`` routes; ``arriving`` and ``decoding`` bound the bytes of bodies being
-    read and being decoded (shared with TF Serving's API)."""
+    read and being decoded (shared with TF Serving's API), ``parse`` parses a body's JSON
+    (``decode_pool.py``)."""
 
     @app.get("/v2")
     async def get_server() -> Response:
@@ -228,7 +238,8 @@ def add_routes(
             header_length = _header_length(request)
             limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
             async with read_body(request, limit, pause_s, arriving, decoding) as body:
-                content, split = await inference.infer(model, _Infer(model, body, header_length))
+                infer = _Infer(model, body, header_length, parse)
+                content, split = await inference.infer(model, infer)
             if split is None:
                 return Response(content, media_type=JSON)
             return Response(content, media_type=_OCTETS, headers={HEADER_LENGTH: str(split)})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -114,10 +115,13 @@ def parse_shape(name: str, shape: Any) -> tuple[int, ...]:
     return check_shape(f"input {name!r}: 'shape'", shape)
 
 
-def parse_json(body: bytes | bytearray, end: int | None = None) -> Any:
+def parse_json(
+    body: bytes | bytearray, end: int | None = None, parse: Callable[..., Any] = json_arrays.parse
+) -> Any:
     """A request's JSON (``body[:end]``), each input's numeric ``data`` decoded straight into
-    numpy (a ``JsonArray``) where it is one: the answers and errors of parsing it whole."""
-    header = json_arrays.parse(body, (b"data",), _data_places, end)
+    numpy (a ``JsonArray``) where it is one, by ``parse`` (``json_arrays.parse``'s signature):
+    the answers and errors of parsing it whole."""
+    header = parse(body, (b"data",), _data_places, end)
     if header is not None:
         return header
     try:

@@ -85,11 +85,13 @@ def parse_json_body(body: bytes | bytearray) -> dict[str, Any]:
     return payload
 
 
-def parse_predict_body(body: bytes | bytearray) -> dict[str, Any]:
+def parse_predict_body(
+    body: bytes | bytearray, parse: Callable[..., Any] = json_arrays.parse
+) -> dict[str, Any]:
     """``parse_json_body``, with a numeric ``instances`` / ``inputs`` array decoded straight into
-    numpy (a ``JsonArray`` in its place) when it is one; same answers and errors as the general
-    path, which every other body takes."""
-    payload = json_arrays.parse(body, (b"instances", b"inputs"), _array_places)
+    numpy (a ``JsonArray`` in its place) when it is one, by ``parse`` (``json_arrays.parse``'s
+    signature); same answers and errors as the general path, which every other body takes."""
+    payload = parse(body, (b"instances", b"inputs"), _array_places)
     if isinstance(payload, dict):
         return payload
     return parse_json_body(body)

@@ -191,6 +191,19 @@ def _schemas() -> dict[str, Schema]:
                         "held_mib": {"type": "number"},
                         "paging": {"enum": [paging.value for paging in Paging]},
                         "page_in_timeout_s": {"type": "number"},
+                        "timings": {
+                            "type": "object",
+                            "description": "The process's last loads from disk ('load') and "
+                            "page-ins by how ('device_copy', 'reload'): how many, and their "
+                            "exact p50 and p99.",
+                            "additionalProperties": object_of(
+                                {
+                                    "count": {"type": "integer"},
+                                    "p50_s": {"type": "number"},
+                                    "p99_s": {"type": "number"},
+                                }
+                            ),
+                        },
                     }
                 ),
                 "models": {

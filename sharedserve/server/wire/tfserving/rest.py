@@ -24,7 +24,9 @@ from sharedserve.server.metrics import RequestTally
 from sharedserve.server.repository import ModelRegistry
 from sharedserve.server.settings import ConnectionSettings, RestSettings
 from sharedserve.server.version import Signature, parse_version
+from sharedserve.server.wire import json_arrays
 from sharedserve.server.wire.body_bytes import ArrivingBytes, DecodingBytes
+from sharedserve.server.wire.decode_pool import Parse
 from sharedserve.server.wire.http_io import JSON, counted, json_response, read_body
 from sharedserve.server.wire.tfserving import codec
 from sharedserve.server.wire.tfserving.status import metadata_json, status_json
@@ -75,12 +77,12 @@ class _JsonPredict:
 
     heavy = True
 
-    def __init__(self, body: bytes | bytearray) -> None:
-        self._body = body
+    def __init__(self, body: bytes | bytearray, parse: Parse) -> None:
+        self._body, self._parse = body, parse
         self._format = codec.RequestFormat.ROW
 
     def decode(self, signature_of: SignatureOf) -> tuple[Signature, dict[str, np.ndarray]]:
-        payload = codec.parse_predict_body(self._body)
+        payload = codec.parse_predict_body(self._body, self._parse)
         signature = signature_of(codec.read_signature_name(payload))
         request = codec.decode_predict_request(payload, signature)
         self._format = request.format  # the response mirrors the request's layout
@@ -99,9 +101,10 @@ def add_routes(
     connections: ConnectionSettings,
     decoding: DecodingBytes,
     arriving: ArrivingBytes,
+    parse: Parse = json_arrays.parse,
 ) -> None:
     """TF Serving's ``/v1/models/...`` routes; ``arriving`` and ``decoding`` bound the bytes of
-    bodies being read and being decoded."""
+    bodies being read and being decoded, ``parse`` parses a body's JSON (``decode_pool.py``)."""
 
     @app.get("/v1/models/{path:path}")
     async def get_model(path: str) -> Response:
@@ -138,6 +141,7 @@ def add_routes(
             tally.routed(registry.metrics.for_model(model.name))
             limit, pause_s = rest.max_body_bytes, connections.body_timeout_s
             async with read_body(request, limit, pause_s, arriving, decoding) as body:
-                return Response(await inference.infer(model, _JsonPredict(body)), media_type=JSON)
+                answer = await inference.infer(model, _JsonPredict(body, parse))
+                return Response(answer, media_type=JSON)
 
         return await counted(tally, "rest", answer)
