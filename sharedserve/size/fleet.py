@@ -55,7 +55,11 @@ from sharedserve.documents import (
     whole,
 )
 
+MAX_PAGE_IN_MS = 50.0
+"""The longest page-in a plan pages with: a device copy (``PagingSettings.page_in_ms``)."""
+
 __all__ = [
+    "MAX_PAGE_IN_MS",
     "Fleet",
     "FleetModel",
     "GpuType",
@@ -149,10 +153,20 @@ class PagingSettings:
 
     policy: Annotated[str, Must("lru", lambda v: v == "lru")] = "lru"
     """Which model a full server pages out: the least recently used (the only policy)."""
-    page_in_ms: Positive = 50.0
+    page_in_ms: Annotated[
+        float,
+        Field(gt=0, le=MAX_PAGE_IN_MS),
+        Must(
+            f"a number over 0 and at most {MAX_PAGE_IN_MS:g} (a device copy: a page-in that "
+            "reloads from disk stalls the other models of its process; serve those dedicated)",
+            lambda v: number(v) and 0 < v <= MAX_PAGE_IN_MS,
+        ),
+    ] = 50.0
     """The time one page-in adds to a request, in ms: a model is paged only where its
-    objective has room for it over its p99 (the GPU kit's multimodel stage measures it; 50 ms
-    is the most it allows)."""
+    objective has room for it over its p99 (the GPU kit's multimodel stage measures it). At
+    most 50: a device copy. A reload from disk (a TensorFlow model's page-in) holds the server
+    process's interpreter lock for long stretches, and its neighbours' p99 went to 24 times
+    theirs in a process of their own (``benchmarks/results/multimodel_cpu.md``)."""
 
 
 _OLD_VGPUS = "replicas_per_gpu"

@@ -79,6 +79,11 @@ def base(**models: Any) -> dict[str, Any]:
         ),
         (lambda d: d.update(kubernetes={"imag": "x"}), "did you mean 'image'"),
         (lambda d: d.update(kubernetes={"image": ""}), "kubernetes: image must be a non-empty"),
+        (
+            lambda d: d.update(paging={"page_in_ms": 1500}),
+            r"paging: page_in_ms must be a number over 0 and at most 50 \(a device copy: a "
+            "page-in that reloads from disk stalls the other models of its process",
+        ),
     ],
 )
 def test_errors_name_the_place_and_the_key(change: Any, message: str) -> None:
