@@ -1,3 +1,4 @@
 from sharedserve.cli import main
 
-main()
+if __name__ == "__main__":  # a spawned worker process imports it too, as __mp_main__
+    main()

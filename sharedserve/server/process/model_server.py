@@ -61,7 +61,7 @@ from sharedserve.server.version import (
     freeze_process,
     make_backend,
 )
-from sharedserve.server.wire import DECODE_WAIT_S, DecodePool, DecodingBytes
+from sharedserve.server.wire import DECODE_WAIT_S, DecodePool, DecodingBytes, decode_workers
 
 __all__ = ["ModelServer"]
 
@@ -141,7 +141,7 @@ class ModelServer:
         # One decoding limit for every API: it bounds decoding's memory, whoever sent the bytes.
         self.decoding = DecodingBytes(settings.rest.decoding_limit, DECODE_WAIT_S)
         # A large JSON body's parse holds the interpreter lock every model's requests need.
-        self.decode_pool = DecodePool(slots)
+        self.decode_pool = DecodePool(decode_workers(slots))
         self.app = create_app(
             self.registry,
             self.path,

@@ -7,6 +7,6 @@ protobuf messages read in slices (``proto_slices.py``) and the OpenAPI document'
 (``openapi_parts.py``)."""
 
 from sharedserve.server.wire.body_bytes import DECODE_WAIT_S, ArrivingBytes, DecodingBytes
-from sharedserve.server.wire.decode_pool import DecodePool
+from sharedserve.server.wire.decode_pool import DecodePool, decode_workers
 
-__all__ = ["DECODE_WAIT_S", "ArrivingBytes", "DecodePool", "DecodingBytes"]
+__all__ = ["DECODE_WAIT_S", "ArrivingBytes", "DecodePool", "DecodingBytes", "decode_workers"]
