@@ -233,10 +233,21 @@ def _schemas() -> dict[str, Schema]:
                 "error": {"type": ["string", "null"]},
                 "pinned": {"type": "boolean"},
                 "budget_mib": {"type": ["number", "null"]},
+                "enforced": {
+                    "type": "boolean",
+                    "description": "The runtime itself holds it to its budget (an ONNX model "
+                    "with one: its session's memory arena).",
+                },
                 "weights_mib": {"type": ["number", "null"]},
                 "peak_mib": {"type": ["number", "null"]},
                 "measured_on": {"enum": ["gpu", "host", None]},
                 "held_mib": {"type": "number"},
+                "page_in_from": {
+                    "enum": ["host_memory", "file", "host_bytes", "none"],
+                    "description": "Where a page-in takes it from: a device copy of what host "
+                    "memory kept, a reload from its file, or a session made from the file's "
+                    "bytes kept in host memory.",
+                },
                 "last_use": {
                     "type": ["number", "null"],
                     "description": "Unix time of its last request; null: none yet.",
