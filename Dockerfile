@@ -4,6 +4,9 @@
 #   sharedserve allocator ...      vGPU device plugin (metrics 9400)
 #   sharedserve bench / bench-worker ...   Locust master (5557) and workers
 # Build: docker build -t sharedserve:0.1.0 .
+# EXTRAS picks sharedserve's extras, so the frameworks the models need (comma-separated):
+# tensorflow (the default), torch (TorchScript, torch.export), onnx (onnxruntime's CPU build). An
+# image for ONNX models: docker build --build-arg EXTRAS=onnx -t sharedserve:0.1.0-onnx .
 #
 # The base: TensorFlow's GPU build as TensorFlow documents it, `tensorflow[and-cuda]` (CUDA and
 # cuDNN as NVIDIA's wheels), on a pinned Python image. Not tensorflow/tensorflow:X-gpu: from 2.18
@@ -13,20 +16,24 @@
 # NVIDIA driver (CUDA 12 capable) and the NVIDIA Container Toolkit.
 ARG PYTHON_VERSION=3.11.13
 ARG TF_VERSION=2.21.0
+ARG EXTRAS=tensorflow
 
 # -- builder: turns the source tree into a wheel (needs the build backend, not the runtime) ------
 FROM python:${PYTHON_VERSION}-slim-bookworm AS builder
 ARG TF_VERSION
+ARG EXTRAS
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sharedserve ./sharedserve
-# The requirements file names the wheel with its extras, so the final stage needs no glob; the
-# constraints hold TensorFlow at TF_VERSION. Locust and the report's plotting are core
-# dependencies: every role is there.
+# The requirements file names the wheel with its extras, so the final stage needs no glob;
+# TensorFlow's GPU build only where EXTRAS has tensorflow; the constraints hold TensorFlow at
+# TF_VERSION. Locust and the report's plotting are core dependencies: every role is there.
 RUN python3 -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && wheel="$(find /wheels -name 'sharedserve-*.whl')" \
-    && printf 'sharedserve[tensorflow] @ file://%s\ntensorflow[and-cuda]\n' "$wheel" \
-        > /wheels/requirements.txt \
+    && printf 'sharedserve[%s] @ file://%s\n' "$EXTRAS" "$wheel" > /wheels/requirements.txt \
+    && case ",$EXTRAS," in \
+        *,tensorflow,*) printf 'tensorflow[and-cuda]\n' >> /wheels/requirements.txt ;; \
+    esac \
     && printf 'tensorflow==%s\n' "$TF_VERSION" > /wheels/constraints.txt
 
 # -- final: Python, sharedserve and its dependencies; no compiler ------------------------------
@@ -45,14 +52,14 @@ ENV PYTHONUNBUFFERED=1 \
     HOME=/tmp
 # The wheel comes in through a bind mount, so it adds no layer. --only-binary: nothing is
 # compiled, and the build fails if a compiler, linker or make is on the PATH. The NVIDIA wheels'
-# library directories go to the dynamic linker's configuration: TensorFlow's own lookup of them
-# is not reliable in every release, and the linker's is.
+# library directories (where EXTRAS brought any) go to the dynamic linker's configuration:
+# TensorFlow's own lookup of them is not reliable in every release, and the linker's is.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     python3 -m pip install --no-cache-dir --only-binary=:all: \
         -r /wheels/requirements.txt -c /wheels/constraints.txt \
     && site="$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
-    && find "$site/nvidia" -mindepth 2 -maxdepth 2 -type d -name lib \
-        > /etc/ld.so.conf.d/nvidia-wheels.conf \
+    && if [ -d "$site/nvidia" ]; then find "$site/nvidia" -mindepth 2 -maxdepth 2 -type d \
+        -name lib > /etc/ld.so.conf.d/nvidia-wheels.conf; fi \
     && ldconfig \
     && if command -v gcc || command -v cc || command -v c++ || command -v ld || command -v make; \
         then echo "a compiler, linker or make is installed" >&2; exit 1; fi \

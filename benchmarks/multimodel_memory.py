@@ -1,7 +1,8 @@
 """Host memory per added model: N models in one server process against N processes
 (``multimodel_cpu.py --part memory`` runs it).
 
-Each model (``--models``: torch ``tiny``, TensorFlow ``tiny``, torch ``mobilenet_v2`` by
+Each model (``--models``, ``FRAMEWORK:MODEL``: ``tiny`` and ``mobilenet_v2`` as TorchScript
+(``torch``), TensorFlow (``tf``), ONNX (``onnx``) and torch.export programs (``export``) by
 default) is built once by ``sharedserve models build`` and copied (real copies, so that no two
 models share a file's pages) to ``m000``..``m099``. For each N (``--counts``): one ``sharedserve
 serve --model-repository`` process holding ``m000``.. ``m{N-1}``, then N ``serve --model``
@@ -23,9 +24,11 @@ and, for one process, the target: at most 1.3x the model's tensors' bytes plus 1
 added to a process should cost little beyond its own weights).
 The tensors' bytes are counted with the framework in a child process: torch, parameters and
 buffers of ``model.pt`` (one count per storage); TensorFlow, every variable reachable from the
-loaded SavedModel. The N-processes column runs only where N times one process's RSS fits under
-``--max-gib`` and the memory available; otherwise its cell says what it would need, never an
-extrapolated figure. Prints a Markdown report; ``--out`` writes it too.
+loaded SavedModel; ONNX, the initializers of ``model.onnx`` (the ``onnx`` package); torch.export,
+the program's state dict and constants in ``model.pt2`` (one count per storage). The
+N-processes column runs only where N times one process's RSS fits under ``--max-gib`` and the
+memory available; otherwise its cell says what it would need, never an extrapolated figure.
+Prints a Markdown report; ``--out`` writes it too.
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ from machine import heading, publish  # benchmarks/machine.py, beside this scrip
 from sharedserve.pack.probe import free_port, get_json, model_state
 
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
-PACKAGES = ("sharedserve", "tensorflow", "torch", "numpy")
+PACKAGES = ("sharedserve", "tensorflow", "torch", "onnxruntime", "numpy")
+FRAMEWORKS = {"torch": "torch", "tf": "TensorFlow", "onnx": "ONNX", "export": "torch.export"}
+"""``--models``' frameworks (``models build --framework``) and their names in the report."""
+MODELS = ("tiny", "mobilenet_v2")
 MIB = 1024 * 1024
 TIMEOUT_S = 1200.0
 
@@ -65,6 +71,23 @@ def tensor_bytes_here(framework: str, version_dir: Path) -> int:
         storages = {t.data_ptr(): t.numel() * t.element_size() for t in model.parameters()}
         storages.update({t.data_ptr(): t.numel() * t.element_size() for t in model.buffers()})
         return sum(storages.values())
+    if framework == "export":
+        import torch
+
+        program = torch.export.load(str(version_dir / "model.pt2"))
+        tensors = [*program.state_dict.values(), *program.constants.values()]
+        storages = {
+            t.data_ptr(): t.numel() * t.element_size()
+            for t in tensors
+            if isinstance(t, torch.Tensor)
+        }
+        return sum(storages.values())
+    if framework == "onnx":
+        import onnx
+        from onnx import numpy_helper
+
+        graph = onnx.load(str(version_dir / "model.onnx")).graph
+        return sum(numpy_helper.to_array(t).nbytes for t in graph.initializer)
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(version_dir))
@@ -295,17 +318,30 @@ def run(opts: argparse.Namespace, work: Path, head: list[str]) -> str:
     ]
     for key, (_, size) in prepared.items():
         framework, model = key.split(":")
-        label = f"{'TensorFlow' if framework == 'tf' else 'torch'} `{model}`"
-        lines += table(label, size, one[key], many[key])
+        lines += table(f"{FRAMEWORKS[framework]} `{model}`", size, one[key], many[key])
     return "\n".join(lines) + "\n"
+
+
+def model_keys(text: str) -> list[str]:
+    """``--models``' list, each ``FRAMEWORK:MODEL`` checked before anything is built."""
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    for key in keys:
+        framework, _, model = key.partition(":")
+        if framework not in FRAMEWORKS or model not in MODELS:
+            raise argparse.ArgumentTypeError(
+                f"{key!r} is not FRAMEWORK:MODEL with FRAMEWORK one of {', '.join(FRAMEWORKS)} "
+                f"and MODEL one of {', '.join(MODELS)}"
+            )
+    return keys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--models",
-        type=lambda s: s.split(","),
-        default=["torch:tiny", "tf:tiny", "torch:mobilenet_v2", "tf:mobilenet_v2"],
-        help="framework:model list (framework tf or torch)",
+        type=model_keys,
+        default=[f"{f}:{m}" for m in MODELS for f in FRAMEWORKS],
+        help=f"FRAMEWORK:MODEL list (FRAMEWORK {', '.join(FRAMEWORKS)}; MODEL "
+        f"{', '.join(MODELS)}); onnx needs the [onnx] extra and torch, tf TensorFlow",
     )
     parser.add_argument(
         "--counts", type=lambda s: [int(c) for c in s.split(",")], default=[1, 10, 50, 100]

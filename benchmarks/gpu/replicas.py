@@ -29,12 +29,17 @@ def sharedserve(*args: str) -> list[str]:
     return [sys.executable, "-m", "sharedserve", *args]
 
 
-def build_models(names: list[str], dest: Path) -> Path:
-    """The example TorchScript models (random weights), built once per work directory."""
+def build_models(names: list[str], dest: Path, framework: str = "torch") -> Path:
+    """The example models (random weights) as ``models build --framework`` makes them (torch:
+    TorchScript; onnx; export: torch.export's ``model.pt2``), built once per work directory.
+    RuntimeError with the command's own last lines if it fails (onnx not installed, say)."""
     missing = [n for n in names if not (dest / n).is_dir()]
     if missing:
-        command = sharedserve("models", "build", *missing, "--framework", "torch", "--out")
-        subprocess.run([*command, str(dest)], check=True, capture_output=True)
+        command = sharedserve("models", "build", *missing, "--framework", framework, "--out")
+        done = subprocess.run([*command, str(dest)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip()[-600:]
+            raise RuntimeError(f"models build --framework {framework} failed: {tail}")
     return dest
 
 

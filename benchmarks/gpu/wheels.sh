@@ -10,12 +10,18 @@
 # package into DIR, refuses a total over 40 MiB, and prints the install line to put in front of a
 # command there. sharedserve itself does not travel as a wheel: run.sh puts the repository on
 # PYTHONPATH.
+#
+# GPU_EXTRA_WHEELS adds requirements beside sharedserve's own, with what they need: for the
+# ONNX parts of the kit, "onnx onnxruntime-gpu" (the onnxcap stage needs the CUDA provider;
+# onnxruntime's CPU build serves multimodel's ONNX rows, on the CPU). onnxruntime-gpu alone is
+# some 300 MiB: GPU_WHEELS_LIMIT_MIB raises the limit for a machine that can take it.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dest=${1:-$root/.whl}
 python=${PYTHON:-python3}
-limit_mib=40
+limit_mib=${GPU_WHEELS_LIMIT_MIB:-40}
+extra=${GPU_EXTRA_WHEELS:-}
 # In the GPU machine's image already. torch alone is gigabytes; matplotlib (the bench's plots)
 # would bring ~24 MiB with pillow and fonttools, putting the total at ~47 MiB. Everything else
 # travels, whether the image has it or not: its versions there are unknown, and the generated
@@ -33,10 +39,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # The runtime requirements, less what is already there.
-"$python" - "$root/pyproject.toml" "$present" >"$work/requirements.txt" <<'EOF'
+"$python" - "$root/pyproject.toml" "$present" "$extra" >"$work/requirements.txt" <<'EOF'
 import re, sys, tomllib
 present = set(sys.argv[2].split())
-for requirement in tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]:
+wanted = tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"] + sys.argv[3].split()
+for requirement in wanted:
     name = re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0]
     if name.lower() not in present:
         print(requirement)
@@ -63,7 +70,8 @@ bytes=$(du -cb "$dest"/*.whl | tail -1 | cut -f1)
 mib=$(( (bytes + (1 << 20) - 1) >> 20 ))
 echo "$count wheels, $mib MiB, in $dest" >&2
 if (( mib > limit_mib )); then
-    echo "error: $mib MiB is over the $limit_mib MiB a GPU run may carry; the largest:" >&2
+    echo "error: $mib MiB is over the $limit_mib MiB a GPU run may carry" \
+        "(GPU_WHEELS_LIMIT_MIB); the largest:" >&2
     du -b "$dest"/*.whl | sort -n | tail -5 >&2
     exit 1
 fi

@@ -44,6 +44,7 @@ import yaml
 
 from sharedserve import contract
 from sharedserve.config import REPLICA_SERVE_OPTIONS
+from sharedserve.enums import Framework
 from sharedserve.errors import ConfigError
 from sharedserve.k8s.admin import ADMIN_SECRET, admin_secret_note, admin_secrets
 from sharedserve.quantity import parse_cpu, parse_memory
@@ -55,6 +56,7 @@ __all__ = [
     "PodSpread",
     "check_serve_args",
     "dump_all",
+    "image_note",
     "render_model",
     "render_model_yaml",
 ]
@@ -70,6 +72,32 @@ _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+
+
+# The Dockerfile's EXTRAS (sharedserve's extras) each framework's models need in the image; its
+# default image has tensorflow only.
+IMAGE_EXTRAS = {
+    Framework.TENSORFLOW: "tensorflow",
+    Framework.TORCH: "torch",
+    Framework.EXPORT: "torch",
+    Framework.ONNX: "onnx",
+}
+_DEFAULT_EXTRAS = ("tensorflow",)
+
+
+def image_note(frameworks: Sequence[Framework], image: str) -> list[str]:
+    """Comment lines saying how ``image`` must be built where the models' frameworks need
+    extras the Dockerfile's default image lacks (ONNX: onnx; TorchScript, torch.export: torch);
+    none where TensorFlow's is all they need. A pod whose image lacks its framework fails its
+    model's load with a line naming the extra; this says so before it is applied."""
+    extras = sorted({IMAGE_EXTRAS[f] for f in frameworks})
+    if not extras or tuple(extras) == _DEFAULT_EXTRAS:
+        return []
+    return [
+        f"The models need the image built with sharedserve's {', '.join(extras)} extra"
+        f"{'s' if len(extras) > 1 else ''} ({image} must be):",
+        f"  docker build --build-arg EXTRAS={','.join(extras)} -t {image} .",
+    ]
 
 
 # Beside what every replica's runner sets: the management key, a file from the pod's Secret.

@@ -4,9 +4,9 @@ The cap arrives either as flags or through the env contract the allocator and th
 (``SHAREDSERVE_GPU_MEMORY_FRACTION`` / ``SHAREDSERVE_GPU_MEMORY_MIB``). Flags win over
 the environment; within one source an absolute MiB figure wins over a fraction, because the
 allocator computed it against the real card. Resolution is pure; only ``apply_tensorflow`` and
-``apply_torch`` touch a framework (``apply_onnxruntime`` records the cap as not enforced), and
-each must run before it first touches the GPU: TensorFlow fixes its device configuration on
-first use and refuses later changes.
+``apply_torch`` touch a framework (``apply_onnxruntime`` says whether onnxruntime's sessions
+hold it, which they do from the cap it returns), and each must run before it first touches the
+GPU: TensorFlow fixes its device configuration on first use and refuses later changes.
 """
 
 from __future__ import annotations
@@ -143,10 +143,22 @@ def _not_enforced(cap: GpuCap, framework: str) -> GpuCap:
     return replace(cap, enforced=False)
 
 
-def apply_onnxruntime(cap: GpuCap) -> GpuCap:
-    """onnxruntime's sessions run on its CPU provider here: the cap is recorded, not enforced.
-    (On a GPU, its CUDA provider's ``gpu_mem_limit`` is per session, not per process.)"""
-    return _not_enforced(cap, "onnxruntime")
+def apply_onnxruntime(cap: GpuCap, cuda: bool) -> GpuCap:
+    """Whether onnxruntime holds the cap: only where its CUDA provider is installed (``cuda``,
+    the ``onnxruntime-gpu`` build), a GPU is visible and a cap is in force; its sessions then
+    run on the GPU, each with ``gpu_mem_limit`` (``backends/onnx.py``). Else the sessions run on
+    its CPU provider and the cap is recorded, not enforced. The limit is per session, not per
+    process: a process of one model is held to the cap, one of several to each model's budget
+    (``gpu_memory_mib``) where it has one, to the cap where it has not."""
+    if not cuda or cap.source is CapSource.NONE or cap.share.uuid is None:
+        return _not_enforced(cap, "onnxruntime")
+    if cap.share.mib is None:
+        raise ConfigError(
+            "a GPU memory fraction needs the GPU's size, but NVML did not report it; "
+            "pass --gpu-memory-mib instead"
+        )
+    log.info("GPU memory cap enforced by onnxruntime's CUDA provider: %d MiB", cap.share.mib)
+    return replace(cap, enforced=True)
 
 
 def apply_tensorflow(cap: GpuCap) -> GpuCap:

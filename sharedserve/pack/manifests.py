@@ -17,7 +17,7 @@ from sharedserve.config import PackEntry
 from sharedserve.errors import ConfigError
 from sharedserve.gpu.info import GpuInfo
 from sharedserve.k8s.mix import ClaimSize, MixModel, VgpuSize, render_mix_yaml
-from sharedserve.k8s.render import ModelDeployment, check_serve_args
+from sharedserve.k8s.render import ModelDeployment, check_serve_args, image_note
 from sharedserve.k8s.shared_server import SharedServerModelFiles, SharedServerPods
 from sharedserve.k8s.vgpus import vgpu_cut
 from sharedserve.quantity import format_cpu
@@ -88,7 +88,7 @@ def render_spec(
 
     if reserve < 0:
         raise ConfigError(f"--context-reserve-mib must be 0 or more, got {reserve}")
-    items, models = [], []
+    items, models, frameworks = [], [], []
     entries = load_spec(path).entries
     shared = sum(e.is_shared_server for e in entries)
     for i, entry in enumerate(entries):
@@ -109,6 +109,7 @@ def render_spec(
                 f"{where}: {e.message}; k8s render reads the model's files for its size, which "
                 "sets its share of the GPU: build or copy the model there first"
             ) from e
+        frameworks += [s.framework for s in sources]
         source = sources[0]
         name = entry.name or source.name
         if not entry.is_shared_server:
@@ -144,10 +145,12 @@ def render_spec(
         assert share.mib is not None  # planned on a GPU of known size
         mix.append(MixModel(deployment, share.mib, where, server))
     command = "sharedserve k8s render --dra --spec" if dra else "sharedserve k8s render --spec"
-    return render_mix_yaml(
+    text = render_mix_yaml(
         mix, size, context_reserve_mib=reserve, source=str(path), command=command,
         admin_secret=admin_secret,
     )  # fmt: skip
+    note = image_note(frameworks, str(common["image"]))
+    return "".join(f"# {line}\n" for line in note) + text
 
 
 def _shared_server_pods(

@@ -89,6 +89,11 @@ def test_dockerfile_shape() -> None:
     build_runs = " ".join(a for kind, a in builder if kind == "RUN")
     # TensorFlow's GPU build, held at the pinned release; TF Serving's client package is not needed.
     assert "tensorflow[and-cuda]" in build_runs and "sharedserve-*.whl" in build_runs
+    # The extras are a build argument (docs/kubernetes.md: an image for ONNX models), TensorFlow
+    # by default; its GPU build only where they name it.
+    assert args["EXTRAS"] == "tensorflow" and ("ARG", "EXTRAS") in builder
+    assert 'printf \'sharedserve[%s] @ file://%s\\n\' "$EXTRAS" "$wheel"' in build_runs
+    assert "*,tensorflow,*) printf 'tensorflow[and-cuda]\\n'" in build_runs
     assert "printf 'tensorflow==%s\\n' \"$TF_VERSION\" > /wheels/constraints.txt" in build_runs
     assert "tensorflow-serving-api" not in build_runs
     kinds = [kind for kind, _ in final]

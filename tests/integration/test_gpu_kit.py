@@ -58,7 +58,7 @@ def test_every_stage_dry_runs_and_passes(dry_run: tuple[Path, Any]) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = stage_names()
     assert names[:2] == ["caps", "context"]
-    assert set(names) >= {"sweep", "overhead", "mps", "mix", "profile", "multimodel"}
+    assert set(names) >= {"sweep", "overhead", "mps", "mix", "profile", "multimodel", "onnxcap"}
     for name in names:
         doc = json.loads((out / f"{name}.json").read_text())
         assert doc["stage"] == name and doc["dry_run"] is True
@@ -121,6 +121,18 @@ def check_profile_stage(profile: dict[str, Any]) -> None:
     assert corrected["verify"]["models"] and corrected["verify"]["held"] in (True, False)
 
 
+def check_onnxcap_stage(onnxcap: dict[str, Any]) -> None:
+    """The onnxcap stage's dry run: on onnxruntime's CPU provider, whose arena holds the same
+    budget, big's batch past it gets 503 with the runtime's error while neighbour answers."""
+    assert onnxcap["model"] == "tiny" and onnxcap["budget_mib"] == 2
+    *fits, past = onnxcap["attempts"]
+    assert [t["status"] for t in fits] == [200] * len(fits)
+    assert past["status"] == 503 and past["error"].startswith("out of memory running the model")
+    assert set(onnxcap["neighbour_statuses"]) == {"200"}
+    assert onnxcap["big_after_batch_1"] == 200
+    assert onnxcap["nvml_after_load_mib"] is None and onnxcap["nvml_peak_mib"] is None
+
+
 @pytest.mark.slow
 @pytest.mark.tensorflow
 @pytest.mark.torch
@@ -155,6 +167,14 @@ def test_dry_run_figures(dry_run: tuple[Path, Any]) -> None:
         for row in rows:  # host memory is measured on any host; NVML's only on a GPU
             assert row["errors"] == 0 and row["qps"] > 0 and row["host_pss_mib"] > 0
             assert row["gpu_mib"] is None and row["added_gpu_mib_per_model"] is None
+    # ONNX and torch.export beside TorchScript, measured alike (ONNX on onnxruntime's CPU here).
+    for kind in ("tiny (onnx)", "tiny (export)"):
+        for side, rows in multimodel["density"][kind].items():
+            assert [r["models"] for r in rows] == [1, 2], (kind, side)
+            for row in rows:
+                assert row["errors"] == 0 and row["qps"] > 0 and row["host_pss_mib"] > 0
+                assert row["gpu_mib"] is None
+    check_onnxcap_stage(results["onnxcap"])
     paging = multimodel["paging"]
     # Round-robin over 4 models of which 2 fit: every request after the first round paged its
     # model in (on a CPU host the device copy is a no-op, the accounting is not).

@@ -14,6 +14,7 @@ from sharedserve.limits.gpu import (
     CapSource,
     GpuCap,
     GpuCapRequest,
+    apply_onnxruntime,
     parse_cap_request,
     resolve_cap,
     select_visible_gpu,
@@ -300,3 +301,29 @@ def test_resolve_cap_refuses_a_share_under_a_mib() -> None:
 def test_parse_then_resolve_env_mib_wins_end_to_end() -> None:
     request = _request(None, None, "0.9", "500")
     assert resolve_cap(request, SMALL) == GpuCap(GpuShare("GPU-small", 0.5, 500), ENV, 1000)
+
+
+# --- apply_onnxruntime -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_", "gpu", "cuda", "enforced"),
+    [
+        # onnxruntime's CUDA provider, a GPU and a cap: its sessions hold it.
+        (GpuCapRequest.of(FLAG, mib=2048), GPU0, True, True),
+        (GpuCapRequest.of(ENV, fraction=0.25), GPU0, True, True),
+        # No CUDA provider (onnxruntime's CPU build): recorded, not enforced.
+        (GpuCapRequest.of(FLAG, mib=2048), GPU0, False, False),
+        # No GPU: nothing to run on.
+        (GpuCapRequest.of(FLAG, mib=2048), None, True, False),
+        # No cap: the CPU provider, as without a GPU.
+        (GpuCapRequest.of(NONE), GPU0, True, False),
+    ],
+)
+def test_apply_onnxruntime(
+    request_: GpuCapRequest, gpu: GpuInfo | None, cuda: bool, enforced: bool
+) -> None:
+    cap = resolve_cap(request_, gpu)
+    applied = apply_onnxruntime(cap, cuda)
+    assert applied.enforced is enforced
+    assert applied.share == cap.share and applied.source is cap.source  # the figures unchanged

@@ -1,7 +1,8 @@
 """multimodel: many models in one server process against one process per model; paging over PCIe.
 
-1. Density. Copies of the torch ``tiny`` (1, 8, 32, 128) and ``mobilenet_v2`` (1, 8, 32) under
-   distinct names, served by ONE ``sharedserve serve --model-repository`` process (models added
+1. Density. Copies of the torch ``tiny`` (1, 8, 32, 128) and ``mobilenet_v2`` (1, 8, 32), and of
+   ``mobilenet_v2`` as ONNX and as a torch.export program (1, 8, 16 each), under distinct
+   names, served by ONE ``sharedserve serve --model-repository`` process (models added
    while it serves, through the repository API) against as many ``serve`` processes of one model
    each (started by ``pack``, each capped at an even share of what the largest count leaves
    after pack's context reserve). At each count: NVML memory of the processes summed, host
@@ -18,12 +19,17 @@
    model's state. The target: a page-in under 50 ms, the most a fleet file's
    ``page_in_ms`` allows.
 
+ONNX models run on the GPU where onnxruntime has its CUDA provider (``onnxruntime-gpu``) and a
+cap is in force, so the one process of ONNX models gets one (the GPU less pack's reserve) as
+each of pack's processes has its own; without the provider they run on the CPU, and their NVML
+checks say so (n/a), as does every ONNX check where onnxruntime or onnx is not installed.
+
 A dry run serves ``tiny`` only (``mobilenet_v2`` takes seconds a request on a CPU running the test
-suite): at 1 and 4 models, and 4 copies paged of which 2 fit. Every NVML figure is null and
-every check only a GPU answers is n/a.
+suite): at 1 and 4 models (1 and 2 as ONNX and as torch.export), and 4 copies paged of which 2
+fit. Every NVML figure is null and every check only a GPU answers is n/a.
 """
 
-# minutes: 3
+# minutes: 5
 # order: 45
 
 from __future__ import annotations
@@ -45,12 +51,41 @@ import replicas
 
 from sharedserve.errors import SharedServeError
 
-DENSITIES = {"tiny": [1, 8, 32, 128], "mobilenet_v2": [1, 8, 32]}
-DRY_DENSITIES = {"tiny": [1, 4]}
+
+@dataclass(frozen=True)
+class Kind:
+    """One density sweep: an example model as one framework builds it."""
+
+    model: str
+    framework: str
+    """``models build --framework``: torch (TorchScript), onnx, export (torch.export)."""
+
+    @property
+    def label(self) -> str:
+        """Its key in the results: the model's name for TorchScript, as before the others."""
+        return self.model if self.framework == "torch" else f"{self.model} ({self.framework})"
+
+    @property
+    def slug(self) -> str:
+        """Its models' and logs' names."""
+        return self.model if self.framework == "torch" else f"{self.model}-{self.framework}"
+
+
+DENSITIES = {
+    Kind("tiny", "torch"): [1, 8, 32, 128],
+    Kind("mobilenet_v2", "torch"): [1, 8, 32],
+    Kind("mobilenet_v2", "onnx"): [1, 8, 16],
+    Kind("mobilenet_v2", "export"): [1, 8, 16],
+}
+DRY_DENSITIES = {
+    Kind("tiny", "torch"): [1, 4],
+    Kind("tiny", "onnx"): [1, 2],
+    Kind("tiny", "export"): [1, 2],
+}
 ROUNDS, THREADS = 20, 8  # requests per model at each count; client threads
 RESERVE_MIB = 512  # pack's --context-reserve-mib default
 MARGIN = 1.25  # the next processes are started if this times what they should take is free
-DEADLINE_S = 180  # past it no more separate processes start; paging takes ~20 s more
+DEADLINE_S = 280  # past it no more separate processes start; paging takes ~20 s more
 
 Row = dict[str, Any]
 
@@ -58,25 +93,71 @@ Row = dict[str, Any]
 def main() -> None:
     stage = kit.Stage.from_argv("multimodel", "Many models in one process; paging over PCIe")
     model_paged = "tiny" if stage.dry_run else "mobilenet_v2"  # mobilenet_v2 on 2 cores: slow
-    built = replicas.build_models(
-        ["tiny"] if stage.dry_run else list(DENSITIES), stage.work / "models"
-    )
+    densities = DRY_DENSITIES if stage.dry_run else DENSITIES
+    built = replicas.build_models([model_paged], stage.work / "models")
     sweep = Density(stage, stage.gpu_backend(), stage.gpu())
     stage.results = {"gpu": sweep.gpu.uuid, "rounds": sweep.rounds, "density": {}}
     try:
-        for model, counts in (DRY_DENSITIES if stage.dry_run else DENSITIES).items():
+        for kind, counts in densities.items():
+            why = unavailable(kind)
+            if why is not None:  # not installed here: said, not failed
+                stage.results["density"][kind.label] = {"not run": why}
+                stage.check(f"{kind.label}: not run", None, why)
+                continue
+            try:
+                model_dir = built_model(stage, kind)
+            except RuntimeError as e:  # its build failed: the others still run
+                stage.results["density"][kind.label] = {"not run": str(e)[:600]}
+                stage.check(f"{kind.label}: built", False, str(e)[:300])
+                continue
             sides = {
-                "one process": sweep.guarded(sweep.one_process, built / model, model, counts),
-                "separate processes": sweep.guarded(sweep.separate, built / model, model, counts),
+                "one process": sweep.guarded(sweep.one_process, model_dir, kind, counts),
+                "separate processes": sweep.guarded(sweep.separate, model_dir, kind, counts),
             }
-            stage.results["density"][model] = sides
-            judge_density(stage, model, sides)
+            stage.results["density"][kind.label] = sides
+            judge_density(stage, kind, sides, onnx_on_cpu(stage, kind))
             report_density(stage)
             stage.finish(partial=True)  # cut off at the command's limit, the rows so far survive
         paged.paging(stage, built / model_paged, model_paged, sweep.peaks.get(model_paged, []))
     finally:
         sweep.backend.close()
     stage.finish()
+
+
+def unavailable(kind: Kind) -> str | None:
+    """Why ``kind`` cannot be built and served with what is installed here (None: it can)."""
+    if kind.framework != "onnx":
+        return None  # TorchScript and torch.export need torch only, as the kit does
+    import importlib.util
+
+    missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+    if missing:
+        return (
+            f"{' and '.join(missing)} not installed: ONNX models need the [onnx] extra "
+            "(onnxruntime-gpu for the GPU), see benchmarks/gpu/README.md"
+        )
+    return None
+
+
+def onnx_on_cpu(stage: kit.Stage, kind: Kind) -> str | None:
+    """Why ``kind``'s models ran on the CPU on this GPU machine (None: they did not)."""
+    if kind.framework != "onnx" or stage.dry_run:
+        return None
+    import onnxruntime as ort
+
+    providers = ort.get_available_providers()
+    if "CUDAExecutionProvider" in providers:
+        return None
+    return f"onnxruntime {ort.__version__} has no CUDA provider ({', '.join(providers)})"
+
+
+def built_model(stage: kit.Stage, kind: Kind) -> Path:
+    """``kind``'s model, built, in a folder named for it (its replicas' logs are named so)."""
+    if kind.framework == "torch":
+        return replicas.build_models([kind.model], stage.work / "models") / kind.model
+    built = replicas.build_models([kind.model], stage.work / f"models-{kind.framework}")
+    many.add_copies(stage.work / "built", built / kind.model, [kind.slug])
+    return stage.work / "built" / kind.slug
 
 
 @dataclass
@@ -93,7 +174,7 @@ class Density:
     def rounds(self) -> int:
         return 2 if self.stage.dry_run else ROUNDS
 
-    def guarded(self, side: Callable[[Path, str, list[int]], list[Row]], *args: Any) -> list[Row]:
+    def guarded(self, side: Callable[[Path, Kind, list[int]], list[Row]], *args: Any) -> list[Row]:
         """A side's rows or, if it failed (a server that would not start), one row saying why,
         so that the other side, the other model and the paging part still run."""
         try:
@@ -118,19 +199,23 @@ class Density:
         print(f"[multimodel] {model} x{len(names)}, {len(pids)} processes: {row}", flush=True)
         return row
 
-    def one_process(self, built: Path, model: str, counts: list[int]) -> list[Row]:
-        repository = self.stage.work / f"repository-{model}"
-        names = [f"{model}-{i:03d}" for i in range(counts[-1])]
+    def one_process(self, built: Path, kind: Kind, counts: list[int]) -> list[Row]:
+        model = kind.model
+        repository = self.stage.work / f"repository-{kind.slug}"
+        names = [f"{kind.slug}-{i:03d}" for i in range(counts[-1])]
         many.add_copies(repository, built, names[: counts[0]])
         rows: list[Row] = []
-        with many.serving(self.stage, repository, f"{model}-one-process") as server:
+        # ONNX runs on the GPU under a cap only (backends/onnx.py): the GPU less pack's reserve.
+        cap = str(self.gpu.memory_mib - RESERVE_MIB)
+        extra = ("--gpu-memory-mib", cap) if kind.framework == "onnx" else ()
+        with many.serving(self.stage, repository, f"{kind.slug}-one-process", *extra) as server:
             loaded = counts[0]
             for n in counts:  # the models past the first added while it serves, as Triton's are
                 many.add_copies(repository, built, names[:n])
                 failed = many.load(server, names[loaded:n])
                 loaded = n
                 rows.append(self.measure([server], names[:n], model) | {"load_failures": failed})
-            self.peaks[model] = [
+            self.peaks[kind.label] = [
                 v["peak_mib"]
                 for m in server.limits().get("models", {}).values()
                 for v in m.get("versions", {}).values()
@@ -139,7 +224,8 @@ class Density:
         _added(rows)
         return rows
 
-    def separate(self, built: Path, model: str, counts: list[int]) -> list[Row]:
+    def separate(self, built: Path, kind: Kind, counts: list[int]) -> list[Row]:
+        model = kind.model
         # Every process gets the cap the largest count allows, so the ones started first still
         # fit beside the ones added later.
         gpu_mib = self.gpu.memory_mib
@@ -151,11 +237,12 @@ class Density:
                 stop = self.no_room(rows, n - len(servers))
                 if stop is not None:
                     rows.append({"models": n, "processes": n, "stopped": stop})
-                    print(f"[multimodel] {model}: not {n} processes: {stop}", flush=True)
+                    print(f"[multimodel] {kind.label}: not {n} processes: {stop}", flush=True)
                     break
                 more = n - len(servers)
                 servers += stack.enter_context(replicas.packed(self.stage, built, more, fraction))
-                rows.append(self.measure(servers, [model] * n, model) | {"cap_fraction": fraction})
+                served = [built.name] * n  # each replica serves its model under its folder's name
+                rows.append(self.measure(servers, served, model) | {"cap_fraction": fraction})
         _added([r for r in rows if "stopped" not in r])
         return rows
 
@@ -191,7 +278,11 @@ def _added(rows: list[Row]) -> None:
             row[f"added_{key}_per_model"] = added
 
 
-def judge_density(stage: kit.Stage, model: str, sides: dict[str, list[Row]]) -> None:
+def judge_density(
+    stage: kit.Stage, kind: Kind, sides: dict[str, list[Row]], on_cpu: str | None
+) -> None:
+    """``on_cpu``: why ONNX ran on the CPU on this GPU, where no NVML figure is to be had."""
+    model = kind.label
     for side, rows in sides.items():
         measured = [r for r in rows if "stopped" not in r]
         stage.check(
@@ -204,6 +295,9 @@ def judge_density(stage: kit.Stage, model: str, sides: dict[str, list[Row]]) -> 
                 for r in measured
             ),
         )
+        if on_cpu is not None:
+            stage.check(f"{model}, {side}: NVML memory of every process", None, on_cpu)
+            continue
         stage.gpu_check(
             f"{model}, {side}: NVML memory of every process",
             all(r["gpu_mib"] is not None for r in measured),
@@ -219,7 +313,7 @@ def judge_density(stage: kit.Stage, model: str, sides: dict[str, list[Row]]) -> 
     both = [r for r in sides["separate processes"] if "stopped" not in r and r["models"] in one]
     for r in both:  # the throughput one process keeps: its QPS over the separate processes'
         one[r["models"]]["qps_vs_separate"] = round(one[r["models"]]["qps"] / r["qps"], 2)
-    if both:
+    if both and on_cpu is None:
         n, sep = both[-1]["models"], both[-1]["gpu_mib"]
         stage.gpu_check(
             f"{model}: {n} models take less GPU memory in one process than in {n}",
@@ -243,6 +337,9 @@ COLUMNS = {
 def report_density(stage: kit.Stage) -> None:
     table, notes = [], []
     for model, sides in stage.results["density"].items():
+        if "not run" in sides:
+            notes.append(f"- {model}: not run: {sides['not run']}")
+            continue
         for side, rows in sides.items():
             for r in rows:
                 if "stopped" in r:

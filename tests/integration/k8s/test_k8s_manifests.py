@@ -269,6 +269,43 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
     assert edge["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
 
 
+ONNX_SPEC = """
+models:
+  - model: {models}/tiny
+  - model: {onnx}/tiny
+    name: tiny-onnx
+"""
+
+
+@pytest.mark.tensorflow
+@pytest.mark.torch
+@pytest.mark.onnx
+def test_render_spec_says_which_image_an_onnx_model_needs(
+    models_dir: Path, onnx_models_dir: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "pack.yaml"
+    spec.write_text(ONNX_SPEC.format(models=models_dir, onnx=onnx_models_dir))
+    image = "REGISTRY/sharedserve:0.1.0-onnx"
+    out = tmp_path / "mix.yaml"
+    result = run_cli(
+        "k8s", "render", "--spec", str(spec), "--image", image, *SIZE, "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    # First, before the render's own header: the extras the models need, and the build command.
+    assert text.startswith(
+        "# The models need the image built with sharedserve's onnx, tensorflow extras "
+        f"({image} must be):\n#   docker build --build-arg EXTRAS=onnx,tensorflow -t {image} .\n"
+    )
+    assert set(m.deployments_by_name(m.load(text))) == {"tiny", "tiny-onnx"}
+    assert len(m.validate([out])[str(out)]) == 5
+    # SavedModels alone need the default image: nothing said.
+    spec.write_text(f"models:\n  - model: {models_dir}/tiny\n")
+    result = run_cli("k8s", "render", "--spec", str(spec), "--image", image, *SIZE)
+    assert result.returncode == 0, result.stderr
+    assert "EXTRAS" not in result.stdout
+
+
 @pytest.mark.tensorflow
 @pytest.mark.parametrize(
     ("args", "fragment"),

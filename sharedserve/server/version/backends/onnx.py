@@ -31,6 +31,15 @@ holds the weights too, as a GPU budget does. Without a budget the measured peak 
 cap: on a host without a GPU it counts weights, inputs and outputs, not the activations between
 them, and so would refuse the very batch it was measured at.
 
+On a GPU: where onnxruntime has its CUDA provider (the ``onnxruntime-gpu`` build) and the
+process runs under a GPU cap (flags or the env contract), its sessions run on the GPU instead,
+each with the provider's ``gpu_mem_limit``: the model's budget where it has one, else the
+process's cap (``apply_onnxruntime``). That limit caps the CUDA provider's arena per session,
+as the CPU arena's is capped above, and a request past it fails the same way. Without
+a cap, or without the provider, nothing changes: the CPU provider, as above. A session whose
+CUDA provider does not load (its CUDA or cuDNN libraries missing) fails the model's load in one
+line, rather than running on the CPU while ``/sharedserve/v1/limits`` says the cap holds.
+
 onnxruntime's errors are wrapped here: an allocation the arena refuses becomes
 ``ResourceExhausted`` (503); a shape or type the model refuses, ``InvalidInput`` (400).
 """
@@ -60,6 +69,7 @@ MODEL_FILE = "model.onnx"
 _SIGNATURE = "serving_default"
 _MAX_ERROR_CHARS = 400
 _PROVIDERS = ["CPUExecutionProvider"]
+_MIB = 1 << 20
 
 # onnxruntime's element types (``NodeArg.type``) -> TF Serving's names.
 _DTYPES = {
@@ -84,6 +94,10 @@ _INPUT_ERROR = re.compile(r"shape|dimension|dims\b|rank|type|Invalid input|Got i
 
 _threads: dict[str, int] = {"intra": 0, "inter": 0}
 """The thread counts ``configure`` set, for every session of the process (0: ORT's choice)."""
+_gpu: dict[str, int | None] = {"limit": None}
+"""The process's GPU cap in bytes where ``configure`` put the sessions on the CUDA provider;
+None: they run on the CPU provider."""
+_CUDA = "CUDAExecutionProvider"
 _PLACEHOLDER = ort.OrtArenaCfg(1, 1, -1, -1)
 """What the environment holds between capped sessions: an arena no session uses, which an
 arena allocates nothing for until its first allocation."""
@@ -142,8 +156,17 @@ class OnnxBackend:
     def configure(self, config: RuntimeConfig) -> AppliedRuntime:
         # Set on each session as it is made (ORT has no process-wide pool the Python API sizes).
         _threads["intra"], _threads["inter"] = config.intra_op_threads, config.inter_op_threads
+        cap = apply_onnxruntime(config.gpu_cap, _CUDA in ort.get_available_providers())
+        _gpu["limit"] = None
+        if cap.enforced and cap.share.mib is not None:
+            _gpu["limit"] = cap.share.mib * _MIB
+            # onnxruntime-gpu finds CUDA and cuDNN in NVIDIA's wheels (torch's) only when told
+            # to (1.21 on); where they are on the linker's path this loads nothing new.
+            preload = getattr(ort, "preload_dlls", None)
+            if preload is not None:
+                preload()
         return AppliedRuntime(
-            gpu_cap=apply_onnxruntime(config.gpu_cap),
+            gpu_cap=cap,
             intra_op_threads=config.intra_op_threads,
             inter_op_threads=config.inter_op_threads,
         )
@@ -168,7 +191,9 @@ class OnnxBackend:
         self._signatures = {_SIGNATURE: read_signature(session, model_file)}
         self._source, self._session = source, session
         self.page_in_from = "host_bytes" if isinstance(source, bytes) else "file"
-        log.info("loaded %s (%s)", model_file, "arena capped" if self._cap else "no arena cap")
+        on = "the GPU" if _gpu["limit"] is not None else "the CPU"
+        capped = "arena capped" if self._cap or _gpu["limit"] else "no arena cap"
+        log.info("loaded %s on %s (%s)", model_file, on, capped)
 
     def _session_of(self, data: bytes | str, model_file: Path) -> Any:
         options = ort.SessionOptions()
@@ -179,6 +204,8 @@ class OnnxBackend:
         # A refused request is the client's answer, not an error line in the server's log.
         options.log_severity_level = 4
         try:
+            if _gpu["limit"] is not None:
+                return self._cuda_session(data, options, model_file)
             if self._cap is None:
                 return ort.InferenceSession(data, options, providers=_PROVIDERS)
             options.add_session_config_entry("session.use_env_allocators", "1")
@@ -194,8 +221,32 @@ class OnnxBackend:
                     return ort.InferenceSession(data, options, providers=_PROVIDERS)
                 finally:  # the session keeps its arena; the environment lets go of it
                     ort.create_and_register_allocator(info, _PLACEHOLDER)
+        except ModelLoadError:
+            raise
         except Exception as e:  # a malformed file, an unknown op, an arena too small to load
             raise ModelLoadError(f"onnxruntime could not load {model_file}: {_short(e)}") from e
+
+    def _cuda_session(self, data: bytes | str, options: Any, model_file: Path) -> Any:
+        """A session on the CUDA provider, its arena held to the model's budget (the process's
+        cap without one); the CPU provider only for the ops CUDA has no kernel for."""
+        limit = self._cap if self._cap is not None else _gpu["limit"]
+        cuda = {
+            "device_id": "0",  # CUDA's device 0: the one the cap was sized on (limits.gpu)
+            "gpu_mem_limit": str(limit),
+            # The arena grows by what is asked, so the limit is reached by the request that
+            # needs it, not by a power-of-two step before it (as the CPU arena above).
+            "arena_extend_strategy": "kSameAsRequested",
+            # cuDNN's convolution search may otherwise ask for a workspace of all the GPU's
+            # free memory, allocated beside the arena: past the cap, if only for a moment.
+            "cudnn_conv_use_max_workspace": "0",
+        }
+        session = ort.InferenceSession(data, options, providers=[(_CUDA, cuda), *_PROVIDERS])
+        if _CUDA not in session.get_providers():  # onnxruntime falls back to the CPU silently
+            raise ModelLoadError(
+                f"onnxruntime's CUDA provider did not load for {model_file} (its CUDA or cuDNN "
+                "libraries not found?): the GPU cap could not be held, so the model is not served"
+            )
+        return session
 
     def unload(self) -> None:
         self._session, self._source = None, None
@@ -228,7 +279,7 @@ class OnnxBackend:
         return {name: np.asarray(value) for name, value in zip(names, results, strict=True)}
 
     def allocator_reserved_bytes(self) -> int | None:
-        return None  # CPU only: no GPU allocator
+        return None  # on the GPU too: onnxruntime's Python API does not count its CUDA arena
 
     def weight_bytes(self) -> int:
         # The file's size: an ONNX file is its initializers and a graph small beside them.
