@@ -99,8 +99,9 @@ class ModelServer:
         slots = model_call_slots(cores)
         # TensorFlow's inter-op pool runs the kernels of every call in the process from one
         # queue: with fewer threads than calls running, a light model's few kernels wait
-        # behind a heavy neighbour's (a `tiny` call beside two `mobilenet_v2` ones on one core:
-        # p99 67 ms with 1 thread, 12 ms with 4, as in a process of its own). One per call that
+        # behind a heavy neighbour's (a `tiny` beside `mobilenet_v2` over gRPC, one core: p99
+        # 3.9x its p99 in a process of its own with 1 thread, 0.7x with one a call:
+        # benchmarks/results/multimodel_cpu.md). One per call that
         # may run, so the scheduler decides who runs, not that queue. Many models:
         # TorchScript's per-model specialised plans cost more than they bring.
         runtime = RuntimeConfig(gpu_cap, intra_op, model_call_threads(slots), self.one_model)

@@ -100,7 +100,8 @@ def freeze_process() -> None:
     of every later collection. Called once, before a model loads: a collection that frees a
     model let go of then walks the models' objects, not the framework's (a full collection of
     a process with TensorFlow and four ``mobilenet_v2``, ~600,000 objects, held the interpreter
-    lock for 0.26 s, nearly all of it walking them; freeing one model added 0.02 s)."""
+    lock for 0.27 s, nearly all of it walking them; freeing one model added 0.01 s:
+    ``benchmarks/results/interpreter_lock_cpu.md``)."""
     gc.collect()
     gc.freeze()
     _FREEZES[0] += 1
