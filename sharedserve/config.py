@@ -16,6 +16,7 @@ from sharedserve.enums import PlacementPolicy, Protocol
 from sharedserve.errors import ConfigError
 
 __all__ = [
+    "CONTEXT_RESERVE_MIB",
     "DEFAULT_MAX_BODY_BYTES",
     "NO_CAP",
     "REPLICA_SERVE_OPTIONS",
@@ -32,6 +33,12 @@ __all__ = [
 
 #: 64 MiB: a batch of 12 Inception v3 images in TF Serving's row JSON format (~5 MB each) fits.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+#: GPU memory a serve process holds outside its framework's cap (CUDA context, kernels,
+#: cuBLAS/cuDNN workspaces): 676 to 686 MiB per torch process measured on an H200 with
+#: PyTorch 2.11 on CUDA 13 (benchmarks/results/gpu_h200_context.md), rounded up to 64 MiB.
+CONTEXT_RESERVE_MIB = 704
 
 
 #: The bench's wire formats: TF Serving's REST and gRPC APIs, and the Open Inference Protocol's.
@@ -315,7 +322,7 @@ class PackSettings:
     placement_policy: PlacementPolicy = PlacementPolicy.BUNDLE
     """How replicas of entries without a ``gpu`` are placed on a host with several GPUs: the
     allocator's ``bundle`` (fill a GPU before the next) or ``spread`` (least used first)."""
-    context_reserve_mib: int = 512
+    context_reserve_mib: int = CONTEXT_RESERVE_MIB
     """GPU memory in MiB kept outside each replica's cap for its CUDA context and libraries
     (cuBLAS/cuDNN workspaces), which no framework allocator accounts for."""
     host: str = "127.0.0.1"

@@ -188,9 +188,9 @@ def pack(
     (v2 cpu.max or v1 cpu.cfs_quota_us). Where no cgroup can be written the servers are told the
     limit and size their threads to it, and the quota is reported as NOT enforced.
 
-    Default GPU cap: an even split that keeps --context-reserve-mib (512 MiB) per replica for
-    its CUDA context, which the framework's memory cap does not cover:
-    cap = (GPU memory - N x 512 MiB) / N. A pack that cannot fit (N x (cap + reserve) over
+    Default GPU cap: an even split that keeps --context-reserve-mib (704 MiB, as measured on
+    an H200) per replica for its CUDA context, which the framework's memory cap does not cover:
+    cap = (GPU memory - N x 704 MiB) / N. A pack that cannot fit (N x (cap + reserve) over
     the GPU's memory, or a cap smaller than the model's weights) is refused before anything
     starts.
 

@@ -4,10 +4,11 @@ Every replica is a separate process, and each process pays for its own CUDA cont
 cuBLAS/cuDNN handles and workspaces the framework creates) *outside* the framework allocator that
 the memory cap governs: ``torch.cuda.set_per_process_memory_fraction`` and TensorFlow's
 logical-device ``memory_limit`` both limit the allocator only. That is a few hundred MiB
-per process (less with CUDA lazy module loading; the GPU kit's ``context`` stage in
-``benchmarks/gpu/`` measures it, and no GPU result is committed yet), so N replicas capped at
-exactly 1/N of the card each would run out of memory together. The default split therefore
-keeps ``context_reserve_mib`` (512 MiB unless told otherwise) per replica outside the caps:
+per process (676 to 686 MiB per torch process on an H200, as the GPU kit's ``context`` stage
+measured it: ``benchmarks/results/gpu_h200_context.md``), so N replicas capped at exactly 1/N
+of the card each would run out of memory together. The default split therefore keeps
+``context_reserve_mib`` (``CONTEXT_RESERVE_MIB``, 704 MiB, unless told otherwise) per replica
+outside the caps:
 
     cap per replica = floor((GPU memory - N x reserve) / N)
 

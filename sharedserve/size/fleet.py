@@ -6,7 +6,7 @@ Format (YAML; JSON is YAML too)::
     gpu: {name: H100-80GB, memory_mib: 81559, price_per_hour: 3.0}   # optional max_gpus
     node: {gpus: 8, cpu_cores: 64}   # optional host_memory_mib: the plan warns past it
     utilization_target: 0.8          # share of a GPU's time the plan may fill (default 0.8)
-    context_reserve_mib: 512         # kept per process beside its cap, as pack keeps it
+    context_reserve_mib: 704         # kept per process beside its cap, as pack keeps it
     host_memory_per_process_mib: 250 # a serve process's runtime in host memory, paid once
     paging: {policy: lru, page_in_ms: 50}   # optional: shared servers page their coldest out
     models:
@@ -39,6 +39,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from pydantic.dataclasses import dataclass
 
 from sharedserve import __version__
+from sharedserve.config import CONTEXT_RESERVE_MIB
 from sharedserve.documents import (
     DOCUMENT,
     INTERNAL,
@@ -234,7 +235,7 @@ class Fleet:
     """Share of a GPU's time the plan may fill."""
     context_reserve_mib: Annotated[
         int, Field(ge=0), Must("a whole number >= 0", lambda v: whole(v) and v >= 0)
-    ] = 512
+    ] = CONTEXT_RESERVE_MIB
     """MiB kept per process beside its cap (its CUDA context), as pack keeps it."""
     host_memory_per_process_mib: Annotated[
         int, Field(ge=0), Must("a whole number >= 0", lambda v: whole(v) and v >= 0)

@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kit
 import replicas
 
+from sharedserve.config import CONTEXT_RESERVE_MIB
+
 # (model, replicas at scale 1, weight, P99 objective in ms); objectives for a GPU, not a laptop.
 MIX = [
     ("tiny", 4, 6, 20.0),
@@ -34,7 +36,7 @@ MIX = [
 BATCHING = ["--enable-batching", "--max-batch-size", "8", "--batch-timeout-micros", "2000"]
 SCALES = [1, 2, 4]
 RATE = 300.0  # requests/s of the whole mix at scale 1
-RESERVE_MIB = 512  # pack's --context-reserve-mib default
+RESERVE_MIB = CONTEXT_RESERVE_MIB  # pack's --context-reserve-mib default
 DURATION, WARMUP = 6.0, 2.0
 
 ROW_KEYS = (

@@ -34,6 +34,7 @@ import replicas
 from sharedserve.allocator.allocation import GrantOptions, container_grant, grants_by_gpu
 from sharedserve.allocator.health import MPS_PID_FILE
 from sharedserve.allocator.inventory import Sizing, build_inventory
+from sharedserve.config import CONTEXT_RESERVE_MIB
 from sharedserve.contract import MPS_ACTIVE_THREAD_PERCENTAGE as MPS_THREADS
 from sharedserve.contract import MPS_PINNED_DEVICE_MEM_LIMIT as MPS_PINNED
 from sharedserve.contract import MPS_PIPE_DIRECTORY
@@ -41,7 +42,7 @@ from sharedserve.contract import MPS_PIPE_DIRECTORY
 CONTROL = "nvidia-cuda-mps-control"
 MODEL = "resnet50"
 CANDIDATES = [1, 2, 4, 8, 16, 32]
-FLOOR_MIB, RESERVE_MIB = 1024, 512  # as the sweep stage
+FLOOR_MIB, RESERVE_MIB = 1024, CONTEXT_RESERVE_MIB  # as the sweep stage
 DURATION, WARMUP, CONCURRENCY = 5.0, 1.0, 4
 
 

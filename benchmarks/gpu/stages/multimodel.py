@@ -29,7 +29,7 @@ suite): at 1 and 4 models (1 and 2 as ONNX and as torch.export), and 4 copies pa
 fit. Every NVML figure is null and every check only a GPU answers is n/a.
 """
 
-# minutes: 5
+# minutes: 9
 # order: 45
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import many
 import paged
 import replicas
 
+from sharedserve.config import CONTEXT_RESERVE_MIB
 from sharedserve.errors import SharedServeError
 
 
@@ -83,7 +84,7 @@ DRY_DENSITIES = {
     Kind("tiny", "export"): [1, 2],
 }
 ROUNDS, THREADS = 20, 8  # requests per model at each count; client threads
-RESERVE_MIB = 512  # pack's --context-reserve-mib default
+RESERVE_MIB = CONTEXT_RESERVE_MIB  # pack's --context-reserve-mib default
 MARGIN = 1.25  # the next processes are started if this times what they should take is free
 DEADLINE_S = 280  # past it no more separate processes start; paging takes ~20 s more
 
@@ -152,12 +153,23 @@ def onnx_on_cpu(stage: kit.Stage, kind: Kind) -> str | None:
 
 
 def built_model(stage: kit.Stage, kind: Kind) -> Path:
-    """``kind``'s model, built, in a folder named for it (its replicas' logs are named so)."""
+    """``kind``'s model, built, in a folder named for it (its replicas' logs are named so).
+    RuntimeError if the build failed or made another format than ``kind``'s: a row labelled
+    ONNX must have served ONNX."""
+    from sharedserve.server import find_model
+
     if kind.framework == "torch":
-        return replicas.build_models([kind.model], stage.work / "models") / kind.model
-    built = replicas.build_models([kind.model], stage.work / f"models-{kind.framework}")
-    many.add_copies(stage.work / "built", built / kind.model, [kind.slug])
-    return stage.work / "built" / kind.slug
+        model_dir = replicas.build_models([kind.model], stage.work / "models") / kind.model
+    else:
+        built = replicas.build_models(
+            [kind.model], stage.work / f"models-{kind.framework}", kind.framework
+        )
+        many.add_copies(stage.work / "built", built / kind.model, [kind.slug])
+        model_dir = stage.work / "built" / kind.slug
+    found = find_model(model_dir).framework.value
+    if found != kind.framework:
+        raise RuntimeError(f"{model_dir} holds a {found} model, not {kind.framework}")
+    return model_dir
 
 
 @dataclass
@@ -235,12 +247,18 @@ class Density:
         with ExitStack() as stack:
             for n in counts:
                 stop = self.no_room(rows, n - len(servers))
+                more = n - len(servers)
+                if stop is None:
+                    try:
+                        started = replicas.packed(self.stage, built, more, fraction)
+                        servers += stack.enter_context(started)
+                    except (RuntimeError, OSError, SharedServeError) as e:
+                        # The counts measured so far stand; where it stopped is written down.
+                        stop = f"failed to start {more} more: {e}"[:600]
                 if stop is not None:
                     rows.append({"models": n, "processes": n, "stopped": stop})
                     print(f"[multimodel] {kind.label}: not {n} processes: {stop}", flush=True)
                     break
-                more = n - len(servers)
-                servers += stack.enter_context(replicas.packed(self.stage, built, more, fraction))
                 served = [built.name] * n  # each replica serves its model under its folder's name
                 rows.append(self.measure(servers, served, model) | {"cap_fraction": fraction})
         _added([r for r in rows if "stopped" not in r])

@@ -40,6 +40,8 @@ import kit
 import plan_report
 import replicas
 
+from sharedserve.config import CONTEXT_RESERVE_MIB
+
 EXAMPLE_FLEET = Path(__file__).resolve().parents[3] / "examples" / "fleet.yaml"
 MODELS = ("tiny", "mobilenet_v2")  # the models the example fleet serves
 COLD = ("tiny-cold-a", "tiny-cold-b")
@@ -48,7 +50,7 @@ one shared server (of one densest, as copies of one profile are), which verify t
 COLD_QPS, COLD_SLO_MS = 20.0, 500.0
 DENSITIES = [1, 4]  # alone and shared: two points keep the stage in the sweep's call
 FLOOR_MIB = 1024  # the least cap per replica worth profiling
-RESERVE_MIB = 512  # pack's --context-reserve-mib default
+RESERVE_MIB = CONTEXT_RESERVE_MIB  # pack's --context-reserve-mib default
 DURATION, WARMUP = 3.0, 2.0
 CONCURRENCY = 4
 CPU_LIMIT = 1

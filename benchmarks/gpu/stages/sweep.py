@@ -24,10 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kit
 import replicas
 
+from sharedserve.config import CONTEXT_RESERVE_MIB
+
 MODELS = ("resnet50", "mobilenet_v2")
 DENSITIES = [1, 2, 4, 8, 16, 32]
 FLOOR_MIB = 1024  # the least cap per replica worth sweeping; resnet50's weights are ~100 MiB
-RESERVE_MIB = 512  # pack's --context-reserve-mib default
+RESERVE_MIB = CONTEXT_RESERVE_MIB  # pack's --context-reserve-mib default
 DURATION, WARMUP = 4.0, 1.0
 CONCURRENCY = 4
 BATCHING_DENSITY = 4

@@ -274,9 +274,9 @@ def test_render_spec_dra_claims_the_planned_memory(models_dir: Path, tmp_path: P
     assert len(m.validate([out], m.DRA_KUBERNETES_VERSION)[str(out)]) == len(objects) == 7
     deployments = m.deployments_by_name(objects)
     # The plan of test_render_spec_validates_and_sizes_pods_from_the_plan (test_k8s_manifests.py),
-    # claimed as it is: tiny's 3778 MiB cap and edge-b's 3000 MiB, each with the 512 MiB reserve;
+    # claimed as it is: tiny's 3522 MiB cap and edge-b's 3000 MiB, each with the 704 MiB reserve;
     # no vGPUs.
-    expected = {"tiny": "4290Mi", "edge-b": "3512Mi"}
+    expected = {"tiny": "4226Mi", "edge-b": "3704Mi"}
     for name, memory in expected.items():
         pod = m.pod_spec(deployments[name])
         (container,) = pod["containers"]
@@ -288,4 +288,4 @@ def test_render_spec_dra_claims_the_planned_memory(models_dir: Path, tmp_path: P
     text = out.read_text()
     counted = "2 models in 2 Deployments, 4 pods, 16382 MiB of GPU memory (1.0 GPUs' worth)"
     assert counted in m.header(text)
-    assert "# tiny: 3 pods x 4290 MiB of GPU memory; planned cap 3778 MiB + 512 MiB" in text
+    assert "# tiny: 3 pods x 4226 MiB of GPU memory; planned cap 3522 MiB + 704 MiB" in text

@@ -249,8 +249,8 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
         assert "--admin-key-file" in container["args"]
         assert pod_annotations(deployment)[ADMIN_KEY_DIGEST] == digest
     # tiny has no cap, so its 3 replicas share what the GPU has left after edge-b's cap and four
-    # reserves: (16384 - 4 x 512 - 3000) / 3 = 3778 MiB each; with the reserve, 3 vGPUs of 2048.
-    # edge-b: 3000 + 512 MiB, 2 vGPUs.
+    # reserves: (16384 - 4 x 704 - 3000) / 3 = 3522 MiB each; with the reserve, 3 vGPUs of 2048.
+    # edge-b: 3000 + 704 MiB, 2 vGPUs.
     expected = {"tiny": (3, 3, "500m"), "edge-b": (1, 2, "2")}
     for name, (replicas, vgpus, cpu) in expected.items():
         deployment = deployments[name]
@@ -260,7 +260,7 @@ def test_render_spec_validates_and_sizes_pods_from_the_plan(
         (container,) = pod["containers"]
         limits = {"cpu": cpu, "memory": "2Gi", "sharedserve.io/vgpu": str(vgpus)}
         assert container["resources"] == {"requests": limits, "limits": limits}, name
-    assert "# tiny: 3 pods x 3 vGPUs (6144 MiB); planned cap 3778 MiB" in out.read_text()
+    assert "# tiny: 3 pods x 3 vGPUs (6144 MiB); planned cap 3522 MiB" in out.read_text()
     (edge,) = m.pod_spec(deployments["edge-b"])["containers"]
     # Its own name in URLs, its directory's name on the claim, the entry's serve options after.
     assert m.flag(edge["args"], "--model") == "/models/edge"
@@ -402,7 +402,7 @@ def test_the_readmes_render_of_the_example_mix(
     assert "--enable-batching" in resnet["args"]
     text = out.read_text()
     assert "3 models in 3 Deployments, 7 pods, 9 vGPUs" in m.header(text)
-    assert "# resnet50: 1 pod x 3 vGPUs (12288 MiB); planned cap 9504 MiB" in text
+    assert "# resnet50: 1 pod x 3 vGPUs (12288 MiB); planned cap 8506 MiB" in text
 
 
 def allocator(builds: dict[str, list[Obj]]) -> Obj:

@@ -74,13 +74,13 @@ def test_replicas_get_the_env_contract_from_the_simulated_gpu(
 ) -> None:
     run, body = packed
     assert body["simulated_gpus"] is True
-    # Even split with 512 MiB per replica kept for the CUDA context: (16384 - 3 x 512) // 3,
-    # 4949 MiB, whose share is rounded down to 6 places (contract.fraction_of).
+    # Even split with 704 MiB per replica kept for the CUDA context: (16384 - 3 x 704) // 3,
+    # 4757 MiB, whose share is rounded down to 6 places (contract.fraction_of).
     for target in body["targets"]:
         assert target["gpu"] == GPU_UUID
-        assert target["gpu_memory_fraction"] == 0.302062
+        assert target["gpu_memory_fraction"] == 0.290344
         limits = httpx.get(f"{target['rest']}/sharedserve/v1/limits", timeout=10).json()
-        assert limits["gpu_memory_mib"] == 4949
+        assert limits["gpu_memory_mib"] == 4757
         assert limits["gpu_memory_source"] == "env"
         assert limits["gpu_memory_enforced"] is False
     assert "SIMULATED GPU 0" in run.log()
@@ -96,7 +96,7 @@ def test_a_replica_environment_holds_its_grant_and_nothing_left_in_the_shell(
         left = {k: env[k] for k, v in LEFT_IN_THE_SHELL.items() if env.get(k) == v}
         assert not left, f"reached the replica from the packer's shell: {left}"
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env  # no MPS here: not set at all
-        assert env["SHAREDSERVE_GPU_MEMORY_MIB"] == "4949"  # the grant's, not the shell's
+        assert env["SHAREDSERVE_GPU_MEMORY_MIB"] == "4757"  # the grant's, not the shell's
         assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"] == GPU_UUID
 
 

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from sharedserve.pack.prepare import footprint_mib
+from sharedserve.config import CONTEXT_RESERVE_MIB
 from sharedserve.placement import OpenEnded, Replicas, place
 from tests.support.cli import invoke
 from tests.support.gpus import fake_gpu_file
 
 pytestmark = [pytest.mark.tensorflow]
 
-RESERVE = 512
+RESERVE = CONTEXT_RESERVE_MIB
 
 
 def _spec(tmp: Path, models_dir: Path, body: str) -> Path:
@@ -118,7 +119,8 @@ def test_a_mix_no_gpu_holds_is_refused_with_its_figures(models_dir: Path, tmp_pa
     gpus = fake_gpu_file(tmp_path, [16384, 16384])
     result = invoke("pack", "--spec", str(spec), "--fake-gpus", str(gpus), "--dry-run")
     assert result.exit_code == 2
+    free = 16384 - 2 * (7000 + RESERVE)  # two replicas of each GPU's fit
     assert (
-        "1 of 5 replicas fit no GPU on this host: 1 of tiny (7,000 MiB + 512 MiB reserve each); "
-        "GPU 0 1,360 of 16,384 MiB free (2 replicas)"
+        f"1 of 5 replicas fit no GPU on this host: 1 of tiny (7,000 MiB + {RESERVE} MiB reserve "
+        f"each); GPU 0 {free:,} of 16,384 MiB free (2 replicas)"
     ) in result.stderr

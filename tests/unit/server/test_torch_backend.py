@@ -414,3 +414,45 @@ def test_find_model_refuses_a_directory_with_both_frameworks(tmp_path: Path) -> 
 def test_no_allocator_figure_off_the_gpu(tiny: TorchBackend) -> None:
     # On the CPU there is no GPU pool to report: None, never a made-up zero.
     assert tiny.allocator_reserved_bytes() is None
+
+
+def test_allocator_figure_is_the_processs_before_any_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /metrics reads the pool through the process's first backend, which never loads a model:
+    # on a GPU it must still report the pool of the device models load onto.
+    from sharedserve.server.version.backends import torch as backend_module
+
+    monkeypatch.setattr(backend_module, "_serving_device", lambda: torch.device("cuda:0"))
+    asked: list[torch.device] = []
+
+    def reserved(device: torch.device) -> int:
+        asked.append(device)
+        return 3 << 20
+
+    monkeypatch.setattr(torch.cuda, "memory_reserved", reserved)
+    unloaded = TorchBackend(tmp_path / "never-loaded")
+    assert unloaded.allocator_reserved_bytes() == 3 << 20
+    assert asked == [torch.device("cuda:0")]
+
+
+def test_warm_up_runs_past_the_executors_profiled_calls(
+    tiny: TorchBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The profiling executor optimises (and on a GPU compiles) on the call after its profiled
+    # ones: the warm-up makes that call, so that no request does.
+    from sharedserve.server.version.backends import torch as backend_module
+
+    monkeypatch.setattr(backend_module, "_optimize", True)
+    previous = torch._C._jit_set_num_profiled_runs(2)
+    try:
+        assert tiny.warm_up_calls == 3
+        calls: list[int] = []
+        real = tiny.predict
+        monkeypatch.setattr(tiny, "predict", lambda s, i: calls.append(1) or real(s, i))
+        warm_up(tiny)
+        assert len(calls) == 3 * len(tiny.signatures())
+    finally:
+        torch._C._jit_set_num_profiled_runs(previous)
+    monkeypatch.setattr(backend_module, "_optimize", False)
+    assert tiny.warm_up_calls == 1  # the simple executor runs the graph as it is

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sharedserve.config import CONTEXT_RESERVE_MIB
 from sharedserve.errors import ConfigError
 from sharedserve.size.fleet import load_fleet, parse_fleet
 
@@ -35,7 +36,7 @@ def test_a_fleet_file_as_the_issue_writes_it(tmp_path: Path) -> None:
         "H100-80GB", 81559, 3.0,
     )  # fmt: skip
     assert fleet.gpu.max_gpus is None and (fleet.node.gpus, fleet.node.cpu_cores) == (8, 64.0)
-    assert fleet.utilization_target == 0.8 and fleet.context_reserve_mib == 512
+    assert fleet.utilization_target == 0.8 and fleet.context_reserve_mib == CONTEXT_RESERVE_MIB
     fraud, ranker = fleet.models
     # Paths relative to the fleet file; defaults: two replicas, the name in the report.
     assert fraud.profile == tmp_path / "profiles/fraud/report.json"

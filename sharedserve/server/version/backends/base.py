@@ -68,6 +68,12 @@ class Backend(Protocol):
     copied to the device), ``file`` (TensorFlow: reloaded from disk), ``host_bytes`` (ONNX: a
     session made again from the model file's bytes, kept in host memory)."""
 
+    @property
+    def warm_up_calls(self) -> int:
+        """Calls per signature a warm-up makes before the model runs at its steady speed: 1,
+        or more where the runtime compiles on a later call than the first."""
+        ...
+
     def cap_memory(self, limit: int | None) -> bool:
         """Before ``load``: have the runtime itself hold the model to ``limit`` bytes (its
         budget; None: no cap), so that a request needing more fails as ResourceExhausted for
@@ -135,6 +141,7 @@ class NoModel:
     framework = "none"
     pages_to_host = False
     page_in_from = "none"
+    warm_up_calls = 1
 
     def cap_memory(self, limit: int | None) -> bool:
         return False
@@ -191,7 +198,8 @@ def warm_up(backend: Backend, rows: int = 1) -> int:
             log.info("signature %r has inputs of unknown rank; not warmed up", signature.name)
             continue
         try:
-            outputs = backend.predict(signature, inputs)
+            for _ in range(backend.warm_up_calls):
+                outputs = backend.predict(signature, inputs)
         except SharedServeError as e:
             log.warning("warm-up of signature %r failed: %s", signature.name, e.message)
             continue

@@ -142,6 +142,7 @@ class OnnxBackend:
 
     framework = "onnx"
     pages_to_host = False
+    warm_up_calls = 1
 
     def __init__(self, path: Path) -> None:
         self._path = path

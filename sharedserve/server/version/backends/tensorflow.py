@@ -92,6 +92,7 @@ class TensorFlowBackend:
 
     framework = "tensorflow"
     pages_to_host = False
+    warm_up_calls = 1
     page_in_from = "file"
 
     def __init__(self, path: Path) -> None:

@@ -133,6 +133,16 @@ class TorchBackend:
             inter_op_threads=torch.get_num_interop_threads(),
         )
 
+    @property
+    def warm_up_calls(self) -> int:
+        # TorchScript's profiling executor profiles the first calls and optimises on the next,
+        # which on a GPU compiles fused kernels: after a warm-up of one call, a request took 7
+        # to 13 s where the rest took about 10 ms (mobilenet_v2 on an H200,
+        # benchmarks/results/gpu_h200_multimodel.md). The warm-up pays it, not a request.
+        if not _optimize:
+            return 1
+        return int(torch._C._jit_get_num_profiled_runs()) + 1  # type: ignore[attr-defined]
+
     def cap_memory(self, limit: int | None) -> bool:
         return False  # the process's cap only: torch's allocator has no per-model one
 
@@ -208,11 +218,14 @@ class TorchBackend:
             raise SharedServeError(f"model execution failed: {message}") from e
 
     def allocator_reserved_bytes(self) -> int | None:
-        if self._device.type != "cuda":
+        # The process's pool on the device models load onto, loaded or not: /metrics reads it
+        # through a backend that never loads a model (the process's first, as configured).
+        device = self._device if self._model is not None else _serving_device()
+        if device.type != "cuda":
             return None
         # Reserved, not allocated: the caching allocator keeps freed blocks, and the cap
         # (set_per_process_memory_fraction) bounds what it reserves.
-        return int(torch.cuda.memory_reserved(self._device))
+        return int(torch.cuda.memory_reserved(device))
 
     def weight_bytes(self) -> int:
         if self._model is None:

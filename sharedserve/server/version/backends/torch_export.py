@@ -157,6 +157,10 @@ class ExportBackend(TorchBackend):
         signature = _with_sidecar(program_signature(program, model_file), self._path)
         return module, signature
 
+    @property
+    def warm_up_calls(self) -> int:
+        return 1  # runs as exported or compiled: no executor profiles it and compiles later
+
     def _run(self, args: list[torch.Tensor]) -> object:
         assert self._model is not None
         with torch.inference_mode():
@@ -213,6 +217,10 @@ class AotiBackend(TorchBackend):
             raise ModelLoadError(
                 f"PyTorch could not load {model_file} as an AOTInductor package: {_short(e)}"
             ) from e
+
+    @property
+    def warm_up_calls(self) -> int:
+        return 1  # runs as exported or compiled: no executor profiles it and compiles later
 
     def _run(self, args: list[torch.Tensor]) -> object:
         assert self._model is not None
