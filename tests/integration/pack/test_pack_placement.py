@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sharedserve.pack.prepare import footprint_mib
 from sharedserve.config import CONTEXT_RESERVE_MIB
+from sharedserve.pack.prepare import footprint_mib
 from sharedserve.placement import OpenEnded, Replicas, place
 from tests.support.cli import invoke
 from tests.support.gpus import fake_gpu_file
