@@ -152,7 +152,49 @@ def test_onnx_pages_in_from_the_bytes_it_kept_not_the_file(
     assert backend._session is None  # what onnxruntime holds for it is let go of
     backend.page_in()
     np.testing.assert_array_equal(predict(backend), before)
-    assert backend.page_in_from == "host_bytes"
+    assert backend.page_in_from == "mapped_file"
+
+
+def _mapping_rss_kib(path: Path) -> list[int]:
+    """The resident kB of each of this process's mappings of ``path`` (/proc/self/smaps)."""
+    found, inside = [], False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            inside = line.endswith(str(path)) or line.endswith(f"{path} (deleted)")
+        elif inside and fields[0] == "Rss:":
+            found.append(int(fields[1]))
+    return found
+
+
+def test_onnx_keeps_its_file_mapped_without_host_memory_of_its_own(
+    onnx_models_dir: Path, tmp_path: Path
+) -> None:
+    version = tmp_path / "1"
+    shutil.copytree(onnx_models_dir / "tiny" / "1", version)
+    model_file = version / "model.onnx"
+    backend = OnnxBackend(version)
+    backend.load()
+    before = predict(backend)
+    # Mapped, but none of it resident in this process: the session holds the weights once.
+    assert _mapping_rss_kib(model_file.resolve()) == [0]
+    # A new file renamed over it, as a new version's files arrive: the page-in is the model
+    # that was loaded, not the file now at the path.
+    proto = onnx.load(str(model_file))
+    weights = proto.graph.initializer[0]
+    changed = onnx.numpy_helper.to_array(weights) + 1
+    weights.CopyFrom(onnx.numpy_helper.from_array(changed, weights.name))
+    onnx.save(proto, str(tmp_path / "other.onnx"))
+    (tmp_path / "other.onnx").rename(model_file)
+    backend.page_out()
+    backend.page_in()
+    np.testing.assert_array_equal(predict(backend), before)
+    fresh = OnnxBackend(version)
+    fresh.load()
+    assert not np.array_equal(predict(fresh), before)  # the file at the path is another model
+    fresh.unload()
+    backend.unload()
+    assert _mapping_rss_kib(model_file.resolve()) == []  # unmapped, the replaced file's too
 
 
 def test_onnx_weights_in_external_data_are_paged_in_from_the_files(

@@ -82,7 +82,7 @@ def test_three_frameworks_take_turns_under_a_cap_for_two(mixed: Server) -> None:
     assert _page_ins(mixed, "onnx").get("reload", 0) >= 2  # a new session each time
     assert _page_ins(mixed, "torch").get("device_copy", 0) >= 2
     onnx = mixed.client.get("/sharedserve/v1/limits").json()["models"]["onnx"]["versions"]["1"]
-    assert onnx["page_in_from"] == "host_bytes" and onnx["budget_mib"] == 1
+    assert onnx["page_in_from"] == "mapped_file" and onnx["budget_mib"] == 1
     assert onnx["enforced"] is True  # its budget is its arena's cap
 
 

@@ -63,7 +63,7 @@ def test_threads_follow_the_cpu_limit_and_limits_say_how_it_pages(onnx_server: S
     limits = onnx_server.client.get("/sharedserve/v1/limits").json()
     assert (limits["intra_op_threads"], limits["cpu_limit_source"]) == (1, "flag")
     version = limits["models"]["tiny"]["versions"]["1"]
-    assert version["page_in_from"] == "host_bytes"
+    assert version["page_in_from"] == "mapped_file"
     assert version["enforced"] is False  # no budget: no arena cap
     assert version["weights_mib"] > 0 and version["measured_on"] == "host"
 

@@ -65,8 +65,8 @@ class Backend(Protocol):
     (torch); False where paging out unloads it and paging in reloads it (TensorFlow, ONNX)."""
     page_in_from: str
     """What a page-in starts from, for ``/limits``: ``host_memory`` (torch: the model's tensors,
-    copied to the device), ``file`` (TensorFlow: reloaded from disk), ``host_bytes`` (ONNX: a
-    session made again from the model file's bytes, kept in host memory)."""
+    copied to the device), ``file`` (TensorFlow: reloaded from disk), ``mapped_file`` (ONNX: a
+    session made again from the model file as mapped at load)."""
 
     @property
     def warm_up_calls(self) -> int:

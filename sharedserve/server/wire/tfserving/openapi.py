@@ -243,7 +243,7 @@ def _schemas() -> dict[str, Schema]:
                 "measured_on": {"enum": ["gpu", "host", None]},
                 "held_mib": {"type": "number"},
                 "page_in_from": {
-                    "enum": ["host_memory", "file", "host_bytes", "none"],
+                    "enum": ["host_memory", "file", "mapped_file", "none"],
                     "description": "Where a page-in takes it from: a device copy of what host "
                     "memory kept, a reload from its file, or a session made from the file's "
                     "bytes kept in host memory.",
