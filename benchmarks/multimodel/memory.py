@@ -1,5 +1,5 @@
 """Host memory per added model: N models in one server process against N processes
-(``multimodel_cpu.py --part memory`` runs it).
+(``cpu.py --part memory``, beside this script, runs it).
 
 Each model (``--models``, ``FRAMEWORK:MODEL``: ``tiny`` and ``mobilenet_v2`` as TorchScript
 (``torch``), TensorFlow (``tf``), ONNX (``onnx``) and torch.export programs (``export``) by
@@ -48,8 +48,11 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
-from host_memory import Figure, meminfo_mib, memory  # benchmarks/host_memory.py
-from machine import heading, publish  # benchmarks/machine.py, beside this script
+# benchmarks/, for machine.py and host_memory.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from host_memory import Figure, meminfo_mib, memory
+from machine import heading, publish
 
 from sharedserve.pack.probe import free_port, get_json, model_state
 

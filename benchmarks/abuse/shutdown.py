@@ -1,4 +1,4 @@
-"""Scenario d of ``abuse.py``: SIGTERM to a server under load, with idle keep-alive connections
+"""Scenario d of ``run.py``: SIGTERM to a server under load, with idle keep-alive connections
 held, as Kubernetes sends it in a rolling update; how many requests are lost, how long it takes
 to exit."""
 

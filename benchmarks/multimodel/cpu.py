@@ -2,10 +2,10 @@
 beside a saturating one.
 
 ``--part isolation`` (the default) is the isolation benchmark below. ``--part memory`` is host
-memory per added model, N models in one process against N processes (``multimodel_memory.py``,
+memory per added model, N models in one process against N processes (``memory.py``,
 beside this script, whose docstring says how; its options ``--models``, ``--counts``,
 ``--predictions``, ``--start-batch`` and ``--max-gib`` apply). Paging is measured by
-``benchmarks/multimodel_paging.py`` (a repository 10x its memory cap, Zipf-like requests).
+``benchmarks/multimodel/paging.py`` (a repository 10x its memory cap, Zipf-like requests).
 
 A ``victim`` model at a steady light load (``--victim-rps``, open loop: each request is sent at
 its scheduled time by one of a few client threads, and its latency counts from that time, so a
@@ -43,11 +43,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import multimodel_aggressors  # benchmarks/multimodel_aggressors.py, beside this script
-import multimodel_memory  # benchmarks/multimodel_memory.py, beside this script
 import numpy as np
-from machine import heading, publish  # benchmarks/machine.py, beside this script
-from multimodel_aggressors import CASES, Case, drive
+
+# benchmarks/, for machine.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import aggressors  # beside this script
+import memory  # beside this script
+from aggressors import CASES, Case, drive
+from machine import heading, publish
 
 from sharedserve.pack.probe import free_port
 
@@ -168,7 +172,7 @@ def run_cases(work: Path, opts: argparse.Namespace) -> tuple[list[Sample], list[
     """The victim's own server started once and left up (idle, it costs nothing); the alone
     case first, then per case its two servers and ``--rounds`` rounds of one process and two
     processes in turn, so that a shared machine's drift lands on each alike."""
-    tiny = multimodel_aggressors.build(work, "tiny", "tf")
+    tiny = aggressors.build(work, "tiny", "tf")
     log, cpus = work / "serve.log", opts.server_cpus
     alone: list[Sample] = []
     results: list[Measured] = []
@@ -177,7 +181,7 @@ def run_cases(work: Path, opts: argparse.Namespace) -> tuple[list[Sample], list[
             alone.append(measure(victim[0], None, None, opts)[0])
         for name in opts.cases:
             case = CASES[name]
-            plan = multimodel_aggressors.layout(case, work, tiny, log)
+            plan = aggressors.layout(case, work, tiny, log)
             measured = Measured(case)
             with ExitStack() as stack:
                 one = stack.enter_context(serving(plan.shared, ["victim", *plan.names], cpus, log))
@@ -282,10 +286,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
-    multimodel_memory.add_arguments(parser)
+    memory.add_arguments(parser)
     opts = parser.parse_args()
     if opts.part == "memory":
-        multimodel_memory.measure(opts)
+        memory.measure(opts)
         return
     if opts.drive is not None:
         rest, grpc_port = map(int, opts.ports.split(","))

@@ -1,4 +1,4 @@
-"""Scenarios f, g, i and j of ``abuse.py``: the management surfaces.
+"""Scenarios f, g, i and j of ``run.py``: the management surfaces.
 
 f. the management APIs called without the key, with a wrong one and with it, beside inference;
 g. loads and reloads pointing outside the repository (absolute paths, ``..``, symlinks of a

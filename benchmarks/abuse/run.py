@@ -1,7 +1,7 @@
 """Does a model server survive abuse from its clients? Slow bodies, header floods, a huge typed
 gRPC field and SIGTERM under load (d: clients that leave as a Service's proxies do; e: clients
-that ignore readiness); the management surfaces (f, g, i, j: ``abuse_management.py``) and
-stalled TLS handshakes (h: ``abuse_tls.py``), each against a fresh ``sharedserve serve``.
+that ignore readiness); the management surfaces (f, g, i, j: ``management.py``) and
+stalled TLS handshakes (h: ``tls.py``), each against a fresh ``sharedserve serve``.
 
 Loopback only, each scenario bounded in time (about ten minutes in all). Memory is the server
 process's own, from ``/proc/PID/status``: ``VmRSS`` once the model is loaded and warm (idle),
@@ -31,10 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from abuse_management import churn, grpc_gap, management_access, outside_roots
-from abuse_shutdown import LOST, sigterm_under_load  # benchmarks/, beside this script
-from abuse_tls import stalled_handshakes
+
+# benchmarks/, for machine.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from machine import heading, publish
+from management import churn, grpc_gap, management_access, outside_roots  # beside this script
+from shutdown import LOST, sigterm_under_load
+from tls import stalled_handshakes
 
 from sharedserve.pack.probe import free_port, model_state
 from sharedserve.server.protos.tfserving import PREDICT_METHOD

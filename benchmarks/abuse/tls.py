@@ -1,4 +1,4 @@
-"""Scenario h of ``abuse.py``: TLS handshakes that stall. A ``sharedserve serve`` of ``tiny``
+"""Scenario h of ``run.py``: TLS handshakes that stall. A ``sharedserve serve`` of ``tiny``
 with TLS (a self-signed certificate for 127.0.0.1, made with ``openssl``) and a 5 s
 ``--header-timeout``; connections to both listeners that send nothing, or half a ClientHello,
 and then wait; beside them, an https client predicting in a loop. How long the server lets a
@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from abuse_management import rest_call  # benchmarks/, beside this script
+from management import rest_call  # beside this script
 
 from sharedserve.pack.probe import free_port
 

@@ -1,4 +1,4 @@
-"""The aggressors of ``multimodel_cpu.py``'s isolation cases: what each case serves, and the
+"""The aggressors of ``cpu.py``'s isolation cases: what each case serves, and the
 load each drives (in a process of its own, pinned to the client CPUs).
 
 Each case names the models one shared process serves beside the victim, the same models alone in
@@ -35,7 +35,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import orjson
-from multimodel_paging import one_peak_mib  # benchmarks/multimodel_paging.py, beside this script
+from paging import one_peak_mib  # beside this script
 
 from sharedserve.bench.payload import oip_rest_request
 from sharedserve.server.protos.tfserving import tf_serving_pb2

@@ -40,8 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from machine import heading, publish  # benchmarks/machine.py, beside this script
-from multimodel_memory import server  # benchmarks/multimodel_memory.py: serve in its session
+
+# benchmarks/, for machine.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from machine import heading, publish
+from memory import server  # beside this script: serve in its session
 
 from sharedserve.bench.payload import oip_rest_request
 
