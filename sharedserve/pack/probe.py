@@ -9,7 +9,7 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["client_tls", "free_port", "get_json", "model_state", "port_is_free"]
+__all__ = ["client_tls", "free_port", "get_json", "model_state", "model_status", "port_is_free"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -69,9 +69,17 @@ def get_json(
 def model_state(rest_url: str, model: str, timeout: float = 1.0) -> str | None:
     """The TF Serving state (``AVAILABLE``, ``LOADING``...) the server reports for ``model``;
     None when it does not answer, or answers something that is not a model status."""
+    return model_status(rest_url, model, timeout)[0]
+
+
+def model_status(rest_url: str, model: str, timeout: float = 1.0) -> tuple[str | None, str]:
+    """``model``'s TF Serving state as ``model_state`` reads it, and the error its status
+    carries ('' without one: a version that failed to load is ``END`` with its error)."""
     body = get_json(rest_url, f"/v1/models/{model}", timeout)
     try:
-        state = body["model_version_status"][0]["state"]
+        version = body["model_version_status"][0]
+        state = version["state"]
     except (KeyError, IndexError, TypeError):
-        return None
-    return state if isinstance(state, str) else None
+        return None, ""
+    error = version.get("status", {}).get("error_message", "") if isinstance(version, dict) else ""
+    return (state if isinstance(state, str) else None), (error if isinstance(error, str) else "")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from sharedserve.config import PackSettings
 from sharedserve.errors import ConfigError, SharedServeError
 from sharedserve.pack.prepare import PreparedPack, prepare_pack, release_cgroups
-from sharedserve.pack.probe import model_state
+from sharedserve.pack.probe import model_status
 from sharedserve.pack.replica import Replica, ReplicaState
 from sharedserve.pack.repository import remove_repository
 from sharedserve.pack.targets import Target, write_targets
@@ -132,9 +132,18 @@ class Pack:
 
     @staticmethod
     def _available(replica: Replica) -> bool:
-        # A shared server's process is up once every model it holds is.
-        url = replica.spec.rest_url
-        return all(model_state(url, m, timeout=1.0) == "AVAILABLE" for m in replica.spec.served)
+        """Whether every model the replica holds is AVAILABLE (a shared server's process is up
+        once all of its are); SharedServeError at once for one that failed to load, which no
+        wait would change: the server goes on serving the others, so it does not exit."""
+        url, up = replica.spec.rest_url, True
+        for model in replica.spec.served:
+            state, error = model_status(url, model, timeout=1.0)
+            if state == "END" and error:
+                raise SharedServeError(
+                    f"replica {replica.spec.name}: model {model!r} failed to load: {error}"
+                )
+            up = up and state == "AVAILABLE"
+        return up
 
     # --- supervise ---------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ cheapest models to start, so the tests take a few seconds beyond the servers' st
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,4 +136,33 @@ def test_bench_spec_sends_each_models_load_to_the_processes_holding_it(
     }  # fmt: skip
     rest = {t["name"]: t["rest"] for t in loadgen["targets"]}
     assert rest["shared-0/t1"] == rest["shared-0/t2"] != rest["shared-1/t1"]
+    assert leaked_pack_cgroups(before) == set()
+
+
+def test_a_model_a_shared_server_cannot_load_stops_pack_at_once_saying_why(
+    models_dir: Path, torch_models_dir: Path, tmp_path: Path
+) -> None:
+    # The server serves its other models on, so it never exits: pack must read the failure
+    # from the model's status rather than wait out --start-timeout.
+    broken = tmp_path / "broken"
+    shutil.copytree(torch_models_dir / "tiny", broken)
+    (broken / "1" / "model.pt").write_bytes(b"not a TorchScript archive")
+    body = (
+        "servers:\n"
+        "  - name: shared\n"
+        "    replicas: 1\n"
+        "    cpu_limit: 0.5\n"
+        "    models:\n"
+        "      - {model: TORCH/tiny, name: t1}\n"
+        f"      - {{model: {broken}, name: broken}}\n"
+    )
+    spec, gpus = write_pack_spec(tmp_path, models_dir, body, torch_models_dir)
+    before = pack_cgroups()
+    result = run_cli(
+        "pack", "--spec", str(spec), "--fake-gpus", str(gpus), "--start-timeout", "3600",
+        timeout=240,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "replica shared-0: model 'broken' failed to load" in result.stderr
+    assert "could not load" in result.stderr  # the server's own reason, passed on
     assert leaked_pack_cgroups(before) == set()
