@@ -36,8 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# server_overhead/, for its clients.py (which starts the server the way it measures one)
+sys.path.insert(0, str(Path(__file__).resolve().parent / "server_overhead"))
+
+from clients import serving
 from machine import heading, publish  # benchmarks/machine.py, beside this script
-from server_overhead import serving
 
 from sharedserve.bench.payload import oip_rest_request, random_inputs, rest_body, signature_inputs
 

@@ -1,9 +1,10 @@
 """overhead: what serving costs over the bare model call on the GPU, batching off and on.
 
-Runs ``benchmarks/server_overhead.py --framework torch`` with ``resnet50`` and ``mobilenet_v2``:
-in-process vs bare gRPC vs REST vs gRPC at batch 1 with 1 and 8 clients, batching off and on, and
-the in-process batching ceiling (one call of 8 rows back to back) beside what the server
-reaches. On a GPU a batch of 8 costs little more than one row, so this is where batching pays.
+Runs ``benchmarks/server_overhead/measure.py --framework torch`` with ``resnet50`` and
+``mobilenet_v2``: in-process vs bare gRPC vs REST vs gRPC at batch 1 with 1 and 8 clients,
+batching off and on, and the in-process batching ceiling (one call of 8 rows back to back) beside
+what the server reaches. On a GPU a batch of 8 costs little more than one row, so this is where
+batching pays.
 NVML's utilisation is sampled meanwhile, to show the model ran on the GPU.
 """
 
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kit
 
-SCRIPT = Path(__file__).resolve().parents[2] / "server_overhead.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "server_overhead" / "measure.py"
 REAL = ("--models", "resnet50,mobilenet_v2", "--duration", "6", "--rounds", "3")
 DRY = (
     "--models",
@@ -66,7 +67,7 @@ def main() -> None:
         backend.close()
     ok = done.returncode == 0 and js.exists()
     stage.check(
-        "server_overhead.py measured every path",
+        "server_overhead/measure.py measured every path",
         ok,
         "exit 0" if ok else log.read_text(errors="replace")[-300:].replace("\n", " "),
     )
