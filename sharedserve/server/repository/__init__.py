@@ -1,7 +1,8 @@
 """What the process serves: the catalogs that find models on disk (a TF Serving model config
 file, ``config_file.py``; a model repository directory, ``directory.py``; ``versions.py``),
-the one load path (``manager.py``) and where it may read from (``roots.py``), and the
-registry every request's version is looked up in (``registry.py``)."""
+the one load path (``manager.py``, the end of a version it no longer routes in ``retire.py``)
+and where it may read from (``roots.py``), and the registry every request's version is looked up
+in (``registry.py``)."""
 
 from sharedserve.server.repository.config_file import (
     ModelEntry,
@@ -15,14 +16,10 @@ from sharedserve.server.repository.directory import (
     model_schema,
     read_model_repository,
 )
-from sharedserve.server.repository.manager import (
-    DRAIN_S,
-    IndexEntry,
-    ModelEvents,
-    ModelManager,
-)
+from sharedserve.server.repository.manager import IndexEntry, ModelEvents, ModelManager
 from sharedserve.server.repository.polling import poll_config_file
 from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.repository.retire import DRAIN_S
 from sharedserve.server.repository.roots import ModelRoots
 from sharedserve.server.repository.versions import (
     Catalog,

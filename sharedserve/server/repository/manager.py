@@ -6,14 +6,14 @@ A load reads the model's versions from the catalog, keeps the ones already servi
 unchanged (a reloaded config), makes the others (``Frameworks``: each framework configured
 once), loads them one after another in a worker thread (``memory.Memory.load``: room, load,
 warm-up, measure, count), then routes the model's new set of versions in one swap and retires
-what it no longer routes: once idle (its requests in flight finished, at most ``drain_s``),
-off the scheduler, unloaded. A model with no version serving is routed from the start of its
-load, so that status and readiness say LOADING, then why it failed; a model still serving keeps
-serving its old versions until the new ones are ready, and a failed reload leaves it as it was.
-A model none of whose versions can even be made (its path missing, its folder empty or
-half-copied) and of which nothing serves is routed as a stand-in, FAILED with the reason, so
-that it is reported as one that failed to load. A failure is cleaned up in one place, ``_fail``,
-at start and while serving alike.
+what it no longer routes (``retire.py``): once idle (its requests in flight finished, at most
+``drain_s``), off the scheduler, unloaded. A model with no version serving is routed from the
+start of its load, so that status and readiness say LOADING, then why it failed; a model still
+serving keeps serving its old versions until the new ones are ready, and a failed reload leaves
+it as it was. A model none of whose versions can even be made (its path missing, its folder
+empty or half-copied) and of which nothing serves is routed as a stand-in, FAILED with the
+reason, so that it is reported as one that failed to load. A failure is cleaned up in one
+place, ``_fail``, at start and while serving alike.
 
 Nothing is read from outside the roots the operator allows (``roots.py``): every load's
 directories are checked first, and a reloaded config is checked whole before anything changes,
@@ -45,12 +45,9 @@ from sharedserve.server.inference import InferencePath
 from sharedserve.server.memory import Memory
 from sharedserve.server.repository.config_file import ModelEntry
 from sharedserve.server.repository.registry import ModelRegistry
+from sharedserve.server.repository.retire import DRAIN_S, retire, unload_settled
 from sharedserve.server.repository.roots import ModelRoots
-from sharedserve.server.repository.threads import (
-    in_loader_thread,
-    load_versions,
-    unload_versions,
-)
+from sharedserve.server.repository.threads import in_loader_thread, load_versions
 from sharedserve.server.repository.versions import (
     Catalog,
     ConfigCatalog,
@@ -58,23 +55,11 @@ from sharedserve.server.repository.versions import (
     VersionToServe,
     unknown,
 )
-from sharedserve.server.version import (
-    LOCK,
-    Frameworks,
-    ModelVersion,
-    VersionState,
-)
+from sharedserve.server.version import Frameworks, ModelVersion, VersionState
 
-__all__ = ["DRAIN_S", "IndexEntry", "ModelEvents", "ModelManager"]
+__all__ = ["IndexEntry", "ModelEvents", "ModelManager"]
 
 log = logging.getLogger(__name__)
-
-DRAIN_S = 30.0
-"""How long an unload waits for a version's requests in flight before it unloads it anyway."""
-_SETTLED = frozenset(
-    {VersionState.START, VersionState.AVAILABLE, VersionState.PAGED_OUT, VersionState.FAILED}
-)
-"""The states a version may retire from at once: not loading, not moving."""
 
 
 class ModelEvents(Protocol):
@@ -375,34 +360,15 @@ class ModelManager:
 
     async def _retire(self, gone: Sequence[ModelVersion]) -> None:
         """Versions no longer routed: each once idle (at most ``drain_s``), off the path, then
-        all unloaded and their objects collected."""
-        for version in gone:
-            drained = await to_thread.run_sync(self.memory.retire, version, self._drain_s)
-            if not drained:
-                log.warning(
-                    "model %r version %d still had %d request(s) in flight after %g s; unloading",
-                    version.name,
-                    version.version,
-                    version.inflight,
-                    self._drain_s,
-                )
-            await self.path.remove(version)
-        if gone:
-            await to_thread.run_sync(unload_versions, gone)
+        all unloaded (``retire.py``)."""
+        await retire(gone, self.memory, self.path, self._drain_s)
 
     # -- the end --------------------------------------------------------------------
 
     def close(self) -> None:
         """After the listeners closed: every version that is not loading or moving unloaded
         (those are the process's to drop as it exits)."""
-        settled: list[ModelVersion] = []
-        for version in self.registry.versions():
-            with LOCK:
-                if version.state in _SETTLED:
-                    version.to(VersionState.RETIRING)
-                    version.held = 0
-                    settled.append(version)
-        unload_versions(settled)
+        unload_settled(self.registry.versions())
 
 
 def _same(old: ModelVersion, entry: VersionToServe) -> bool:
