@@ -64,3 +64,11 @@ def oip_grpc(server: Server, name: str = "tiny") -> np.ndarray:
 
 
 APIS: list[Callable[[Server], np.ndarray]] = [rest, grpc_predict, oip_rest, oip_grpc]
+
+
+def assert_answers_as(answers: np.ndarray, torchscript: np.ndarray) -> None:
+    """A served ``tiny``'s two rows are the TorchScript model's it came from, to float
+    tolerance, and two different answers: not a constant."""
+    assert answers.shape == (2, 4)
+    np.testing.assert_allclose(answers, torchscript, **TOLERANCE)
+    assert not np.allclose(answers[0], answers[1])

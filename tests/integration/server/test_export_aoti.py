@@ -19,7 +19,7 @@ import pytest
 from sharedserve.server.version.backends.torch_export import is_aoti_package
 from tests.support.aoti_models import COMPILER, compile_package
 from tests.support.servers import Server
-from tests.support.tiny_apis import APIS, TOLERANCE, rest
+from tests.support.tiny_apis import APIS, TOLERANCE, assert_answers_as, rest
 
 pytestmark = [
     pytest.mark.slow,
@@ -61,7 +61,7 @@ def packaged(
 def test_every_api_answers_as_the_torchscript_model_it_came_from(
     api: Callable[[Server], np.ndarray], packaged: Server, torch_server: Server
 ) -> None:
-    np.testing.assert_allclose(api(packaged), api(torch_server), **TOLERANCE)
+    assert_answers_as(api(packaged), api(torch_server))
 
 
 def test_a_package_is_told_apart_from_a_program_and_pages_from_its_file(

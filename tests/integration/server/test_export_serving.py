@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.servers import Server, serving
-from tests.support.tiny_apis import APIS, ROWS, TOLERANCE, rest
+from tests.support.tiny_apis import APIS, ROWS, TOLERANCE, assert_answers_as, rest
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow, pytest.mark.torch, pytest.mark.onnx]
 
@@ -39,10 +39,7 @@ def export_server(
 def test_every_api_answers_as_the_torchscript_model_it_came_from(
     api: Callable[[Server], np.ndarray], export_server: Server, torch_server: Server
 ) -> None:
-    exported, torch = api(export_server), api(torch_server)
-    assert exported.shape == (2, 4)
-    np.testing.assert_allclose(exported, torch, **TOLERANCE)
-    assert not np.allclose(exported[0], exported[1])  # two rows, two answers: not a constant
+    assert_answers_as(api(export_server), api(torch_server))
 
 
 def test_metadata_and_limits_say_what_serves_it(export_server: Server) -> None:

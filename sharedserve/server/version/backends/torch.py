@@ -35,7 +35,11 @@ from sharedserve.errors import (
 )
 from sharedserve.limits.gpu import apply_torch
 from sharedserve.server.version.backends.base import AppliedRuntime, DeviceMemory, RuntimeConfig
-from sharedserve.server.version.backends.torch_sidecar import SIGNATURE_FILE, read_signature_file
+from sharedserve.server.version.backends.torch_sidecar import (
+    SIGNATURE_FILE,
+    check_input_order,
+    read_signature_file,
+)
 from sharedserve.server.version.signature import Signature, TensorSpec
 
 __all__ = ["MODEL_FILE", "SIGNATURE_FILE", "TorchBackend", "read_signature_file"]
@@ -87,12 +91,7 @@ def _check_forward(model: torch.jit.ScriptModule, signature: Signature, path: Pa
             f"{path / MODEL_FILE}: forward takes {names} but {SIGNATURE_FILE} declares "
             f"{len(declared)} input(s) {declared}"
         )
-    if set(declared) == set(names) and declared != names:
-        # Inputs are passed positionally: same names in another order would swap tensors.
-        raise ModelLoadError(
-            f"{path / SIGNATURE_FILE} lists inputs {declared} but forward takes them in the "
-            f"order {names}; list them in forward's order"
-        )
+    check_input_order(path / SIGNATURE_FILE, declared, names, "forward")
 
 
 class TorchBackend:

@@ -31,7 +31,11 @@ from torch.export.passes import move_to_device_pass
 from sharedserve.errors import ModelLoadError, ResourceExhausted, SharedServeError
 from sharedserve.framework_output import keep_triton_out
 from sharedserve.server.version.backends.torch import TorchBackend, _short
-from sharedserve.server.version.backends.torch_sidecar import SIGNATURE_FILE, read_signature_file
+from sharedserve.server.version.backends.torch_sidecar import (
+    SIGNATURE_FILE,
+    check_input_order,
+    read_signature_file,
+)
 from sharedserve.server.version.signature import Signature, TensorSpec, numeric_dtype_name
 
 __all__ = ["EXPORT_FILE", "AotiBackend", "ExportBackend", "is_aoti_package"]
@@ -117,12 +121,7 @@ def _with_sidecar(program: Signature, path: Path) -> Signature:
             f"{sidecar_file} declares inputs {declared} and {len(sidecar.outputs)} output(s); "
             f"the program takes {takes} and returns {len(program.outputs)}"
         )
-    if set(declared) == set(takes) and declared != takes:
-        # Inputs are passed positionally: same names in another order would swap tensors.
-        raise ModelLoadError(
-            f"{sidecar_file} lists inputs {declared} but the program takes them in the order "
-            f"{takes}; list them in its order"
-        )
+    check_input_order(sidecar_file, declared, takes, "the program")
     for mine, theirs in zip(sidecar.inputs.values(), program.inputs.values(), strict=True):
         if mine.dtype != theirs.dtype:
             raise ModelLoadError(
@@ -132,7 +131,21 @@ def _with_sidecar(program: Signature, path: Path) -> Signature:
     return sidecar
 
 
-class ExportBackend(TorchBackend):
+class _Program(TorchBackend):
+    """A program run as exported or compiled, not by TorchScript's graph executor: no
+    optimised execution to ask for, and nothing compiled on a later call to warm up for."""
+
+    @property
+    def warm_up_calls(self) -> int:
+        return 1  # runs as exported or compiled: no executor profiles it and compiles later
+
+    def _run(self, args: list[torch.Tensor]) -> object:
+        assert self._model is not None
+        with torch.inference_mode():
+            return self._model(*args)
+
+
+class ExportBackend(_Program):
     """Serves one ``torch.export`` program (``model.pt2``), paged by device copy."""
 
     framework = "export"
@@ -157,15 +170,6 @@ class ExportBackend(TorchBackend):
         signature = _with_sidecar(program_signature(program, model_file), self._path)
         return module, signature
 
-    @property
-    def warm_up_calls(self) -> int:
-        return 1  # runs as exported or compiled: no executor profiles it and compiles later
-
-    def _run(self, args: list[torch.Tensor]) -> object:
-        assert self._model is not None
-        with torch.inference_mode():
-            return self._model(*args)
-
 
 class _Package(torch.nn.Module):
     """An AOTInductor package as the module ``TorchBackend`` calls: no tensors of its own to
@@ -181,7 +185,7 @@ class _Package(torch.nn.Module):
         return self.package(*args)  # type: ignore[operator]
 
 
-class AotiBackend(TorchBackend):
+class AotiBackend(_Program):
     """Serves one AOTInductor package (``model.pt2``), with its ``signature.json``; paged by
     loading it again from the file."""
 
@@ -217,15 +221,6 @@ class AotiBackend(TorchBackend):
             raise ModelLoadError(
                 f"PyTorch could not load {model_file} as an AOTInductor package: {_short(e)}"
             ) from e
-
-    @property
-    def warm_up_calls(self) -> int:
-        return 1  # runs as exported or compiled: no executor profiles it and compiles later
-
-    def _run(self, args: list[torch.Tensor]) -> object:
-        assert self._model is not None
-        with torch.inference_mode():
-            return self._model(*args)
 
     def weight_bytes(self) -> int:
         if self._model is None:

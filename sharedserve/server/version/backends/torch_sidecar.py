@@ -19,7 +19,7 @@ from sharedserve.server.version.signature import (
     TensorSpec,
 )
 
-__all__ = ["SIGNATURE_FILE", "read_signature_file"]
+__all__ = ["SIGNATURE_FILE", "check_input_order", "read_signature_file"]
 
 # Written by sharedserve.models.torch_models, which this layer may not import.
 SIGNATURE_FILE = "signature.json"
@@ -101,3 +101,15 @@ def _read_specs(path: Path, doc: dict[str, Any], key: str) -> dict[str, TensorSp
             tensor_name=name,
         )
     return specs
+
+
+def check_input_order(
+    sidecar_file: Path, declared: list[str], takes: list[str], taker: str
+) -> None:
+    """Refuse a sidecar that lists ``taker``'s inputs in another order than it takes them:
+    inputs are passed positionally, so the same names in another order would swap tensors."""
+    if set(declared) == set(takes) and declared != takes:
+        raise ModelLoadError(
+            f"{sidecar_file} lists inputs {declared} but {taker} takes them in the order "
+            f"{takes}; list them in {taker}'s order"
+        )
