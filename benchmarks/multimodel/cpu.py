@@ -53,22 +53,11 @@ import memory  # beside this script
 from aggressors import CASES, Case, drive
 from machine import heading, publish
 
-from sharedserve.pack.probe import free_port
+from sharedserve.pack.probe import free_port, get_json, model_state
 
 SHAREDSERVE = [sys.executable, "-m", "sharedserve"]
 PACKAGES = ("sharedserve", "tensorflow", "torch", "numpy")
 BODY = json.dumps({"instances": [[0.5, -1.0, 2.0, 0.0, 1.5, -0.5, 0.25, 3.0]]}).encode()
-
-
-def _get(port: int, path: str) -> bytes:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", path)
-        return conn.getresponse().read()
-    except OSError:
-        return b""
-    finally:
-        conn.close()
 
 
 @contextmanager
@@ -83,7 +72,8 @@ def serving(args: list[str], names: list[str], cpus: str, log: Path) -> Iterator
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
-        while not all(b'"AVAILABLE"' in _get(rest, f"/v1/models/{n}") for n in names):
+        url = f"http://127.0.0.1:{rest}"
+        while not all(model_state(url, n, timeout=10) == "AVAILABLE" for n in names):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not become AVAILABLE; see {log}")
             time.sleep(0.2)
@@ -164,7 +154,7 @@ def measure(
 
 
 def _timings(port: int) -> dict[str, Any]:
-    limits = json.loads(_get(port, "/sharedserve/v1/limits") or b"{}")
+    limits = get_json(f"http://127.0.0.1:{port}", "/sharedserve/v1/limits", timeout=10) or {}
     return dict(limits.get("memory", {}).get("timings", {}))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,11 +16,7 @@ from typing import Any
 import numpy as np
 from closed_loop import MakeCall, Measure, closed_loop
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from sharedserve.pack.probe import free_port, model_state
 
 
 @contextmanager
@@ -33,7 +28,8 @@ def serving(model_dir: Path, extra: list[str], log: Path) -> Iterator[tuple[int,
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
-        while b'"AVAILABLE"' not in _get(rest, f"/v1/models/{model_dir.name}"):
+        url = f"http://127.0.0.1:{rest}"
+        while model_state(url, model_dir.name, timeout=10) != "AVAILABLE":
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not become AVAILABLE; see {log}")
             time.sleep(0.2)
